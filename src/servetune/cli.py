@@ -1,0 +1,77 @@
+"""The `servetune` command line: parse, call one function, print.
+
+Each subcommand lives in ``servetune.commands.<name>`` with two functions:
+``add_arguments(parser)`` (cheap: argparse only) and ``run(args) -> int`` (imports the heavy
+parts lazily). Any :class:`~servetune.errors.ServetuneError` becomes a two-line message and
+exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from servetune import __version__
+from servetune.errors import ServetuneError
+
+# name -> (module, one-line help). Order is the order of `servetune --help`.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "bench": ("servetune.commands.bench", "one load test at a fixed request rate or concurrency"),
+    "sweep": ("servetune.commands.sweep", "rising load levels -> throughput-latency curve, knee"),
+    "diagnose": ("servetune.commands.diagnose", "name the bottleneck of a run, or check a config"),
+    "report": ("servetune.commands.report", "HTML report and PNG plots of a run or a sweep"),
+    "sim": ("servetune.commands.sim", "the embedded simulated engine (server, offline run)"),
+    "engine": ("servetune.commands.engine", "start, stop or print the command of a real engine"),
+    "demo": ("servetune.commands.demo", "the seed's whole procedure on the simulated engine"),
+}
+
+
+def _load(name: str):  # type: ignore[no-untyped-def]
+    return importlib.import_module(COMMANDS[name][0])
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="servetune",
+        description="Load-test, understand and tune LLM inference servers.",
+    )
+    parser.add_argument("--version", action="version", version=f"servetune {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_mod, help_text) in COMMANDS.items():
+        if only is not None and name != only:
+            sub.add_parser(name, help=help_text, add_help=False)
+            continue
+        try:
+            module = _load(name)
+        except ModuleNotFoundError:
+            continue  # a command not built yet is simply not offered
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in args_list if not a.startswith("-")), None)
+    parser = build_parser(only=first if first in COMMANDS else None)
+    args = parser.parse_args(args_list)
+    if not args.command:
+        parser.print_help()
+        return 0
+    try:
+        code: int = _load(args.command).run(args)
+        return code
+    except ServetuneError as exc:
+        print(f"servetune {args.command}: error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"  hint: {exc.hint}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"servetune {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""From RequestRecords to the Summary of a run (the metric contract of docs/metrics.md).
+
+The measured window starts ``warmup_s`` after the run's start and ends ``cooldown_s`` before
+the last response ended. A request counts when it was sent inside the window and, if it
+succeeded, ended inside it; the others are "excluded" (kept on disk, left out of figures).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+
+from servetune.client.record import RequestRecord
+from servetune.metrics.stats import describe
+from servetune.results.schema import Slo, Summary
+
+NS = 1_000_000_000
+
+
+def _concurrency(records: Sequence[RequestRecord], start: int, end: int) -> tuple[int, float]:
+    """Peak and time-averaged number of requests in flight within [start, end]."""
+    if not records or end <= start:
+        return 0, 0.0
+    events = np.concatenate(
+        [
+            np.array([[r.send_ns, 1] for r in records], dtype=np.int64),
+            np.array([[r.end_ns, -1] for r in records], dtype=np.int64),
+        ]
+    )
+    order = np.lexsort((events[:, 1], events[:, 0]))  # ends before sends at equal times
+    times, deltas = events[order, 0], events[order, 1]
+    level = np.cumsum(deltas)
+    peak = int(level.max()) if len(level) else 0
+    t = np.clip(times, start, end)
+    area = float(np.sum(level[:-1] * np.diff(t)))
+    return peak, area / (end - start)
+
+
+def meets_slo(r: RequestRecord, slo: Slo) -> bool:
+    """vLLM's goodput rule: every SLO given is met (a TPOT of n ≤ 1 tokens counts as 0)."""
+    if slo.ttft is not None and (r.ttft_ms is None or r.ttft_ms > slo.ttft):
+        return False
+    if slo.tpot is not None and (r.tpot_ms or 0.0) > slo.tpot:
+        return False
+    return not (slo.e2el is not None and (r.e2e_ms is None or r.e2e_ms > slo.e2el))
+
+
+def summarize(
+    records: Sequence[RequestRecord],
+    warmup_s: float = 0.0,
+    cooldown_s: float = 0.0,
+    slo: Slo | None = None,
+) -> Summary:
+    """The client-side Summary of one run's records."""
+    if not records:
+        return Summary()
+    start = int(warmup_s * NS)
+    last_end = max(r.end_ns for r in records)
+    end = max(start, last_end - int(cooldown_s * NS))
+
+    inside = [r for r in records if r.send_ns >= start and r.send_ns <= end]
+    ok = [r for r in inside if r.ok and r.last_ns is not None and r.last_ns <= end]
+    failed = [r for r in inside if r.status == "failed"]
+    cancelled = [r for r in records if r.status == "cancelled"]
+    excluded = len(records) - len(ok) - len(failed) - len(cancelled)
+
+    duration = (end - start) / NS
+    out_tokens = [r.output_tokens or 0 for r in ok]
+    in_tokens = [r.planned_input_len for r in ok]
+    total_out, total_in = int(sum(out_tokens)), int(sum(in_tokens))
+    itl = [g for r in ok for g in r.itl_ms()]
+    peak, mean_conc = _concurrency(records, start, end)
+
+    good = None
+    goodput = None
+    if slo is not None and not slo.is_empty():
+        good = sum(1 for r in ok if meets_slo(r, slo))
+        goodput = good / duration if duration > 0 else 0.0
+
+    def per_s(x: float) -> float:
+        return x / duration if duration > 0 else 0.0
+
+    return Summary(
+        completed=len(ok),
+        failed=len(failed),
+        cancelled=len(cancelled),
+        excluded=excluded,
+        window_start_s=start / NS,
+        window_end_s=end / NS,
+        duration_s=duration,
+        total_input_tokens=total_in,
+        total_output_tokens=total_out,
+        request_throughput=per_s(len(ok)),
+        output_throughput=per_s(total_out),
+        total_token_throughput=per_s(total_out + total_in),
+        request_goodput=goodput,
+        good_requests=good,
+        max_concurrent_requests=peak,
+        mean_concurrency=mean_conc,
+        ttft=describe([r.ttft_ms for r in ok if r.ttft_ms is not None]),
+        tpot=describe([t for r in ok if (t := r.tpot_ms) is not None]),
+        itl=describe(itl),
+        e2el=describe([r.e2e_ms for r in ok if r.e2e_ms is not None]),
+        ttft_from_scheduled=describe(
+            [t for r in ok if (t := r.ttft_from_scheduled_ms) is not None]
+        ),
+        e2el_from_scheduled=describe(
+            [t for r in ok if (t := r.e2e_from_scheduled_ms) is not None]
+        ),
+        output_tokens_per_request=describe(out_tokens, unit="tokens", ci=False),
+        input_tokens_per_request=describe(in_tokens, unit="tokens", ci=False),
+        tokens_source=dict(Counter(r.tokens_source or "unknown" for r in ok)),
+        errors=dict(Counter((r.error or "unknown")[:200] for r in failed)),
+    )
+
+
+METRIC_DEFINITIONS: dict[str, str] = {
+    "clock": "time.perf_counter_ns() (CLOCK_MONOTONIC), shared by all worker processes",
+    "ttft": "first SSE chunk with non-empty choices − send (vLLM bench serve's rule; "
+    "a chat role-only opening chunk counts, an empty-text chunk counts)",
+    "e2el": "last SSE chunk with non-empty choices − send",
+    "tpot": "(e2el − ttft) / (output_tokens − 1), for output_tokens > 1 (vLLM's definition)",
+    "itl": "gaps between consecutive content chunks, pooled over requests; a chunk carrying "
+    "k tokens is one gap (vLLM's ITL, not AIPerf/GuideLLM's, which is our TPOT)",
+    "send_lag": "send − eligible: the client's own lateness (eligible = scheduled, or the "
+    "moment the concurrency cap released the request)",
+    "queue_delay": "send − scheduled: what a user waits before the request leaves the client",
+    "ttft_from_scheduled": "first token − scheduled (coordinated omission included)",
+    "e2el_from_scheduled": "last token − scheduled",
+    "output_tokens": "usage.completion_tokens (stream_options.include_usage); else a local "
+    "tokenizer; the source is in each record's tokens_source",
+    "throughput": "completed requests and tokens over the measured window "
+    "(warm-up and cool-down excluded) / window length",
+    "goodput": "requests meeting every SLO given (ttft, tpot, e2el in ms) / window length",
+    "percentiles": "linear interpolation (numpy); p99_ci = 95% bootstrap interval",
+    "input_tokens": "planned prompt length (as vLLM bench serve counts it)",
+}

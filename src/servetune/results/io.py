@@ -1,0 +1,160 @@
+"""Reading and writing run directories (``run.json``, ``requests.jsonl``,
+``server_metrics.jsonl``), with clear errors for missing, foreign or newer files."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import ValidationError
+
+from servetune.client.record import RequestRecord
+from servetune.errors import ResultError
+from servetune.results.schema import SCHEMA_VERSION, RunResult
+from servetune.results.server_series import ServerSample
+from servetune.results.vllm_keys import vllm_keys
+
+RUN_FILE = "run.json"
+REQUESTS_FILE = "requests.jsonl"
+SERVER_METRICS_FILE = "server_metrics.jsonl"
+SWEEP_FILE = "sweep.json"
+
+
+def ensure_result_dir(path: str | Path) -> Path:
+    """Create ``path`` (and parents) and prove it is writable, or say why not."""
+    p = Path(path).expanduser()
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe = p / ".servetune-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ResultError(
+            f"cannot write results to {p}: {exc.strerror or exc}",
+            hint="pass --result-dir to a folder you can write to",
+        ) from exc
+    return p
+
+
+def record_line(rec: RequestRecord) -> bytes:
+    """One JSONL line for a record (fast path: no validation, fields as stored)."""
+    return orjson.dumps(rec.__dict__) + b"\n"
+
+
+class LineAppender:
+    """Appends whole lines to a file with O_APPEND, one ``write`` per batch.
+
+    Several processes may append to the same file: each batch of complete lines goes out in
+    one system call, so lines from different writers never interleave.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    os.replace(tmp, path)
+
+
+def write_run_result(run_dir: str | Path, result: RunResult) -> Path:
+    """Write ``run.json``: the RunResult with vLLM's flat keys first."""
+    path = Path(run_dir) / RUN_FILE
+    body = vllm_keys(result)
+    body.update(result.model_dump(mode="json"))
+    _write_json_atomic(path, body)
+    return path
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        return orjson.loads(path.read_bytes())
+    except FileNotFoundError as exc:
+        raise ResultError(f"{path} not found") from exc
+    except orjson.JSONDecodeError as exc:
+        raise ResultError(f"{path} is not valid JSON ({exc.msg}, line {exc.lineno})") from exc
+
+
+def check_schema(data: Any, path: Path, kind: str) -> None:
+    if not isinstance(data, dict) or data.get("kind") != kind:
+        raise ResultError(f"{path} is not a servetune {kind} file (no \"kind\": \"{kind}\")")
+    version = data.get("schema_version")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise ResultError(
+            f"{path} has schema version {version}; this servetune reads up to {SCHEMA_VERSION}",
+            hint="upgrade servetune to read results written by a newer version",
+        )
+
+
+def read_run_result(run_dir: str | Path) -> RunResult:
+    path = Path(run_dir) / RUN_FILE
+    data = _load_json(path)
+    check_schema(data, path, "run")
+    try:
+        return RunResult.model_validate(data)
+    except ValidationError as exc:
+        raise ResultError(f"{path} does not match the RunResult schema: {exc}") from exc
+
+
+def iter_jsonl(path: Path) -> Iterable[tuple[int, Any]]:
+    """(line number, object) for each parseable line; a torn last line is skipped."""
+    if not path.exists():
+        return
+    with path.open("rb") as fh:
+        lines = fh.read().split(b"\n")
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            yield i, orjson.loads(line)
+        except orjson.JSONDecodeError:
+            if i == len(lines) or (i == len(lines) - 1 and not lines[-1]):
+                continue  # a line cut by a kill mid-write: everything before it is whole
+            raise ResultError(f"{path}:{i}: not valid JSON") from None
+
+
+def read_records(run_dir: str | Path) -> list[RequestRecord]:
+    path = Path(run_dir) / REQUESTS_FILE
+    out = []
+    for lineno, obj in iter_jsonl(path):
+        try:
+            out.append(RequestRecord.model_validate(obj))
+        except ValidationError as exc:
+            raise ResultError(f"{path}:{lineno}: not a RequestRecord: {exc}") from exc
+    return out
+
+
+def read_server_series(run_dir: str | Path) -> list[ServerSample]:
+    path = Path(run_dir) / SERVER_METRICS_FILE
+    return [ServerSample.model_validate(obj) for _, obj in iter_jsonl(path)]
+
+
+def detect_dir(path: str | Path) -> Literal["run", "sweep"]:
+    """Tell a RUN_DIR from a SWEEP_DIR, or explain what was expected."""
+    p = Path(path).expanduser()
+    if (p / SWEEP_FILE).is_file():
+        return "sweep"
+    if (p / RUN_FILE).is_file():
+        return "run"
+    if not p.exists():
+        raise ResultError(f"{p} does not exist")
+    raise ResultError(
+        f"{p} holds no servetune result: expected {RUN_FILE} (a run) or {SWEEP_FILE} (a sweep)",
+        hint="point at the --result-dir of a bench, sweep or sim run",
+    )

@@ -1,0 +1,224 @@
+"""Pydantic schemas of the files in a run directory (the contract between commands).
+
+``run.json`` is a :class:`RunResult` with the ``vllm bench serve`` keys added flat at the top
+level (see :mod:`servetune.results.vllm_keys`); ``requests.jsonl`` holds one
+:class:`~servetune.client.record.RequestRecord` a line.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+
+SCHEMA_VERSION = 1
+
+Endpoint = Literal["completions", "chat"]
+DatasetName = Literal["random", "sharegpt", "jsonl", "prefix"]
+Arrival = Literal["poisson", "gamma", "constant"]
+
+
+def rate_to_json(rate: float) -> float | str:
+    """vLLM writes an unbounded rate as the string "inf"; so do we."""
+    return "inf" if math.isinf(rate) else rate
+
+
+def rate_from_json(value: Any) -> float:
+    if value is None or (isinstance(value, str) and value.lower() in ("inf", "infinity")):
+        return math.inf
+    return float(value)
+
+
+class Slo(BaseModel):
+    """Latency service-level objectives in milliseconds (vLLM's ``--goodput`` keys)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttft: float | None = None
+    tpot: float | None = None
+    e2el: float | None = None
+
+    def is_empty(self) -> bool:
+        return self.ttft is None and self.tpot is None and self.e2el is None
+
+
+class BenchConfig(BaseModel):
+    """Every knob of one load test: target, workload, arrivals and client behaviour."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    base_url: str | None = None
+    """None = the embedded simulated engine."""
+    model: str | None = None
+    endpoint: Endpoint = "completions"
+    api_key: str | None = None
+
+    dataset_name: DatasetName = "random"
+    dataset_path: str | None = None
+    random_input_len: int = 1024
+    random_output_len: int = 128
+    random_range_ratio: float = 0.0
+    prefix_num_groups: int = 8
+    prefix_len: int = 512
+    sharegpt_output_len: int | None = None
+    tokenizer: str | None = None
+    """Local HF tokenizer folder or tokenizer.json; None = server /tokenize, else approximate."""
+
+    num_prompts: int = 1000
+    duration_s: float | None = None
+    request_rate: float = math.inf
+    burstiness: float = 1.0
+    arrival: Arrival = "poisson"
+    max_concurrency: int | None = None
+    seed: int = 0
+
+    warmup_s: float = 0.0
+    cooldown_s: float = 0.0
+    ignore_eos: bool = True
+    temperature: float = 0.0
+    request_timeout_s: float = 600.0
+    workers: int | None = None
+    goodput: Slo = Field(default_factory=Slo)
+    label: str | None = None
+
+    @field_validator("request_rate", mode="before")
+    @classmethod
+    def _rate_in(cls, v: Any) -> float:
+        return rate_from_json(v)
+
+    @field_serializer("request_rate")
+    def _rate_out(self, v: float) -> float | str:
+        return rate_to_json(v)
+
+
+class Stats(BaseModel):
+    """Distribution of one metric; percentiles interpolate linearly (numpy's default)."""
+
+    count: int = 0
+    mean: float | None = None
+    std: float | None = None
+    min: float | None = None
+    max: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    p999: float | None = None
+    p99_ci: tuple[float, float] | None = None
+    """Bootstrap 95% confidence interval of p99."""
+    unit: str = "ms"
+
+
+class Summary(BaseModel):
+    """Client-side figures over the measured window (warm-up and cool-down excluded)."""
+
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    excluded: int = 0
+    """Requests outside the measured window (warm-up / cool-down)."""
+    window_start_s: float = 0.0
+    window_end_s: float = 0.0
+    duration_s: float = 0.0
+    total_input_tokens: int = 0
+    total_output_tokens: int = 0
+    request_throughput: float = 0.0
+    output_throughput: float = 0.0
+    total_token_throughput: float = 0.0
+    request_goodput: float | None = None
+    good_requests: int | None = None
+    max_concurrent_requests: int = 0
+    mean_concurrency: float = 0.0
+    """Time-averaged requests in flight over the window (Little's law, measured)."""
+    ttft: Stats = Field(default_factory=Stats)
+    tpot: Stats = Field(default_factory=Stats)
+    itl: Stats = Field(default_factory=Stats)
+    e2el: Stats = Field(default_factory=Stats)
+    ttft_from_scheduled: Stats = Field(default_factory=Stats)
+    e2el_from_scheduled: Stats = Field(default_factory=Stats)
+    """Latencies measured from the *scheduled* send time (coordinated omission included)."""
+    output_tokens_per_request: Stats = Field(default_factory=lambda: Stats(unit="tokens"))
+    input_tokens_per_request: Stats = Field(default_factory=lambda: Stats(unit="tokens"))
+    tokens_source: dict[str, int] = Field(default_factory=dict)
+    errors: dict[str, int] = Field(default_factory=dict)
+    """Failure reasons and how often each occurred."""
+
+
+class ClientHealth(BaseModel):
+    """Could the client keep the rate it claims? (send lag and achieved rate)."""
+
+    target_rate: float | None = None
+    """Planned request rate (req/s); None for a closed loop or an unbounded rate."""
+    achieved_rate: float | None = None
+    """Requests actually sent per second over the sending period."""
+    send_lag: Stats = Field(default_factory=Stats)
+    """send − eligible: how late the client itself was."""
+    queue_delay: Stats = Field(default_factory=Stats)
+    """send − scheduled: limiter wait plus client lateness."""
+    workers: int = 1
+    behind: bool = False
+    warnings: list[str] = Field(default_factory=list)
+
+    @field_serializer("target_rate")
+    def _rate_out(self, v: float | None) -> float | str | None:
+        return None if v is None else rate_to_json(v)
+
+    @field_validator("target_rate", mode="before")
+    @classmethod
+    def _rate_in(cls, v: Any) -> float | None:
+        return None if v is None else rate_from_json(v)
+
+
+class Environment(BaseModel):
+    servetune_version: str
+    python: str
+    platform: str
+    hostname: str
+    cpu_count: int
+    started_at: str
+    """ISO-8601 UTC wall-clock time at the run's start."""
+    command: list[str] = Field(default_factory=list)
+
+
+class TargetInfo(BaseModel):
+    base_url: str
+    model: str
+    served_models: list[str] = Field(default_factory=list)
+    max_model_len: int | None = None
+    simulated: dict[str, Any] | None = None
+    """The simulated engine's configuration when the target is the embedded engine."""
+    tokenizer: str = "approximate"
+    """Which token counter shaped the prompts: a path, "server" (/tokenize) or "approximate"."""
+    tokens_approximate: bool = True
+
+
+class ServerInfo(BaseModel):
+    """What the /metrics scraper found (filled by metrics/; absent when not scraped)."""
+
+    engine: str | None = None
+    metrics_url: str | None = None
+    names_found: dict[str, str] = Field(default_factory=dict)
+    names_missing: list[str] = Field(default_factory=list)
+    samples: int = 0
+    error: str | None = None
+    summary: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunResult(BaseModel):
+    """``run.json``: one load test, self-describing."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    schema_version: int = SCHEMA_VERSION
+    kind: Literal["run"] = "run"
+    label: str | None = None
+    status: Literal["complete", "interrupted", "failed"] = "complete"
+    config: BenchConfig
+    environment: Environment
+    target: TargetInfo
+    client_health: ClientHealth
+    summary: Summary
+    server: ServerInfo | None = None
+    metric_definitions: dict[str, str] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)

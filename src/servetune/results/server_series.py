@@ -1,0 +1,64 @@
+"""ServerSeries: the server's own metrics over a run, one sample a line in
+``server_metrics.jsonl``.
+
+Values are stored under engine-neutral *concepts* (the rows of DESIGN.md's table), whatever
+the engine called them; the result's ``server.names_found`` says which name fed which concept.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+# Gauges and counters (value as exposed; counters are cumulative).
+KV_CACHE_USAGE = "kv_cache_usage"  # 0..1
+RUNNING = "running"
+WAITING = "waiting"
+PREEMPTIONS_TOTAL = "preemptions_total"
+PROMPT_TOKENS_TOTAL = "prompt_tokens_total"
+GENERATION_TOKENS_TOTAL = "generation_tokens_total"
+REQUESTS_FINISHED_TOTAL = "requests_finished_total"
+REQUESTS_ABORTED_TOTAL = "requests_aborted_total"
+PREFIX_CACHE_HIT_RATE = "prefix_cache_hit_rate"  # 0..1 when exposed
+GPU_UTILIZATION = "gpu_utilization"  # 0..1
+GPU_MEMORY_USED_BYTES = "gpu_memory_used_bytes"
+GPU_MEMORY_TOTAL_BYTES = "gpu_memory_total_bytes"
+
+# Histograms (seconds).
+TTFT_SECONDS = "ttft_seconds"
+TPOT_SECONDS = "tpot_seconds"
+ITL_SECONDS = "itl_seconds"
+E2E_SECONDS = "e2e_seconds"
+QUEUE_SECONDS = "queue_seconds"
+
+GAUGE_CONCEPTS = (
+    KV_CACHE_USAGE,
+    RUNNING,
+    WAITING,
+    PREEMPTIONS_TOTAL,
+    PROMPT_TOKENS_TOTAL,
+    GENERATION_TOKENS_TOTAL,
+    REQUESTS_FINISHED_TOTAL,
+    REQUESTS_ABORTED_TOTAL,
+    PREFIX_CACHE_HIT_RATE,
+    GPU_UTILIZATION,
+    GPU_MEMORY_USED_BYTES,
+    GPU_MEMORY_TOTAL_BYTES,
+)
+HISTOGRAM_CONCEPTS = (TTFT_SECONDS, TPOT_SECONDS, ITL_SECONDS, E2E_SECONDS, QUEUE_SECONDS)
+
+
+class Histogram(BaseModel):
+    """A cumulative Prometheus histogram snapshot: (upper bound, cumulative count) pairs."""
+
+    buckets: list[tuple[float, float]]
+    sum: float = 0.0
+    count: float = 0.0
+
+
+class ServerSample(BaseModel):
+    """One scrape of the server's metrics."""
+
+    t: float
+    """Seconds since the run's start, on the run clock."""
+    values: dict[str, float] = Field(default_factory=dict)
+    histograms: dict[str, Histogram] = Field(default_factory=dict)

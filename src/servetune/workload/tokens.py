@@ -1,0 +1,123 @@
+"""Token counters: a local Hugging Face tokenizer (offline), or an approximate counter.
+
+Nothing is ever downloaded: a tokenizer is a local folder holding ``tokenizer.json`` or the
+file itself. Without one, :class:`ApproxTokenizer` counts word pieces and every figure built
+on it is marked approximate in the result.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Protocol
+
+from servetune.errors import ConfigError
+
+# Common English words that are one token (with their leading space) in the BPE vocabularies
+# of Llama, Qwen, Mistral and GPT; random prompts built from them have a predictable length.
+_WORDS = (
+    "the of and to in is was for that on as with by at from his an are had not be this but "
+    "which or have one were her all she there their been has when who will more no if out so "
+    "said what up its about into than them can only other new some could time these two may "
+    "then do first any my now such like our over man me even most made after also did many "
+    "before must through back years where much your way well down should because each just "
+    "those people how too little state good very make world still own see men work long get "
+    "here between both life being under never day same another know while last might us great "
+    "old year off come since against go came right used take three small place house water "
+    "part find line light hand high end word every found still name left large must turn "
+    "point city play home read page land side keep help mind open seem next tree start ask "
+    "late run test kind move live form food book tell head stand need show try story fact "
+    "room eye full sea fire plan rest door road rate level load model cache batch token queue"
+).split()
+
+_PIECE = re.compile(r"\w+|[^\w\s]")
+
+
+class TokenCounter(Protocol):
+    """What workload generation needs from a tokenizer."""
+
+    name: str
+    exact: bool
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def count(self, text: str) -> int: ...
+
+    def sample_ids(self) -> list[int]:
+        """Token ids that random prompts may be drawn from (no special tokens)."""
+        ...
+
+
+class ApproxTokenizer:
+    """Word-piece counter: a word of ≤ 7 characters or a punctuation mark is one token.
+
+    Long words count one token per 7 characters. Random prompts use short common words, so
+    their length is exact under this counter and close to it under real BPE vocabularies.
+    """
+
+    name = "approximate"
+    exact = False
+
+    def __init__(self) -> None:
+        self._words = list(_WORDS)
+        self._index = {w: i for i, w in enumerate(self._words)}
+
+    def count(self, text: str) -> int:
+        return sum(1 + (len(p) - 1) // 7 for p in _PIECE.findall(text))
+
+    def encode(self, text: str) -> list[int]:
+        # Unknown words get ids past the word list; only counts matter for them.
+        n = len(self._words)
+        return [self._index.get(p, n) for p in _PIECE.findall(text)]
+
+    def decode(self, ids: list[int]) -> str:
+        n = len(self._words)
+        return " ".join(self._words[i % n] for i in ids)
+
+    def sample_ids(self) -> list[int]:
+        return list(range(len(self._words)))
+
+
+class HFTokenizer:
+    """A Hugging Face fast tokenizer loaded from local files with ``tokenizers``."""
+
+    exact = True
+
+    def __init__(self, path: str | Path) -> None:
+        from tokenizers import Tokenizer
+
+        p = Path(path).expanduser()
+        file = p / "tokenizer.json" if p.is_dir() else p
+        if not file.is_file():
+            raise ConfigError(
+                f"no tokenizer at {path}: expected a folder with tokenizer.json or the file itself",
+                hint="pass --tokenizer DIR_OR_FILE (it is loaded offline, never downloaded), "
+                "or leave it out to count with the server's /tokenize or approximately",
+            )
+        try:
+            self._tok = Tokenizer.from_file(str(file))
+        except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
+            raise ConfigError(f"cannot load tokenizer {file}: {exc}") from exc
+        self.name = str(file)
+        special = {t.id for t in self._tok.get_added_tokens_decoder().values() if t.special}
+        vocab = self._tok.get_vocab_size(with_added_tokens=False)
+        self._sample = [i for i in range(vocab) if i not in special]
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self._tok.decode(ids, skip_special_tokens=True))
+
+    def count(self, text: str) -> int:
+        return len(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def sample_ids(self) -> list[int]:
+        return self._sample
+
+
+def load_tokenizer(path: str | None) -> TokenCounter:
+    """The local tokenizer at ``path``, or the approximate counter when none is given."""
+    return HFTokenizer(path) if path else ApproxTokenizer()
