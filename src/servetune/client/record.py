@@ -77,9 +77,7 @@ class RequestRecord(BaseModel):
 
     @property
     def ttft_from_scheduled_ms(self) -> float | None:
-        return (
-            None if self.first_ns is None else (self.first_ns - self.scheduled_ns) / NS_PER_MS
-        )
+        return None if self.first_ns is None else (self.first_ns - self.scheduled_ns) / NS_PER_MS
 
     @property
     def e2e_from_scheduled_ms(self) -> float | None:

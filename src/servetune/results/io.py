@@ -93,7 +93,7 @@ def _load_json(path: Path) -> Any:
 
 def check_schema(data: Any, path: Path, kind: str) -> None:
     if not isinstance(data, dict) or data.get("kind") != kind:
-        raise ResultError(f"{path} is not a servetune {kind} file (no \"kind\": \"{kind}\")")
+        raise ResultError(f'{path} is not a servetune {kind} file (no "kind": "{kind}")')
     version = data.get("schema_version")
     if not isinstance(version, int) or version > SCHEMA_VERSION:
         raise ResultError(

@@ -150,8 +150,10 @@ class ClientHealth(BaseModel):
 
     target_rate: float | None = None
     """Planned request rate (req/s); None for a closed loop or an unbounded rate."""
+    planned_rate: float | None = None
+    """The rate the drawn plan realizes over the requests sent ((n − 1) / span of schedule)."""
     achieved_rate: float | None = None
-    """Requests actually sent per second over the sending period."""
+    """Requests actually sent per second over the sending period ((n − 1) / span of sends)."""
     send_lag: Stats = Field(default_factory=Stats)
     """send − eligible: how late the client itself was."""
     queue_delay: Stats = Field(default_factory=Stats)

@@ -68,9 +68,7 @@ def plan_size(cfg: BenchConfig, num_prompts_given: bool = True) -> int:
     return min(cfg.num_prompts, cap) if num_prompts_given else cap
 
 
-def make_plan(
-    cfg: BenchConfig, tok: TokenCounter, num_prompts_given: bool = True
-) -> Plan:
+def make_plan(cfg: BenchConfig, tok: TokenCounter, num_prompts_given: bool = True) -> Plan:
     """Draw the dataset and the arrivals, reproducibly from ``cfg.seed``."""
     validate_config(cfg)
     n = plan_size(cfg, num_prompts_given)
@@ -92,5 +90,6 @@ def make_plan(
         planned = (n - 1) / float(offsets[-1])
     if n == 0:
         raise ConfigError("the plan is empty: --duration is too short for --request-rate")
-    return Plan(requests=requests, offsets_ns=offsets_ns, duration_ns=duration_ns,
-                planned_rate=planned)
+    return Plan(
+        requests=requests, offsets_ns=offsets_ns, duration_ns=duration_ns, planned_rate=planned
+    )

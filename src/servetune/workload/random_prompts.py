@@ -35,10 +35,8 @@ def exact_prompt(tok: TokenCounter, length: int, rng: np.random.Generator) -> tu
     return text, n
 
 
-def sample_lengths(
-    mean: int, range_ratio: float, n: int, rng: np.random.Generator
-) -> np.ndarray:
+def sample_lengths(mean: int, range_ratio: float, n: int, rng: np.random.Generator) -> np.ndarray:
     """Lengths uniform in [mean·(1−r), mean·(1+r)] (vLLM's ``--random-range-ratio``)."""
-    lo = max(1, int(round(mean * (1 - range_ratio))))
-    hi = max(lo, int(round(mean * (1 + range_ratio))))
+    lo = max(1, round(mean * (1 - range_ratio)))
+    hi = max(lo, round(mean * (1 + range_ratio)))
     return rng.integers(lo, hi + 1, size=n)

@@ -29,6 +29,7 @@ _WORDS = (
     "late run test kind move live form food book tell head stand need show try story fact "
     "room eye full sea fire plan rest door road rate level load model cache batch token queue"
 ).split()
+_WORDS = list(dict.fromkeys(_WORDS))
 
 _PIECE = re.compile(r"\w+|[^\w\s]")
 
@@ -101,9 +102,10 @@ class HFTokenizer:
         except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
             raise ConfigError(f"cannot load tokenizer {file}: {exc}") from exc
         self.name = str(file)
-        special = {t.id for t in self._tok.get_added_tokens_decoder().values() if t.special}
+        special = {i for i, t in self._tok.get_added_tokens_decoder().items() if t.special}
         vocab = self._tok.get_vocab_size(with_added_tokens=False)
-        self._sample = [i for i in range(vocab) if i not in special]
+        self._all = [i for i in range(vocab) if i not in special]
+        self._stable: list[int] | None = None
 
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=False).ids)
@@ -115,7 +117,24 @@ class HFTokenizer:
         return len(self._tok.encode(text, add_special_tokens=False).ids)
 
     def sample_ids(self) -> list[int]:
-        return self._sample
+        """Word-like tokens that survive decode → encode when strung together.
+
+        Random ids from the whole vocabulary decode to byte soup that re-tokenizes into a
+        different count; tokens that re-encode to themselves when doubled (" the the")
+        keep prompt lengths exact. Probed on a sample of the vocabulary, once.
+        """
+        if self._stable is None:
+            import random
+
+            rng = random.Random(0)
+            cands = self._all if len(self._all) <= 4000 else rng.sample(self._all, 4000)
+            stable = []
+            for i in cands:
+                text = self._tok.decode([i, i, i], skip_special_tokens=True)
+                if text.strip() and self._tok.encode(text, add_special_tokens=False).ids == [i] * 3:
+                    stable.append(i)
+            self._stable = stable if len(stable) >= 32 else self._all
+        return self._stable
 
 
 def load_tokenizer(path: str | None) -> TokenCounter:

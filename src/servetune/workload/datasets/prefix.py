@@ -29,7 +29,7 @@ def prefix_requests(cfg: BenchConfig, tok: TokenCounter, n: int) -> list[Request
     specs = []
     for i in range(n):
         g = int(groups[i])
-        head, head_n = prefixes[g]
+        head, _ = prefixes[g]
         tail, _ = exact_prompt(tok, int(ins[i]), rng)
         text = f"{head} {tail}"
         specs.append(

@@ -7,6 +7,7 @@ reply is under 4 tokens are skipped, as ``vllm bench serve`` does.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ def _load(path: Path) -> list[Any]:
     except orjson.JSONDecodeError as exc:
         raise DatasetError(
             f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})",
-            hint="a ShareGPT file is one JSON array; for one object per line use --dataset-name jsonl",
+            hint="a ShareGPT file is one JSON array; "
+            "for one object per line use --dataset-name jsonl",
         ) from exc
     if not isinstance(data, list):
         raise DatasetError(
@@ -50,7 +52,7 @@ def _pair(entry: Any, index: int, path: Path) -> tuple[str, str] | None:
             '{"from": "gpt", "value": "..."}]}',
         )
     turns = entry["conversations"]
-    for a, b in zip(turns, turns[1:], strict=False):
+    for a, b in itertools.pairwise(turns):
         if not (isinstance(a, dict) and isinstance(b, dict)):
             raise DatasetError(f"{path}: entry {index}: a turn is not an object")
         role_a, role_b = str(a.get("from", "")).lower(), str(b.get("from", "")).lower()

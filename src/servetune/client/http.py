@@ -1,0 +1,201 @@
+"""The streaming HTTP client: one POST per request, a RequestRecord per response.
+
+Nothing raises out of :meth:`OpenAIClient.request`: non-2xx answers, refused or reset
+connections, timeouts and error objects mid-stream become failed records with the reason;
+cancellation (Ctrl-C, end of a --duration run) becomes a cancelled record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+
+from servetune.client.payload import endpoint_path
+from servetune.client.record import RequestRecord
+from servetune.client.stream import StreamState, error_message
+from servetune.results.schema import Endpoint
+from servetune.workload.tokens import TokenCounter
+
+# Long contexts stream long lines and big usage blocks; aiohttp's 64 KiB default read buffer
+# throttles them (vLLM #39963). We read raw chunks (no line limit) into a 4 MiB buffer.
+READ_BUFSIZE = 4 * 1024 * 1024
+
+
+def normalize_base_url(base_url: str) -> str:
+    """``http://h:p``, ``http://h:p/`` and ``http://h:p/v1/`` all become ``http://h:p/v1``."""
+    url = base_url.rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        url = "http://" + url
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+def make_session(
+    api_key: str | None = None, limit: int = 0, timeout_s: float | None = None
+) -> aiohttp.ClientSession:
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    connector = aiohttp.TCPConnector(limit=limit, ttl_dns_cache=300, enable_cleanup_closed=True)
+    return aiohttp.ClientSession(
+        connector=connector,
+        headers=headers,
+        timeout=aiohttp.ClientTimeout(total=timeout_s),
+        read_bufsize=READ_BUFSIZE,
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent",),
+    )
+
+
+def describe_exception(exc: BaseException, timeout_s: float) -> str:
+    """A short, stable failure reason (stable so reasons can be counted)."""
+    if isinstance(exc, asyncio.TimeoutError | TimeoutError):
+        return f"timeout after {timeout_s:g} s"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"cannot connect: {exc.os_error.strerror or exc.os_error}"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "server disconnected"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "connection reset mid-stream"
+    if isinstance(exc, ConnectionResetError):
+        return "connection reset"
+    if isinstance(exc, aiohttp.ClientError):
+        return f"{type(exc).__name__}: {exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class OpenAIClient:
+    """Sends streamed completions or chat requests and measures them."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        endpoint: Endpoint,
+        t0_ns: int,
+        timeout_s: float = 600.0,
+        tokenizer: TokenCounter | None = None,
+        worker: int = 0,
+    ) -> None:
+        self.session = session
+        self.url = normalize_base_url(base_url) + endpoint_path(endpoint)
+        self.chat = endpoint == "chat"
+        self.t0_ns = t0_ns
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.timeout_s = timeout_s
+        self.tokenizer = tokenizer
+        self.worker = worker
+
+    async def request(
+        self,
+        rid: int,
+        body: bytes,
+        planned_input_len: int,
+        planned_output_len: int | None,
+        scheduled_ns: int,
+        eligible_ns: int,
+    ) -> RequestRecord:
+        """Send one request and return its record; never raises (but for cancellation,
+        which is turned into a cancelled record as well)."""
+        clock = time.perf_counter_ns
+        t0 = self.t0_ns
+        state = StreamState(self.chat)
+        status = "ok"
+        error: str | None = None
+        http_status: int | None = None
+        send_ns = clock()
+        try:
+            async with self.session.post(self.url, data=body, timeout=self.timeout) as resp:
+                http_status = resp.status
+                if resp.status >= 300:
+                    text = await resp.content.read(4096)
+                    try:
+                        msg = error_message(orjson.loads(text))
+                    except orjson.JSONDecodeError:
+                        msg = text.decode("utf-8", "replace").strip()[:300] or resp.reason or ""
+                    status, error = "failed", f"HTTP {resp.status}: {msg}"
+                else:
+                    content = resp.content
+                    while True:
+                        data = await content.readany()
+                        if not data:
+                            break
+                        state.feed(data, clock())
+                        if state.done:
+                            break
+                    state.close(clock())
+        except asyncio.CancelledError:
+            status, error = "cancelled", "cancelled by the client"
+        except Exception as exc:  # every transport failure becomes a failed record
+            status, error = "failed", describe_exception(exc, self.timeout_s)
+        end_ns = clock()
+
+        if status == "ok":
+            if state.error is not None:
+                status, error = "failed", state.error
+            elif not state.chunk_ns:
+                status = "failed"
+                error = "stream ended with no token" + (
+                    f" ({state.malformed} malformed events)" if state.malformed else ""
+                )
+        return self._record(
+            rid,
+            state,
+            status,
+            error,
+            http_status,
+            planned_input_len,
+            planned_output_len,
+            scheduled_ns - t0,
+            eligible_ns - t0,
+            send_ns - t0,
+            end_ns - t0,
+        )
+
+    def _record(
+        self,
+        rid: int,
+        st: StreamState,
+        status: str,
+        error: str | None,
+        http_status: int | None,
+        planned_in: int,
+        planned_out: int | None,
+        scheduled: int,
+        eligible: int,
+        send: int,
+        end: int,
+    ) -> RequestRecord:
+        t0 = self.t0_ns
+        chunks = [c - t0 for c in st.chunk_ns]
+        out_tokens, source = st.completion_tokens, "usage"
+        if out_tokens is None and chunks:
+            if self.tokenizer is not None and self.tokenizer.exact:
+                out_tokens, source = self.tokenizer.count("".join(st.texts)), "tokenizer"
+            else:
+                out_tokens, source = len(chunks), "chunks"
+        fields: dict[str, Any] = {
+            "id": rid,
+            "worker": self.worker,
+            "status": status,
+            "error": error,
+            "http_status": http_status,
+            "scheduled_ns": scheduled,
+            "eligible_ns": eligible,
+            "send_ns": send,
+            "first_ns": chunks[0] if chunks else None,
+            "last_ns": chunks[-1] if chunks else None,
+            "end_ns": end,
+            "chunk_ns": chunks,
+            "chunk_tokens": st.chunk_tokens if st.usage_every_chunk and chunks else None,
+            "planned_input_len": planned_in,
+            "planned_output_len": planned_out,
+            "prompt_tokens": st.prompt_tokens,
+            "output_tokens": out_tokens,
+            "tokens_source": source if out_tokens is not None else None,
+            "finish_reason": st.finish_reason,
+        }
+        return RequestRecord.model_construct(**fields)

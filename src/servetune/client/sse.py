@@ -1,0 +1,65 @@
+"""Incremental Server-Sent Events parser over raw bytes.
+
+Tolerant of what real servers send: ``data:`` with or without a space, CRLF or LF line ends
+(split anywhere across reads), comments and keep-alives (``: ping``), ``event:``/``id:``/
+``retry:`` fields, multi-line ``data`` (joined with ``\\n``), and events without data
+(ignored). The common case — one ``data: {...}`` line per event — takes a fast path.
+"""
+
+from __future__ import annotations
+
+
+class SSEParser:
+    """Feed bytes as they arrive; get back the complete events' (event name, data) pairs."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, data: bytes) -> list[tuple[bytes, bytes]]:
+        buf = self._buf + data if self._buf else data
+        if b"\r" in buf:
+            # A CR at the very end may be the first half of a CRLF: keep it for the next read.
+            tail = b"\r" if buf.endswith(b"\r") else b""
+            if tail:
+                buf = buf[:-1]
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + tail
+        parts = buf.split(b"\n\n")
+        self._buf = parts.pop()
+        out: list[tuple[bytes, bytes]] = []
+        for raw in parts:
+            if raw.startswith(b"data:") and b"\n" not in raw:  # fast path
+                payload = raw[5:]
+                out.append((b"message", payload[1:] if payload[:1] == b" " else payload))
+                continue
+            event = self._parse_block(raw)
+            if event is not None:
+                out.append(event)
+        return out
+
+    def flush(self) -> list[tuple[bytes, bytes]]:
+        """Events left when the stream closes without a final blank line."""
+        rest, self._buf = self._buf.rstrip(b"\r\n"), b""
+        if not rest:
+            return []
+        event = self._parse_block(rest.replace(b"\r\n", b"\n"))
+        return [event] if event is not None else []
+
+    @staticmethod
+    def _parse_block(raw: bytes) -> tuple[bytes, bytes] | None:
+        name = b"message"
+        data: list[bytes] = []
+        for line in raw.split(b"\n"):
+            if not line or line.startswith(b":"):
+                continue
+            field, _, value = line.partition(b":")
+            if value[:1] == b" ":
+                value = value[1:]
+            if field == b"data":
+                data.append(value)
+            elif field == b"event":
+                name = value
+        if not data:
+            return None
+        return name, b"\n".join(data)

@@ -1,0 +1,204 @@
+"""The flags shared by every command that generates load (bench, sweep, sim run, tune).
+
+Names follow ``vllm bench serve`` wherever it has one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from typing import Any
+
+from servetune.errors import ConfigError
+from servetune.results.schema import BenchConfig, Slo
+
+
+def parse_rate(text: str) -> float:
+    """A request rate: a positive number or ``inf``."""
+    t = text.strip().lower()
+    if t in ("inf", "infinity", "unbounded"):
+        return math.inf
+    try:
+        return float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a rate: {text!r} (a number of req/s or 'inf')"
+        ) from None
+
+
+def parse_goodput(items: list[str] | None) -> Slo:
+    """vLLM's ``--goodput ttft:500 tpot:50 e2el:10000`` (milliseconds)."""
+    if not items:
+        return Slo()
+    values: dict[str, float] = {}
+    for item in items:
+        key, sep, value = item.partition(":")
+        key = key.strip().lower()
+        if not sep or key not in ("ttft", "tpot", "e2el"):
+            raise ConfigError(
+                f"--goodput {item!r}: expected KEY:MILLISECONDS with KEY one of ttft, tpot, e2el",
+                hint="e.g. --goodput ttft:500 tpot:50 e2el:10000",
+            )
+        try:
+            ms = float(value)
+        except ValueError:
+            raise ConfigError(
+                f"--goodput {item!r}: {value!r} is not a number of milliseconds"
+            ) from None
+        if ms <= 0:
+            raise ConfigError(f"--goodput {item!r}: the SLO must be > 0 ms")
+        values[key] = ms
+    return Slo(**values)
+
+
+def _endpoint(text: str) -> str:
+    t = text.strip().lower().rstrip("/")
+    if t in ("chat", "/v1/chat/completions", "chat/completions", "openai-chat"):
+        return "chat"
+    if t in ("completions", "/v1/completions", "openai"):
+        return "completions"
+    raise argparse.ArgumentTypeError(f"unknown endpoint {text!r}: use completions or chat")
+
+
+def add_target_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("target")
+    g.add_argument(
+        "--base-url",
+        default=None,
+        help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 "
+        "(default: start the embedded simulated engine)",
+    )
+    g.add_argument(
+        "--model", default=None, help="served model name (default: the only one /v1/models lists)"
+    )
+    g.add_argument(
+        "--endpoint",
+        type=_endpoint,
+        default="completions",
+        help="completions (/v1/completions) or chat (/v1/chat/completions)",
+    )
+    g.add_argument(
+        "--api-key",
+        default=os.environ.get("OPENAI_API_KEY"),
+        help="bearer token (default: $OPENAI_API_KEY)",
+    )
+
+
+def add_workload_arguments(p: argparse.ArgumentParser) -> None:
+    """Dataset, arrivals and client-behaviour flags."""
+    g = p.add_argument_group("workload")
+    g.add_argument(
+        "--dataset-name", choices=["random", "sharegpt", "jsonl", "prefix"], default="random"
+    )
+    g.add_argument("--dataset-path", default=None, help="file for sharegpt / jsonl")
+    g.add_argument("--random-input-len", type=int, default=1024)
+    g.add_argument("--random-output-len", type=int, default=128)
+    g.add_argument(
+        "--random-range-ratio",
+        type=float,
+        default=0.0,
+        help="lengths uniform in [L·(1−r), L·(1+r)]",
+    )
+    g.add_argument(
+        "--prefix-len",
+        type=int,
+        default=512,
+        help="shared prefix tokens per group (--dataset-name prefix)",
+    )
+    g.add_argument(
+        "--prefix-num-groups",
+        type=int,
+        default=8,
+        help="number of distinct prefixes (--dataset-name prefix)",
+    )
+    g.add_argument("--sharegpt-output-len", type=int, default=None)
+    g.add_argument(
+        "--tokenizer",
+        default=None,
+        help="local HF tokenizer folder or tokenizer.json (loaded offline); "
+        "default: the server's /tokenize, else an approximate count",
+    )
+    g.add_argument(
+        "--num-prompts",
+        type=int,
+        default=None,
+        help="requests to send (default 1000; with --duration: no limit)",
+    )
+    g.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        dest="duration_s",
+        help="stop sending after this many seconds",
+    )
+    g.add_argument(
+        "--request-rate",
+        type=parse_rate,
+        default=math.inf,
+        help="req/s, or inf to send all at once (closed loop with --max-concurrency)",
+    )
+    g.add_argument(
+        "--burstiness",
+        type=float,
+        default=1.0,
+        help="gamma shape of the gaps: 1 = Poisson, lower = burstier",
+    )
+    g.add_argument("--arrival", choices=["poisson", "gamma", "constant"], default="poisson")
+    g.add_argument("--max-concurrency", type=int, default=None, help="cap on requests in flight")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument(
+        "--warmup",
+        type=float,
+        default=0.0,
+        dest="warmup_s",
+        help="seconds at the start left out of the summary",
+    )
+    g.add_argument(
+        "--cooldown",
+        type=float,
+        default=0.0,
+        dest="cooldown_s",
+        help="seconds at the end left out of the summary",
+    )
+    g.add_argument(
+        "--ignore-eos",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="generate exactly the planned output length (vLLM bench's default is off)",
+    )
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--request-timeout", type=float, default=600.0, dest="request_timeout_s")
+    g.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="load-generating processes (default: as many as the rate needs)",
+    )
+    g.add_argument(
+        "--goodput",
+        nargs="+",
+        default=None,
+        metavar="KEY:MS",
+        help="SLOs, e.g. ttft:500 tpot:50 e2el:10000",
+    )
+    g.add_argument("--label", default=None)
+
+
+def workload_config_from_args(args: argparse.Namespace) -> BenchConfig:
+    """A BenchConfig from the target and workload flags."""
+    fields: dict[str, Any] = {
+        k: getattr(args, k)
+        for k in BenchConfig.model_fields
+        if hasattr(args, k) and getattr(args, k) is not None and k != "goodput"
+    }
+    if getattr(args, "num_prompts", None) is None:
+        fields["num_prompts"] = 1000 if getattr(args, "duration_s", None) is None else 10**9
+    fields["goodput"] = parse_goodput(getattr(args, "goodput", None))
+    if getattr(args, "workers", None) is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be ≥ 1 (got {args.workers})")
+    return BenchConfig(**fields)
+
+
+def num_prompts_given(args: argparse.Namespace) -> bool:
+    return getattr(args, "num_prompts", None) is not None

@@ -1,0 +1,100 @@
+"""``servetune bench``: one load test at a fixed request rate or concurrency."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from servetune.commands._workload_args import (
+    add_target_arguments,
+    add_workload_arguments,
+    num_prompts_given,
+    workload_config_from_args,
+)
+
+if TYPE_CHECKING:
+    from servetune.results.schema import BenchConfig, RunResult
+
+
+def default_result_dir(kind: str) -> Path:
+    return Path("servetune-results") / f"{datetime.now():%Y%m%d-%H%M%S}-{kind}"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_target_arguments(p)
+    add_workload_arguments(p)
+    g = p.add_argument_group("output")
+    g.add_argument(
+        "--result-dir",
+        type=Path,
+        default=None,
+        help="run directory (default: servetune-results/<time>-bench)",
+    )
+    g.add_argument("--overwrite", action="store_true", help="replace a run already in --result-dir")
+    g.add_argument("--no-progress", action="store_true", help="no live progress line")
+    g.add_argument("--no-metrics", action="store_true", help="do not scrape the server's /metrics")
+    g.add_argument(
+        "--metrics-interval",
+        type=float,
+        default=1.0,
+        help="seconds between /metrics scrapes (0.5–1 recommended)",
+    )
+    g.add_argument("--dcgm-url", default=None, help="DCGM exporter /metrics URL for GPU use")
+    try:
+        from servetune.sim.cli_args import add_engine_arguments
+    except ModuleNotFoundError:
+        return
+    add_engine_arguments(p.add_argument_group("simulated engine (when no --base-url)"))
+
+
+def run(args: argparse.Namespace) -> int:
+    from servetune.results.console import print_summary
+
+    cfg = workload_config_from_args(args)
+    out = args.result_dir or default_result_dir("bench")
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    if cfg.base_url is None:
+        from servetune.sim.cli_args import engine_config_from_args
+        from servetune.sim.embedded import start_embedded
+
+        engine = engine_config_from_args(args)
+        server = start_embedded(engine)
+        say(
+            f"no --base-url: started the simulated engine ({engine.model} on {engine.gpu}) "
+            f"at {server.base_url}"
+        )
+        cfg = cfg.model_copy(update={"base_url": server.base_url, "model": None})
+        try:
+            result = _bench(cfg, out, args, say)
+        finally:
+            server.stop()
+    else:
+        result = _bench(cfg, out, args, say)
+    print_summary(result)
+    print(f"results: {out}")
+    return 0 if result.status == "complete" else 130
+
+
+def _bench(
+    cfg: BenchConfig, out: Path, args: argparse.Namespace, say: Callable[[str], None]
+) -> RunResult:
+    from servetune.loadgen.bench import bench
+
+    return bench(
+        cfg,
+        out,
+        progress=not args.no_progress,
+        scrape_metrics=not args.no_metrics,
+        metrics_interval_s=args.metrics_interval,
+        dcgm_url=args.dcgm_url,
+        overwrite=args.overwrite,
+        num_prompts_given=num_prompts_given(args),
+        notify=say,
+    )

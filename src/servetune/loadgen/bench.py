@@ -1,0 +1,226 @@
+"""One load test, end to end: target → plan → load → records → summary → run.json.
+
+``run_bench`` is the function every other command calls for a real-time level (sweep,
+tune, the e2e tests); the CLI's ``servetune bench`` is a thin layer over it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from servetune import __version__
+from servetune.client.http import make_session
+from servetune.client.payload import build_body
+from servetune.client.target import ServerTokenizer, probe_target
+from servetune.errors import ConfigError, ResultError
+from servetune.loadgen.capacity import choose_workers
+from servetune.loadgen.driver import PlannedRequest
+from servetune.loadgen.health import client_health
+from servetune.loadgen.progress import ProgressLine
+from servetune.loadgen.runner import LoopSetup, run_load
+from servetune.metrics.summary import METRIC_DEFINITIONS, summarize
+from servetune.results.io import (
+    REQUESTS_FILE,
+    RUN_FILE,
+    SERVER_METRICS_FILE,
+    ensure_result_dir,
+    read_records,
+    write_run_result,
+)
+from servetune.results.schema import BenchConfig, Environment, RunResult, ServerInfo, TargetInfo
+from servetune.workload.plan import Plan, make_plan
+from servetune.workload.server_align import align_with_server
+from servetune.workload.tokens import load_tokenizer
+
+Notify = Callable[[str], None]
+
+
+def environment() -> Environment:
+    return Environment(
+        servetune_version=__version__,
+        python=platform.python_version(),
+        platform=platform.platform(),
+        hostname=socket.gethostname(),
+        cpu_count=os.cpu_count() or 1,
+        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        command=list(sys.argv),
+    )
+
+
+def _prepare_dir(result_dir: Path, overwrite: bool) -> Path:
+    d = ensure_result_dir(result_dir)
+    existing = [n for n in (RUN_FILE, REQUESTS_FILE, SERVER_METRICS_FILE) if (d / n).exists()]
+    if existing:
+        if not overwrite:
+            raise ResultError(
+                f"{d} already holds a run ({', '.join(existing)})",
+                hint="pass a new --result-dir, or --overwrite to replace it",
+            )
+        for n in existing:
+            (d / n).unlink()
+    return d
+
+
+def _check_lengths(plan: Plan, target: TargetInfo) -> None:
+    if target.max_model_len is None:
+        return
+    worst = max(plan.requests, key=lambda s: s.input_len + s.output_len)
+    need = worst.input_len + worst.output_len
+    if need > target.max_model_len:
+        raise ConfigError(
+            f"a request needs {worst.input_len} input + {worst.output_len} output = {need} "
+            f"tokens, beyond the server's max_model_len of {target.max_model_len}",
+            hint="lower --random-input-len / --random-output-len (or the dataset's lengths), "
+            "or restart the server with a larger --max-model-len",
+        )
+
+
+def _planned_requests(plan: Plan, cfg: BenchConfig, model: str) -> list[PlannedRequest]:
+    bodies: dict[int, bytes] = {}
+    items = []
+    for rid, (spec, off) in enumerate(zip(plan.requests, plan.offsets_ns, strict=True)):
+        body = bodies.get(id(spec))
+        if body is None:
+            body = bodies[id(spec)] = build_body(
+                spec, model, cfg.endpoint, cfg.ignore_eos, cfg.temperature
+            )
+        items.append(PlannedRequest(rid, off, body, spec.input_len, spec.output_len))
+    return items
+
+
+async def _start_scraper(
+    base_url: str, result_dir: Path, t0_ns: int, interval_s: float, dcgm_url: str | None
+) -> Any:
+    try:
+        from servetune.metrics.scraper import MetricsScraper, metrics_url_for
+    except ModuleNotFoundError:
+        return None
+    scraper = MetricsScraper(
+        metrics_url_for(base_url),
+        result_dir / SERVER_METRICS_FILE,
+        t0_ns,
+        interval_s=interval_s,
+        dcgm_url=dcgm_url,
+    )
+    await scraper.start()
+    return scraper
+
+
+async def run_bench(
+    cfg: BenchConfig,
+    result_dir: str | Path,
+    *,
+    progress: bool = True,
+    scrape_metrics: bool = True,
+    metrics_interval_s: float = 1.0,
+    dcgm_url: str | None = None,
+    overwrite: bool = False,
+    num_prompts_given: bool = True,
+    notify: Notify | None = None,
+    on_start: Callable[[int], Awaitable[None]] | None = None,
+) -> RunResult:
+    """Run one load test against ``cfg.base_url`` and write the run directory."""
+    say = notify or (lambda _m: None)
+    if cfg.base_url is None:
+        raise ConfigError(
+            "no target: run_bench needs cfg.base_url",
+            hint="servetune bench without --base-url starts the simulated engine itself",
+        )
+    env = environment()
+    out = _prepare_dir(Path(result_dir), overwrite)
+    async with make_session(cfg.api_key) as session:
+        target = await probe_target(session, cfg.base_url, cfg.model)
+        cfg = cfg.model_copy(update={"model": target.model})
+        tok = load_tokenizer(cfg.tokenizer)
+        plan = make_plan(cfg, tok, num_prompts_given)
+        target.tokenizer, target.tokens_approximate = tok.name, not tok.exact
+        if not tok.exact:
+            counter = ServerTokenizer(session, target.base_url, target.model)
+            if await counter.count("hello world") is not None:
+                say("aligning prompt lengths with the server's /tokenize …")
+                resize = cfg.dataset_name in ("random", "prefix")
+                specs, missed = await align_with_server(plan.requests, counter.count, resize)
+                plan = plan.model_copy(update={"requests": specs})
+                target.tokenizer, target.tokens_approximate = "server", missed > 0
+        _check_lengths(plan, target)
+    items = _planned_requests(plan, cfg, target.model)
+    mean_out = sum(s.output_len for s in plan.requests) / max(1, len(plan.requests))
+    workers = cfg.workers or choose_workers(plan.planned_rate or cfg.request_rate, mean_out)
+    workers = max(1, min(workers, len(items)))
+    setup = LoopSetup(
+        base_url=cfg.base_url,
+        endpoint=cfg.endpoint,
+        api_key=cfg.api_key,
+        timeout_s=cfg.request_timeout_s,
+        requests_path=out / REQUESTS_FILE,
+        max_concurrency=cfg.max_concurrency,
+        stop_after_ns=plan.duration_ns,
+        drain_timeout_s=cfg.request_timeout_s,
+    )
+    scraper: Any = None
+
+    async def started(t0_ns: int) -> None:
+        nonlocal scraper
+        if scrape_metrics:
+            scraper = await _start_scraper(
+                cfg.base_url or "", out, t0_ns, metrics_interval_s, dcgm_url
+            )
+        if on_start is not None:
+            await on_start(t0_ns)
+
+    say(
+        f"{len(items)} requests to {target.model} at {target.base_url}, "
+        f"rate {cfg.request_rate:g} req/s"
+        + (f", max concurrency {cfg.max_concurrency}" if cfg.max_concurrency else "")
+        + f", {workers} worker{'s' if workers > 1 else ''}"
+    )
+    line = ProgressLine(
+        None if plan.duration_ns else len(items),
+        None if math.isinf(cfg.request_rate) else plan.planned_rate,
+        enabled=progress,
+    )
+    outcome = await run_load(items, setup, workers, line, on_start=started)
+    server: ServerInfo | None = None
+    if scraper is not None:
+        server = await scraper.stop()
+
+    records = read_records(out)
+    summary = summarize(records, cfg.warmup_s, cfg.cooldown_s, cfg.goodput)
+    health = client_health(records, cfg.request_rate, cfg.max_concurrency, workers)
+    warnings = list(health.warnings)
+    if target.tokens_approximate:
+        warnings.append(
+            "prompt lengths are approximate (no local tokenizer and no server /tokenize); "
+            "pass --tokenizer DIR for exact lengths"
+        )
+    if summary.failed:
+        warnings.append(f"{summary.failed} requests failed: {summary.errors}")
+    result = RunResult(
+        label=cfg.label,
+        status="interrupted" if outcome.interrupted else "complete",
+        config=cfg.model_copy(update={"api_key": None}),
+        environment=env,
+        target=target,
+        client_health=health,
+        summary=summary,
+        server=server,
+        metric_definitions=METRIC_DEFINITIONS,
+        warnings=warnings,
+    )
+    write_run_result(out, result)
+    return result
+
+
+def bench(cfg: BenchConfig, result_dir: str | Path, **kwargs: Any) -> RunResult:
+    """Synchronous :func:`run_bench` (on uvloop when installed)."""
+    from servetune.aio import run
+
+    return run(run_bench(cfg, result_dir, **kwargs))

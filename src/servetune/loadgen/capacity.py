@@ -1,0 +1,53 @@
+"""How many load-generating processes a rate needs: each loop must stay well under a core.
+
+The client's CPU cost per request (fixed part + per streamed chunk) was measured with
+``benchmarks/client_capacity.py`` on a reference machine; a 20 ms probe of this machine's
+speed on the same hot path (SSE parsing and JSON decoding) scales it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+from servetune.client.stream import StreamState
+
+# Reference costs (seconds of one core), from benchmarks/client_capacity.py.
+REF_COST_PER_REQUEST_S = 120e-6
+REF_COST_PER_CHUNK_S = 6e-6
+REF_PROBE_S = 0.010
+# A loop busier than this starts to send late (timer wake-ups queue behind work).
+LOOP_BUDGET = 0.5
+
+_EVENT = (
+    b'data: {"id":"cmpl-1","object":"text_completion","model":"m","choices":[{"index":0,'
+    b'"text":" hello","logprobs":null,"finish_reason":null}]}\n\n'
+)
+
+
+def probe_speed(events: int = 2000) -> float:
+    """Seconds this machine takes for the reference probe (SSE + JSON on 2000 events)."""
+    data = _EVENT * 8
+    best = math.inf
+    for _ in range(3):
+        st = StreamState(chat=False)
+        t = time.perf_counter()
+        for i in range(events // 8):
+            st.feed(data, i)
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def cost_per_request_s(mean_chunks: float, speed_s: float | None = None) -> float:
+    scale = (speed_s if speed_s is not None else probe_speed()) / REF_PROBE_S
+    return scale * (REF_COST_PER_REQUEST_S + REF_COST_PER_CHUNK_S * mean_chunks)
+
+
+def choose_workers(rate: float, mean_chunks: float, cpu_count: int | None = None) -> int:
+    """Enough loops that each stays under LOOP_BUDGET of a core; at most one per core."""
+    cpus = cpu_count or os.cpu_count() or 1
+    if math.isinf(rate) or rate <= 0:
+        return 1
+    load = rate * cost_per_request_s(mean_chunks)
+    return max(1, min(cpus, math.ceil(load / LOOP_BUDGET)))

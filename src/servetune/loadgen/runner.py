@@ -1,0 +1,294 @@
+"""Runs a plan over one or more event loops (worker processes) sharing one start clock.
+
+The parent owns the progress line, Ctrl-C and (via the caller) the metrics scraper; each
+worker owns a driver, an HTTP session and its share of the plan, and appends its records
+to the same ``requests.jsonl``. ``time.perf_counter_ns`` is CLOCK_MONOTONIC on Linux, one
+clock for every process of the machine, so a t0 chosen by the parent holds in the workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing as mp
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from servetune.client.http import OpenAIClient, make_session
+from servetune.loadgen.driver import Driver, PlannedRequest
+from servetune.loadgen.live import Snapshot
+from servetune.loadgen.progress import ProgressLine
+from servetune.loadgen.sink import RecordSink
+from servetune.results.schema import Endpoint
+
+_REPORT_S = 0.25
+_START_MARGIN_NS = 30_000_000
+_WORKER_READY_TIMEOUT_S = 60.0
+
+
+class LoopSetup(BaseModel):
+    """What one load-generating loop needs besides its requests (picklable)."""
+
+    base_url: str
+    endpoint: Endpoint
+    api_key: str | None
+    timeout_s: float
+    requests_path: Path
+    max_concurrency: int | None
+    stop_after_ns: int | None
+    drain_timeout_s: float | None
+
+
+class LoadOutcome(BaseModel):
+    t0_ns: int
+    interrupted: bool
+    snapshots: list[Snapshot]
+
+
+async def _drive(
+    index: int,
+    setup: LoopSetup,
+    items: list[PlannedRequest],
+    t0_ns: int,
+    stop: asyncio.Event,
+    report: Callable[[Snapshot], None] | None,
+) -> tuple[bool, Snapshot]:
+    """Run one driver until its plan is done or ``stop`` is set; returns (interrupted, final)."""
+    session = make_session(setup.api_key)
+    sink = RecordSink(setup.requests_path)
+    sink.start()
+    client = OpenAIClient(
+        session,
+        setup.base_url,
+        setup.endpoint,
+        t0_ns,
+        setup.timeout_s,
+        worker=index,  # type: ignore[arg-type]
+    )
+    driver = Driver(client, items, sink, t0_ns, setup.max_concurrency, setup.stop_after_ns)
+
+    async def reporter() -> None:
+        while True:
+            await asyncio.sleep(_REPORT_S)
+            if report is not None:
+                report(driver.stats.snapshot(index))
+
+    rep = asyncio.get_running_loop().create_task(reporter())
+    stopper = asyncio.get_running_loop().create_task(stop.wait())
+    interrupted = False
+    try:
+        work = asyncio.get_running_loop().create_task(driver.dispatch())
+        await asyncio.wait({work, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if stop.is_set():
+            interrupted = True
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+            await driver.cancel_all()
+        else:
+            drain = asyncio.get_running_loop().create_task(driver.drain(setup.drain_timeout_s))
+            await asyncio.wait({drain, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if not drain.done():
+                interrupted = True
+                drain.cancel()
+                await driver.cancel_all()
+    finally:
+        rep.cancel()
+        stopper.cancel()
+        await sink.close()
+        await session.close()
+    return interrupted, driver.stats.snapshot(index)
+
+
+# --- worker processes -------------------------------------------------------------------
+
+
+def _worker_main(
+    index: int, setup: LoopSetup, items: list[PlannedRequest], conn: Connection
+) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    from servetune.aio import run
+
+    run(_worker_async(index, setup, items, conn))
+
+
+async def _worker_async(
+    index: int, setup: LoopSetup, items: list[PlannedRequest], conn: Connection
+) -> None:
+    loop = asyncio.get_running_loop()
+    conn.send(("ready", index))
+    msg = await loop.run_in_executor(None, conn.recv)
+    if msg[0] != "start":
+        return
+    t0_ns = int(msg[1])
+    stop = asyncio.Event()
+
+    def on_message() -> None:
+        try:
+            m = conn.recv()
+        except EOFError:
+            m = ("stop",)
+        if m[0] == "stop":
+            stop.set()
+            loop.remove_reader(conn.fileno())
+
+    loop.add_reader(conn.fileno(), on_message)
+    interrupted, final = await _drive(
+        index, setup, items, t0_ns, stop, lambda s: conn.send(("stats", s))
+    )
+    with contextlib.suppress(Exception):
+        loop.remove_reader(conn.fileno())
+    conn.send(("done", final, interrupted))
+
+
+# --- the parent -------------------------------------------------------------------------
+
+
+def split_items(items: list[PlannedRequest], workers: int) -> list[list[PlannedRequest]]:
+    """Round-robin, so every worker's share keeps the plan's shape and rate."""
+    return [items[i::workers] for i in range(workers)]
+
+
+def split_concurrency(total: int | None, workers: int) -> list[int | None]:
+    if total is None:
+        return [None] * workers
+    return [total // workers + (1 if i < total % workers else 0) for i in range(workers)]
+
+
+async def run_load(
+    items: list[PlannedRequest],
+    setup: LoopSetup,
+    workers: int,
+    progress: ProgressLine,
+    on_start: Callable[[int], Awaitable[None]] | None = None,
+) -> LoadOutcome:
+    """Run the plan; Ctrl-C (SIGINT) stops it cleanly. ``on_start(t0_ns)`` runs at t0."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+    try:
+        if workers <= 1:
+            return await _run_inline(items, setup, progress, stop, on_start)
+        return await _run_processes(items, setup, workers, progress, stop, on_start)
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGINT)
+            loop.remove_signal_handler(signal.SIGTERM)
+
+
+async def _run_inline(
+    items: list[PlannedRequest],
+    setup: LoopSetup,
+    progress: ProgressLine,
+    stop: asyncio.Event,
+    on_start: Callable[[int], Awaitable[None]] | None,
+) -> LoadOutcome:
+    t0 = time.perf_counter_ns() + _START_MARGIN_NS // 3
+    if on_start is not None:
+        await on_start(t0)
+    last: dict[int, Snapshot] = {}
+
+    def report(s: Snapshot) -> None:
+        last[0] = s
+        progress.update([s])
+
+    with progress:
+        interrupted, final = await _drive(0, setup, items, t0, stop, report)
+        progress.update([final], final=True)
+    return LoadOutcome(t0_ns=t0, interrupted=interrupted, snapshots=[final])
+
+
+async def _run_processes(
+    items: list[PlannedRequest],
+    setup: LoopSetup,
+    workers: int,
+    progress: ProgressLine,
+    stop: asyncio.Event,
+    on_start: Callable[[int], Awaitable[None]] | None,
+) -> LoadOutcome:
+    loop = asyncio.get_running_loop()
+    ctx = mp.get_context("spawn")
+    shares = split_items(items, workers)
+    concs = split_concurrency(setup.max_concurrency, workers)
+    procs: list[Any] = []
+    conns: list[Connection] = []
+    for i in range(workers):
+        parent, child = ctx.Pipe()
+        s = setup.model_copy(update={"max_concurrency": concs[i]})
+        p = ctx.Process(target=_worker_main, args=(i, s, shares[i], child), daemon=True)
+        p.start()
+        child.close()
+        procs.append(p)
+        conns.append(parent)
+    try:
+        for c in conns:
+            ok = await loop.run_in_executor(None, c.poll, _WORKER_READY_TIMEOUT_S)
+            if not ok:
+                raise RuntimeError("a load-generating worker did not start within 60 s")
+            c.recv()
+        t0 = time.perf_counter_ns() + _START_MARGIN_NS
+        for c in conns:
+            c.send(("start", t0))
+        if on_start is not None:
+            await on_start(t0)
+        snaps: dict[int, Snapshot] = {}
+        finished: dict[int, bool] = {}
+        all_done = asyncio.Event()
+
+        def reader(i: int) -> None:
+            try:
+                msg = conns[i].recv()
+            except (EOFError, OSError):
+                loop.remove_reader(conns[i].fileno())
+                finished.setdefault(i, True)
+                if len(finished) == workers:
+                    all_done.set()
+                return
+            if msg[0] == "stats":
+                snaps[i] = msg[1]
+            elif msg[0] == "done":
+                snaps[i] = msg[1]
+                finished[i] = bool(msg[2])
+                loop.remove_reader(conns[i].fileno())
+                if len(finished) == workers:
+                    all_done.set()
+
+        for i, c in enumerate(conns):
+            loop.add_reader(c.fileno(), reader, i)
+        stop_sent = False
+        with progress:
+            while not all_done.is_set():
+                waiter = loop.create_task(all_done.wait())
+                stopper = loop.create_task(stop.wait())
+                await asyncio.wait(
+                    {waiter, stopper}, timeout=_REPORT_S, return_when=asyncio.FIRST_COMPLETED
+                )
+                waiter.cancel()
+                stopper.cancel()
+                if stop.is_set() and not stop_sent:
+                    stop_sent = True
+                    for c in conns:
+                        with contextlib.suppress(OSError):
+                            c.send(("stop",))
+                progress.update(list(snaps.values()))
+            progress.update(list(snaps.values()), final=True)
+        return LoadOutcome(
+            t0_ns=t0,
+            interrupted=stop_sent or any(finished.values()),
+            snapshots=[snaps[i] for i in sorted(snaps)],
+        )
+    finally:
+        for p in procs:
+            await loop.run_in_executor(None, p.join, 10)
+            if p.is_alive():
+                p.kill()
+        for c in conns:
+            c.close()

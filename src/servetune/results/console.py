@@ -1,0 +1,77 @@
+"""The end-of-run summary table, in the shape ``vllm bench serve`` users know."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from servetune.results.schema import RunResult, Stats
+
+
+def _fmt(x: float | None, digits: int = 2) -> str:
+    return "—" if x is None else f"{x:,.{digits}f}"
+
+
+def summary_table(result: RunResult) -> Table:
+    s = result.summary
+    h = result.client_health
+    t = Table(
+        title="Serving benchmark result (servetune)",
+        show_header=False,
+        box=None,
+        title_justify="left",
+        pad_edge=False,
+    )
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+
+    def row(name: str, value: str) -> None:
+        t.add_row(name, value)
+
+    def section(name: str) -> None:
+        t.add_row(f"[dim]── {name}[/dim]", "")
+
+    row("Successful requests", f"{s.completed}")
+    row("Failed / cancelled / excluded", f"{s.failed} / {s.cancelled} / {s.excluded}")
+    row("Benchmark duration (s)", _fmt(s.duration_s))
+    row("Total input tokens", f"{s.total_input_tokens:,}")
+    row("Total generated tokens", f"{s.total_output_tokens:,}")
+    row("Request throughput (req/s)", _fmt(s.request_throughput))
+    if s.request_goodput is not None:
+        row("Request goodput (req/s)", _fmt(s.request_goodput))
+    row("Output token throughput (tok/s)", _fmt(s.output_throughput))
+    row("Total token throughput (tok/s)", _fmt(s.total_token_throughput))
+    row("Peak / mean requests in flight", f"{s.max_concurrent_requests} / {s.mean_concurrency:.1f}")
+
+    def stats(title: str, st: Stats) -> None:
+        section(title)
+        row("  mean / median (ms)", f"{_fmt(st.mean)} / {_fmt(st.p50)}")
+        row("  P90 / P99 / P99.9 (ms)", f"{_fmt(st.p90)} / {_fmt(st.p99)} / {_fmt(st.p999)}")
+        if st.p99_ci:
+            row("  P99 95% CI (ms)", f"[{_fmt(st.p99_ci[0])}, {_fmt(st.p99_ci[1])}]")
+
+    stats("Time to first token", s.ttft)
+    stats("Time per output token (excl. 1st)", s.tpot)
+    stats("Inter-token latency (chunk gaps)", s.itl)
+    stats("End-to-end latency", s.e2el)
+    stats("TTFT from scheduled send", s.ttft_from_scheduled)
+    section("Client health")
+    rate = "—"
+    if h.target_rate is not None:
+        rate = f"{_fmt(h.achieved_rate)} / {_fmt(h.planned_rate)} / {_fmt(h.target_rate)}"
+    row("  achieved / planned / target rate", rate)
+    row("  send lag p50 / p99 (ms)", f"{_fmt(h.send_lag.p50, 3)} / {_fmt(h.send_lag.p99, 3)}")
+    row("  workers", str(h.workers))
+    if result.server is not None and result.server.engine:
+        section("Server")
+        row("  engine (from /metrics)", result.server.engine)
+        row("  samples", str(result.server.samples))
+    return t
+
+
+def print_summary(result: RunResult, console: Console | None = None) -> None:
+    c = console or Console()
+    c.print(summary_table(result))
+    for w in result.warnings:
+        style = "bold red" if "BEHIND" in w else "yellow"
+        c.print(f"[{style}]warning:[/{style}] {w}")
