@@ -1,0 +1,194 @@
+"""`servetune engine start|stop|cmd ENGINE ...`: run a real engine from engine-neutral knobs.
+
+    servetune engine cmd vllm --model Qwen/Qwen2.5-7B-Instruct --max-num-seqs 64
+    servetune engine start llama.cpp --tiny --max-num-seqs 2      # prints its base URL
+    servetune sweep --base-url http://127.0.0.1:PORT/v1 ...
+    servetune engine stop llama.cpp
+
+Knob flags are vLLM's names whatever the engine; a knob the engine lacks is an error naming it.
+`start` returns once the engine serves, leaving it running in its own process group (or, with
+--foreground, stops it on Ctrl-C); `stop` ends exactly that group.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from servetune.engines import LaunchSpec
+
+ENGINES = ("vllm", "vllm-cpu", "llama.cpp", "sglang", "tgi", "sim")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for action, help_text in (
+        ("cmd", "print the command line that start would run"),
+        ("start", "start the engine and wait until it serves"),
+    ):
+        p = sub.add_parser(action, help=help_text, description=help_text)
+        p.add_argument("engine", choices=ENGINES, metavar="ENGINE", help=", ".join(ENGINES))
+        _add_launch_arguments(p, start=action == "start")
+    p = sub.add_parser("stop", help="stop an engine that `start` left running")
+    p.add_argument("name", metavar="NAME", help="the engine's --name (default: the engine)")
+    p.add_argument("--state-dir", type=Path, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--grace", type=float, default=15.0, help="seconds before SIGKILL")
+
+
+def _add_launch_arguments(p: argparse.ArgumentParser, start: bool) -> None:
+    m = p.add_argument_group("model")
+    m.add_argument("--model", help="HF folder or hub name (vLLM, SGLang, TGI), GGUF (llama.cpp)")
+    m.add_argument(
+        "--tiny",
+        action="store_true",
+        help="serve the tiny test model made by scripts/provision_engines.sh",
+    )
+    m.add_argument("--served-model-name", default=None)
+    k = p.add_argument_group("knobs (vLLM's names, mapped per engine)")
+    k.add_argument("--max-num-seqs", type=int)
+    k.add_argument("--max-num-batched-tokens", type=int)
+    k.add_argument("--max-model-len", type=int)
+    k.add_argument("--gpu-memory-utilization", type=float)
+    k.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=None)
+    k.add_argument("--quantization")
+    k.add_argument("--kv-cache-dtype")
+    k.add_argument("--tensor-parallel-size", type=int)
+    o = p.add_argument_group("engine options")
+    o.add_argument("--executable", help="the engine's binary or Python")
+    o.add_argument("--dtype")
+    o.add_argument("--enforce-eager", action="store_true", default=None)
+    o.add_argument("--cpu-kv-cache-gib", type=float, help="vllm-cpu: KV pool size")
+    o.add_argument("--threads", type=int, help="llama.cpp -t; vllm-cpu OMP threads")
+    o.add_argument("--gpu", help="sim: the GPU to simulate, e.g. A100-80GB")
+    o.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="pass ARG to the engine as is (repeat; write --engine-arg=--flag for a flag)",
+    )
+    o.add_argument("--host", default="127.0.0.1")
+    o.add_argument("--port", type=int, default=None, help="default: a free port (cmd: 8000)")
+    if start:
+        s = p.add_argument_group("start")
+        s.add_argument("--name", help="name to stop it by (default: the engine)")
+        s.add_argument("--log", type=Path, help="engine log file (default: in the state dir)")
+        s.add_argument("--ready-timeout", type=float, default=600.0, help="seconds")
+        s.add_argument(
+            "--foreground",
+            action="store_true",
+            help="stay attached; Ctrl-C stops the engine",
+        )
+        s.add_argument("--state-dir", type=Path, default=None, help=argparse.SUPPRESS)
+
+
+def _spec(args: argparse.Namespace, port: int) -> LaunchSpec:
+    from servetune.engines import EngineKnobs, EngineOptions, build_command, provisioned
+    from servetune.errors import ConfigError
+
+    model = args.model
+    name = args.served_model_name
+    if args.tiny:
+        tiny = provisioned.tiny_model()
+        if tiny is None:
+            raise ConfigError(
+                "the tiny test model is not provisioned",
+                hint="run: bash scripts/provision_engines.sh assets",
+            )
+        model = str(tiny.gguf if args.engine == "llama.cpp" else tiny.hf_dir)
+        name = name or tiny.served_model_name
+    if not model:
+        raise ConfigError("no model given", hint="pass --model PATH_OR_NAME (or --tiny)")
+    knobs = EngineKnobs(
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_model_len=args.max_model_len,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        chunked_prefill=args.enable_chunked_prefill,
+        quantization=args.quantization,
+        kv_cache_dtype=args.kv_cache_dtype,
+        tensor_parallel_size=args.tensor_parallel_size,
+    )
+    opts = EngineOptions(
+        executable=args.executable,
+        dtype=args.dtype,
+        enforce_eager=args.enforce_eager,
+        cpu_kv_cache_gib=args.cpu_kv_cache_gib,
+        threads=args.threads,
+        gpu=args.gpu,
+        extra_args=list(args.engine_arg),
+    )
+    return build_command(
+        args.engine, model, knobs, opts, port=port, host=args.host, served_model_name=name
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from servetune.errors import ConfigError
+
+    try:
+        if args.action == "cmd":
+            print(_spec(args, args.port or 8000).shell())
+            return 0
+        if args.action == "start":
+            return _start(args)
+        return _stop(args)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise ConfigError(f"invalid {where}: {first['msg']}") from exc
+
+
+def _start(args: argparse.Namespace) -> int:
+    import asyncio
+    import signal
+
+    from servetune.engines import free_port, launch, state
+    from servetune.errors import EngineError
+
+    name = args.name or args.engine
+    previous = state.load(name, args.state_dir)
+    if previous is not None and state.is_running(previous):
+        raise EngineError(
+            f"an engine named {name!r} is already running at {previous.base_url}",
+            hint=f"stop it first (servetune engine stop {name}) or pass --name",
+        )
+    spec = _spec(args, args.port or free_port(args.host))
+    log = args.log or state.state_path(name, args.state_dir).with_suffix(".log")
+    print(f"starting {spec.engine}: {spec.shell()}", flush=True)
+    print(f"log: {log}", flush=True)
+    eng = asyncio.run(launch(spec, log, args.ready_timeout))
+    st = state.record(name, eng, args.state_dir)
+    print(f"ready: {eng.base_url}  (model {spec.served_model_name!r}, process group {eng.pgid})")
+    if not args.foreground:
+        print(f"stop with: servetune engine stop {name}")
+        return 0
+    print("Ctrl-C stops it")
+    try:
+        # Wake on the engine's exit or on Ctrl-C, whichever comes first.
+        signal.signal(signal.SIGTERM, _interrupt)
+        code = eng.proc.wait()
+        print(f"{spec.engine} exited with status {code}; log: {log}")
+        state.state_path(st.name, args.state_dir).unlink(missing_ok=True)
+        return 1
+    except KeyboardInterrupt:
+        eng.stop()
+        state.state_path(st.name, args.state_dir).unlink(missing_ok=True)
+        print(f"stopped {name}")
+        return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop(args: argparse.Namespace) -> int:
+    from servetune.engines import state
+
+    was_running = state.stop(args.name, args.state_dir, args.grace)
+    print(f"stopped {args.name}" if was_running else f"{args.name} was no longer running")
+    return 0

@@ -1,0 +1,293 @@
+"""Command lines for each engine, built from :class:`EngineKnobs` and :class:`EngineOptions`.
+
+A :class:`LaunchSpec` is everything needed to start one engine process: argv, the environment
+it adds, and where it will listen. Building one runs nothing, so ``servetune engine cmd``
+prints exactly what ``start`` would run.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servetune.engines import provisioned
+from servetune.engines.knobs import EngineKnobs, check_engine, require_flag
+from servetune.errors import ConfigError
+
+# Without a pool size, vLLM's CPU build reserves a fraction of ALL memory: too greedy for a box
+# that also runs the client and another engine.
+DEFAULT_CPU_KV_CACHE_GIB = 1.0
+
+
+class EngineOptions(BaseModel):
+    """Per-launch settings that are not tuning knobs. Each engine reads the ones it has."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    executable: str | None = Field(
+        None,
+        description="vllm/sglang: the Python (or for GPU vLLM, the `vllm` script); "
+        "llama.cpp: the llama-server binary; tgi: text-generation-launcher",
+    )
+    dtype: str | None = Field(None, description="vLLM --dtype (the CPU build: float32)")
+    enforce_eager: bool | None = Field(None, description="vLLM --enforce-eager (faster start)")
+    cpu_kv_cache_gib: float | None = Field(
+        None, gt=0, description="vllm-cpu: KV pool in GiB (--kv-cache-memory-bytes); default 1"
+    )
+    threads: int | None = Field(None, ge=1, description="llama.cpp -t; vllm-cpu OMP threads")
+    gpu: str | None = Field(None, description="sim: the GPU to simulate (e.g. A100-80GB)")
+    extra_args: list[str] = Field(default_factory=list, description="appended verbatim")
+    env: dict[str, str] = Field(default_factory=dict, description="added to the environment")
+
+
+class LaunchSpec(BaseModel):
+    """One engine process to start: what to run, and where it will answer."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    engine: str
+    argv: list[str]
+    env: dict[str, str] = Field(default_factory=dict, description="added to os.environ")
+    host: str
+    port: int
+    served_model_name: str
+    knobs: EngineKnobs = Field(default_factory=EngineKnobs)
+
+    @property
+    def origin(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-compatible base URL, as `servetune bench --base-url` takes it."""
+        return f"{self.origin}/v1"
+
+    def shell(self) -> str:
+        """The command as one shell line, env assignments first."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        cmd = shlex.join(self.argv)
+        return f"{env} {cmd}" if env else cmd
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _simple_flags(engine: str, knobs: EngineKnobs, skip: set[str]) -> list[str]:
+    """`--flag value` for every knob given that maps one value to one flag."""
+    out: list[str] = []
+    for knob, value in knobs.given().items():
+        if knob in skip:
+            continue
+        flag = require_flag(engine, knob)
+        out += [flag, _fmt(value)]
+    return out
+
+
+def _vllm_common(engine: str, knobs: EngineKnobs, opts: EngineOptions, name: str) -> list[str]:
+    args = ["--served-model-name", name]
+    args += _simple_flags(engine, knobs, skip={"chunked_prefill"})
+    if knobs.chunked_prefill is not None:
+        # vLLM's boolean flags take the argparse --x / --no-x form.
+        args.append(
+            "--enable-chunked-prefill" if knobs.chunked_prefill else "--no-enable-chunked-prefill"
+        )
+    if opts.dtype:
+        args += ["--dtype", opts.dtype]
+    if opts.enforce_eager:
+        args.append("--enforce-eager")
+    return args
+
+
+def _vllm(
+    model: str, knobs: EngineKnobs, opts: EngineOptions, host: str, port: int, name: str
+) -> tuple[list[str], dict[str, str]]:
+    exe = opts.executable or "vllm"
+    argv = [exe, "serve", model, "--host", host, "--port", str(port)]
+    return argv + _vllm_common("vllm", knobs, opts, name), {}
+
+
+def _vllm_cpu(
+    model: str, knobs: EngineKnobs, opts: EngineOptions, host: str, port: int, name: str
+) -> tuple[list[str], dict[str, str]]:
+    # The CPU build is distributed as `vllm-cpu`, and its `vllm` script refuses to run under
+    # that name: start the API server module with the venv's Python instead.
+    python = opts.executable or _default_vllm_cpu_python()
+    argv = [
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model,
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
+    opts_cpu = opts.model_copy(update={"dtype": opts.dtype or "float32"})
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        # Binding OMP threads to cores fights the other processes on a small shared box.
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
+    extra: list[str] = []
+    kv_gib = opts.cpu_kv_cache_gib
+    if kv_gib is None and knobs.gpu_memory_utilization is None:
+        kv_gib = DEFAULT_CPU_KV_CACHE_GIB
+    if kv_gib is not None:
+        # An explicit pool; VLLM_CPU_KVCACHE_SPACE would do it too, but only in whole GiB.
+        extra += ["--kv-cache-memory-bytes", str(int(kv_gib * 2**30))]
+    if opts.threads:
+        env["OMP_NUM_THREADS"] = str(opts.threads)
+    return argv + _vllm_common("vllm-cpu", knobs, opts_cpu, name) + extra, env
+
+
+def _default_vllm_cpu_python() -> str:
+    found = provisioned.vllm_cpu_python()
+    return str(found) if found else "python3"
+
+
+def _sim(
+    model: str, knobs: EngineKnobs, opts: EngineOptions, host: str, port: int, name: str
+) -> tuple[list[str], dict[str, str]]:
+    if not opts.gpu:
+        raise ConfigError("engine sim needs the GPU to simulate", hint="pass --gpu A100-80GB")
+    exe = [opts.executable] if opts.executable else [sys.executable, "-m", "servetune.cli"]
+    argv = [*exe, "sim", "serve", "--gpu", opts.gpu, "--model", model, "--port", str(port)]
+    argv += _simple_flags("sim", knobs, skip={"chunked_prefill"})
+    if knobs.chunked_prefill:
+        argv.append("--enable-chunked-prefill")
+    return argv, {}
+
+
+def _sglang(
+    model: str, knobs: EngineKnobs, opts: EngineOptions, host: str, port: int, name: str
+) -> tuple[list[str], dict[str, str]]:
+    python = opts.executable or "python3"
+    argv = [
+        python,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        model,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--served-model-name",
+        name,
+        "--enable-metrics",
+    ]
+    argv += _simple_flags("sglang", knobs, skip={"chunked_prefill"})
+    if knobs.chunked_prefill is False:
+        argv += ["--chunked-prefill-size", "-1"]
+    if opts.dtype:
+        argv += ["--dtype", opts.dtype]
+    return argv, {}
+
+
+def _tgi(
+    model: str, knobs: EngineKnobs, opts: EngineOptions, host: str, port: int, name: str
+) -> tuple[list[str], dict[str, str]]:
+    exe = opts.executable or "text-generation-launcher"
+    argv = [exe, "--model-id", model, "--hostname", host, "--port", str(port)]
+    argv += _simple_flags("tgi", knobs, skip=set())
+    if opts.dtype:
+        argv += ["--dtype", opts.dtype]
+    return argv, {}
+
+
+def _llama_cpp(
+    model: str, knobs: EngineKnobs, opts: EngineOptions, host: str, port: int, name: str
+) -> tuple[list[str], dict[str, str]]:
+    exe = opts.executable or _default_llama_server()
+    argv = [exe, "-m", model, "--host", host, "--port", str(port), "--metrics", "-a", name]
+    given = knobs.given()
+    for knob in given:
+        require_flag("llama.cpp", knob)  # the knobs llama.cpp lacks fail first, by name
+    if knobs.max_num_seqs is not None:
+        argv += ["-np", str(knobs.max_num_seqs)]
+    if knobs.max_model_len is not None:
+        if knobs.max_num_seqs is None:
+            raise ConfigError(
+                "engine llama.cpp: max_model_len needs max_num_seqs",
+                hint="llama.cpp's -c is the total context of all -np slots "
+                "(-c = max_model_len × max_num_seqs): give both",
+            )
+        argv += ["-c", str(knobs.max_model_len * knobs.max_num_seqs)]
+    if knobs.max_num_batched_tokens is not None:
+        argv += ["-b", str(knobs.max_num_batched_tokens)]
+    if knobs.kv_cache_dtype is not None and knobs.kv_cache_dtype != "auto":
+        argv += ["-ctk", knobs.kv_cache_dtype, "-ctv", knobs.kv_cache_dtype]
+    # One thread by default: with more, a loaded 2-core box stalls for seconds under load.
+    argv += ["-t", str(opts.threads or 1)]
+    return argv, {}
+
+
+def _default_llama_server() -> str:
+    on_path = shutil.which("llama-server")
+    if on_path:
+        return on_path
+    found = provisioned.llama_server_binary()
+    return str(found) if found else "llama-server"
+
+
+_Builder = Callable[
+    [str, EngineKnobs, EngineOptions, str, int, str], tuple[list[str], dict[str, str]]
+]
+BUILDERS: dict[str, _Builder] = {
+    "vllm": _vllm,
+    "vllm-cpu": _vllm_cpu,
+    "sim": _sim,
+    "sglang": _sglang,
+    "tgi": _tgi,
+    "llama.cpp": _llama_cpp,
+}
+
+
+def build_command(
+    engine: str,
+    model: str | Path,
+    knobs: EngineKnobs | None = None,
+    options: EngineOptions | None = None,
+    *,
+    port: int,
+    host: str = "127.0.0.1",
+    served_model_name: str | None = None,
+) -> LaunchSpec:
+    """The command that serves MODEL on ENGINE with these knobs; runs nothing.
+
+    A knob the engine lacks raises :class:`~servetune.errors.ConfigError` naming both.
+    """
+    check_engine(engine)
+    knobs = knobs or EngineKnobs()
+    opts = options or EngineOptions()
+    if served_model_name:
+        name = served_model_name
+    elif engine in ("sim", "tgi"):
+        name = str(model)  # they serve the model under the name they were given
+    elif Path(str(model)).exists():
+        name = Path(str(model)).name  # a local folder or file: its name, not its path
+    else:
+        name = str(model)  # a hub name: served under it, as vLLM does by default
+    argv, env = BUILDERS[engine](str(model), knobs, opts, host, port, name)
+    argv = argv + list(opts.extra_args)
+    return LaunchSpec(
+        engine=engine,
+        argv=argv,
+        env={**env, **opts.env},
+        host=host,
+        port=port,
+        served_model_name=name,
+        knobs=knobs,
+    )
