@@ -46,6 +46,14 @@ GAUGE_CONCEPTS = (
 )
 HISTOGRAM_CONCEPTS = (TTFT_SECONDS, TPOT_SECONDS, ITL_SECONDS, E2E_SECONDS, QUEUE_SECONDS)
 
+# Added with the scraper (metrics/engine_maps.py). Prefix-cache counters: vLLM V1 exposes hits
+# and queries (in tokens) rather than a rate; hit rate over a window = Δhits / Δqueries.
+PREFIX_CACHE_HITS_TOTAL = "prefix_cache_hits_total"
+PREFIX_CACHE_QUERIES_TOTAL = "prefix_cache_queries_total"
+# Per-request time in the prefill and decode phases (vLLM), seconds.
+PREFILL_SECONDS = "prefill_seconds"
+DECODE_SECONDS = "decode_seconds"
+
 
 class Histogram(BaseModel):
     """A cumulative Prometheus histogram snapshot: (upper bound, cumulative count) pairs."""

@@ -1,0 +1,125 @@
+"""Percentiles from cumulative Prometheus histograms, over a window.
+
+A server histogram is cumulative since the server started; what a run saw is the difference
+of two snapshots (:func:`window`: last − first). Percentiles interpolate linearly inside the
+bucket that holds the rank, exactly as Prometheus' ``histogram_quantile`` does:
+
+- buckets sorted by upper bound; the ``+Inf`` bucket's count is ``Histogram.count``;
+- rank = q × count; the first bucket whose cumulative count ≥ rank holds it;
+- inside it, value = lower + (upper − lower) × (rank − count below) / (count in bucket),
+  the lower bound of the first bucket being 0 (or the bucket's own bound when that is ≤ 0);
+- a rank in the ``+Inf`` bucket returns the highest finite bound (all that is known);
+- cumulative counts that dip (a scrape racing an update) are made monotonic first.
+
+So a percentile is only as fine as the buckets: vLLM's TTFT buckets jump 0.1 → 0.25 → 0.5 s.
+"""
+
+from __future__ import annotations
+
+import math
+
+from servetune.results.server_series import Histogram
+
+
+def _finite_buckets(h: Histogram) -> tuple[list[tuple[float, float]], float]:
+    """(sorted finite buckets, total count) — an in-memory +Inf bucket folds into the count."""
+    finite: list[tuple[float, float]] = []
+    total = h.count
+    for le, c in h.buckets:
+        if math.isnan(le) or math.isnan(c):
+            continue
+        if math.isinf(le):
+            if le > 0:
+                total = max(total, c)
+            continue
+        finite.append((le, c))
+    finite.sort()
+    return finite, total
+
+
+def window(first: Histogram | None, last: Histogram) -> Histogram:
+    """What was observed between two snapshots of the same cumulative histogram.
+
+    A reset in between — any count went down, or the bucket bounds changed (the server
+    restarted, perhaps with other buckets) — makes the later snapshot the best estimate.
+    """
+    if first is None:
+        return last
+    b1, n1 = _finite_buckets(first)
+    b2, n2 = _finite_buckets(last)
+    if n2 < n1 or [le for le, _ in b1] != [le for le, _ in b2]:
+        return last
+    if any(c2 < c1 for (_, c1), (_, c2) in zip(b1, b2, strict=True)):
+        return last
+    diff = [(le, c2 - c1) for (le, c1), (_, c2) in zip(b1, b2, strict=True)]
+    return Histogram.model_construct(
+        buckets=diff, sum=max(0.0, last.sum - first.sum), count=n2 - n1
+    )
+
+
+def quantile(q: float, h: Histogram) -> float | None:
+    """The q-quantile (0 ≤ q ≤ 1) of histogram ``h``; None when it holds no observation."""
+    if math.isnan(q):
+        return None
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    finite, total = _finite_buckets(h)
+    if total <= 0 or math.isnan(total):
+        return None
+    if not finite:
+        return None  # only a +Inf bucket: nothing to interpolate within
+    # Monotonic: a cumulative count never decreases (Prometheus' ensureMonotonic).
+    cum: list[float] = []
+    running = 0.0
+    for _, c in finite:
+        running = max(running, c)
+        cum.append(running)
+    total = max(total, running)
+    rank = q * total
+    b = 0
+    while b < len(cum) and cum[b] < rank:
+        b += 1
+    if b == len(cum):
+        return finite[-1][0]  # in the +Inf bucket: the highest finite bound
+    upper = finite[b][0]
+    if b == 0:
+        if upper <= 0:
+            return upper
+        lower, below = 0.0, 0.0
+    else:
+        lower, below = finite[b - 1][0], cum[b - 1]
+    in_bucket = cum[b] - below
+    if in_bucket <= 0:
+        return upper
+    return lower + (upper - lower) * ((rank - below) / in_bucket)
+
+
+def mean(h: Histogram) -> float | None:
+    _, total = _finite_buckets(h)
+    if total <= 0:
+        return None
+    return h.sum / total
+
+
+def describe(h: Histogram, qs: tuple[float, ...] = (0.5, 0.9, 0.95, 0.99)) -> dict[str, float]:
+    """count, mean and the percentiles ``p50``… of ``h`` (in its own unit); {} when empty."""
+    _, total = _finite_buckets(h)
+    if total <= 0:
+        return {}
+    out: dict[str, float] = {"count": total}
+    m = mean(h)
+    if m is not None:
+        out["mean"] = m
+    for q in qs:
+        v = quantile(q, h)
+        if v is not None:
+            out[_pname(q)] = v
+    return out
+
+
+def _pname(q: float) -> str:
+    pct = q * 100
+    text = f"{pct:g}".replace(".", "")
+    return f"p{text}"

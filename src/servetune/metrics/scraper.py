@@ -1,0 +1,322 @@
+"""The server-metrics scraper: GET ``/metrics`` every interval during a run, map the engine's
+names to concepts, append one :class:`ServerSample` a line to ``server_metrics.jsonl``.
+
+It shares the event loop with the load generator, so it is built never to delay a send:
+one request in flight at a time, only the mapped families parsed (a ~2,000-line vLLM page
+costs about a millisecond of loop time, measured in ``benchmarks/scrape_overhead.py``), NVML
+reads in a thread. Every failure is an observation, not an error: an absent or unparsable
+``/metrics`` is reported once (a warning and ``ServerInfo.error``) and the run goes on; a
+concept the server does not expose lands in ``names_missing``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+import orjson
+
+from servetune.metrics.engine_maps import EngineMap, Source, all_base_names, detect
+from servetune.metrics.gpu import DcgmSource, GpuSource, NvmlSource, is_local_url
+from servetune.metrics.prometheus import ParsedMetrics, parse, wanted_sample_names
+from servetune.metrics.server_summary import summarize_server
+from servetune.results.io import LineAppender
+from servetune.results.schema import ServerInfo
+from servetune.results.server_series import Histogram, ServerSample
+
+log = logging.getLogger(__name__)
+
+# Plain text (not OpenMetrics, not gzip): cheapest to produce and to read over loopback.
+_HEADERS = {"Accept": "text/plain;version=0.0.4;q=1.0,*/*;q=0.1", "Accept-Encoding": "identity"}
+
+
+def metrics_url_for(base_url: str) -> str:
+    """``http://h:p/v1`` → ``http://h:p/metrics`` (a path prefix before ``/v1`` is kept)."""
+    parts = urlsplit(base_url.strip())
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+    return urlunsplit((parts.scheme or "http", parts.netloc, f"{path}/metrics", "", ""))
+
+
+def _value(parsed: ParsedMetrics, src: Source) -> float | None:
+    if not src.match:
+        v = parsed.value(src.name, agg=src.agg)
+    elif parsed.has(src.name):
+        # A labelled counter series appears on first increment (vLLM V0): none yet = 0.
+        v = parsed.value(src.name, src.match_dict, src.agg) or 0.0
+    else:
+        v = None
+    return None if v is None else v * src.scale
+
+
+def extract(
+    parsed: ParsedMetrics, emap: EngineMap
+) -> tuple[dict[str, float], dict[str, Histogram], dict[str, str]]:
+    """(values, histograms, concept → name used) for one parsed page."""
+    values: dict[str, float] = {}
+    hists: dict[str, Histogram] = {}
+    used: dict[str, str] = {}
+    for concept, sources in emap.values.items():
+        for src in sources:
+            v = _value(parsed, src)
+            if v is not None and math.isfinite(v):
+                values[concept] = v
+                used[concept] = src.display()
+                break
+    for concept, sources in emap.histograms.items():
+        for src in sources:
+            h = parsed.histogram(src.name, src.match_dict or None)
+            if h is not None:
+                hists[concept] = h
+                used[concept] = src.display()
+                break
+    return values, hists, used
+
+
+def sample_line(sample: ServerSample) -> bytes:
+    """One JSONL line; the +Inf bucket is not stored (``count`` is its value, JSON has no
+    infinity) and neither is a NaN."""
+    hists = {
+        k: {
+            "buckets": [[le, c] for le, c in h.buckets if math.isfinite(le) and math.isfinite(c)],
+            "sum": h.sum if math.isfinite(h.sum) else 0.0,
+            "count": h.count,
+        }
+        for k, h in sample.histograms.items()
+    }
+    values = {k: v for k, v in sample.values.items() if math.isfinite(v)}
+    return orjson.dumps({"t": sample.t, "values": values, "histograms": hists}) + b"\n"
+
+
+class MetricsScraper:
+    """Scrape ``metrics_url`` every ``interval_s`` seconds from :meth:`start` to :meth:`stop`.
+
+    ``t0_ns`` is the run clock's zero (``time.perf_counter_ns()``); a sample's ``t`` is when
+    its response arrived, in seconds on that clock. ``samples`` keeps what was written, so the
+    caller can summarise any window with :func:`~servetune.metrics.server_summary.summarize_server`.
+    """
+
+    def __init__(
+        self,
+        metrics_url: str,
+        out_path: Path,
+        t0_ns: int,
+        interval_s: float = 1.0,
+        dcgm_url: str | None = None,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError("interval_s must be > 0")
+        self.metrics_url = metrics_url
+        self.out_path = Path(out_path)
+        self.t0_ns = t0_ns
+        self.interval_s = interval_s
+        self.dcgm_url = dcgm_url
+        self.samples: list[ServerSample] = []
+        self.engine_map: EngineMap | None = None
+        self.block_s: list[float] = []
+        """Event-loop time each scrape took after its response arrived (parse, map, write)."""
+        self._session = session
+        self._own_session = session is None
+        self._timeout = aiohttp.ClientTimeout(total=max(2.0, 2 * interval_s))
+        self._wanted = wanted_sample_names(all_base_names())
+        self._found: dict[str, str] = {}
+        self._error: str | None = None
+        self._recovered = False
+        self._gpu: GpuSource | None = None
+        self._gpu_error: str | None = None
+        self._appender: LineAppender | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Begin scraping: the first scrape runs at once (t≈0), then one each interval."""
+        if self._task is not None:
+            raise RuntimeError("scraper already started")
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=2), headers=_HEADERS
+            )
+        self._appender = LineAppender(self.out_path)
+        if self.dcgm_url:
+            self._gpu = DcgmSource(self.dcgm_url, self._session, timeout_s=self._timeout.total or 2)
+        elif is_local_url(self.metrics_url):
+            self._gpu = await asyncio.to_thread(NvmlSource.open)
+        self._task = asyncio.create_task(self._run(), name="servetune-metrics-scraper")
+
+    async def stop(self) -> ServerInfo:
+        """Stop the loop, take one final scrape, flush, and say what was found."""
+        if self._task is not None:
+            self._stop.set()
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+            await self._scrape_once()
+        if self._appender is not None:
+            self._appender.close()
+            self._appender = None
+        if self._gpu is not None:
+            self._gpu.close()
+        if self._own_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+        return self.info()
+
+    def info(self) -> ServerInfo:
+        emap = self.engine_map
+        missing = [c for c in emap.concepts() if c not in self._found] if emap else []
+        error = self._error
+        if error and self._recovered:
+            error += " (later scrapes succeeded)"
+        summary = summarize_server(self.samples) if self.samples else {}
+        if emap is not None:
+            summary["engine_version"] = emap.version
+        if self._gpu is not None:
+            summary["gpu_source"] = self._gpu.name
+        if self._gpu_error:
+            summary["gpu_error"] = self._gpu_error
+        return ServerInfo(
+            engine=emap.engine if emap else None,
+            metrics_url=self.metrics_url,
+            names_found=dict(self._found),
+            names_missing=missing,
+            samples=len(self.samples),
+            error=error,
+            summary=summary,
+        )
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while not self._stop.is_set():
+            await self._scrape_once()
+            next_at += self.interval_s
+            now = loop.time()
+            if next_at <= now:  # a slow scrape: skip the missed slots, keep the phase
+                next_at += math.ceil((now - next_at) / self.interval_s + 1e-9) * self.interval_s
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), next_at - now)
+
+    def _report(self, message: str) -> None:
+        if self._error is None:
+            self._error = message
+            log.warning("server metrics: %s; the run goes on without them", message)
+        else:
+            log.debug("server metrics: %s", message)
+
+    async def _fetch(self) -> tuple[bytes, int] | None:
+        assert self._session is not None
+        try:
+            async with self._session.get(
+                self.metrics_url, timeout=self._timeout, headers=_HEADERS
+            ) as resp:
+                if resp.status != 200:
+                    hint = " (no /metrics here?)" if resp.status == 404 else ""
+                    self._report(f"GET {self.metrics_url} answered HTTP {resp.status}{hint}")
+                    return None
+                body = await resp.read()
+                return body, time.perf_counter_ns()
+        except TimeoutError:
+            self._report(f"GET {self.metrics_url} timed out after {self._timeout.total:g} s")
+        except aiohttp.ClientConnectorError as exc:
+            self._report(f"cannot connect to {self.metrics_url}: {exc.os_error or exc}")
+        except aiohttp.ClientError as exc:
+            self._report(f"GET {self.metrics_url} failed: {exc.__class__.__name__}: {exc}")
+        return None
+
+    async def _read_gpu(self) -> dict[str, float]:
+        if self._gpu is None:
+            return {}
+        try:
+            return await self._gpu.read()
+        except Exception as exc:  # a GPU source failing never stops the run
+            if self._gpu_error is None:
+                self._gpu_error = f"{self._gpu.name}: {exc}"
+                log.warning("GPU metrics unavailable: %s", self._gpu_error)
+            return {}
+
+    async def _scrape_once(self) -> None:
+        if self._gpu is not None:
+            fetched, gpu_values = await asyncio.gather(self._fetch(), self._read_gpu())
+        else:
+            fetched, gpu_values = await self._fetch(), {}
+        t0 = time.perf_counter()
+        values: dict[str, float] = {}
+        hists: dict[str, Histogram] = {}
+        if fetched is not None:
+            body, at_ns = fetched
+            t = (at_ns - self.t0_ns) / 1e9
+            mapped = self._map(body)
+            if mapped is not None:
+                values, hists = mapped
+        else:
+            t = (time.perf_counter_ns() - self.t0_ns) / 1e9
+        values.update(gpu_values)
+        if values or hists:
+            sample = ServerSample.model_construct(t=t, values=values, histograms=hists)
+            self.samples.append(sample)
+            if self._appender is not None:
+                self._appender.write(sample_line(sample))
+        self.block_s.append(time.perf_counter() - t0)
+
+    def _map(self, body: bytes) -> tuple[dict[str, float], dict[str, Histogram]] | None:
+        text = body.decode("utf-8", "replace")
+        parsed = parse(text, self._wanted)
+        emap = self.engine_map
+        if emap is None:
+            emap = detect(parsed.names())
+            if emap is None:
+                self._report(self._why_not_mapped(text))
+                return None
+            self.engine_map = emap
+            self._wanted = wanted_sample_names(emap.base_names())
+        values, hists, used = extract(parsed, emap)
+        first = not self._found
+        for concept, name in used.items():
+            self._found.setdefault(concept, name)
+        if first:
+            self._log_detected(emap)
+        if self._error is not None:
+            self._recovered = True
+        return values, hists
+
+    def _why_not_mapped(self, text: str) -> str:
+        full = parse(text)
+        good = full.lines - full.bad_lines
+        if good <= 0 or full.bad_lines > good:
+            head = text.strip()[:60].replace("\n", " ")
+            return f"{self.metrics_url} is not Prometheus text (starts {head!r})"
+        return (
+            f"{self.metrics_url} exposes {len(full.samples)} series but no vLLM, SGLang, TGI "
+            "or llama.cpp metric names"
+        )
+
+    def _log_detected(self, emap: EngineMap) -> None:
+        missing = [c for c in emap.concepts() if c not in self._found]
+        log.info("server metrics: %s at %s", emap.label, self.metrics_url)
+        for concept in missing:
+            log.info("server metrics: %s not exposed by this server", concept)
+
+
+def describe_info(info: ServerInfo) -> list[str]:
+    """Lines for a person: engine, what was missing, the error if any."""
+    out: list[str] = []
+    if info.engine:
+        version = info.summary.get("engine_version")
+        out.append(f"server metrics: {info.engine} {version or ''}".rstrip())
+    out.extend(f"{c} not exposed by this server" for c in info.names_missing)
+    if info.error:
+        out.append(f"server metrics error: {info.error}")
+    return out
