@@ -11,7 +11,7 @@ def feed_all(chunks: list[bytes]) -> list[tuple[bytes, bytes]]:
 
 
 def test_single_line_events_with_and_without_space() -> None:
-    assert feed_all([b"data: {\"a\":1}\n\ndata:{\"b\":2}\n\n"]) == [
+    assert feed_all([b'data: {"a":1}\n\ndata:{"b":2}\n\n']) == [
         (b"message", b'{"a":1}'),
         (b"message", b'{"b":2}'),
     ]

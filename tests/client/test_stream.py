@@ -46,8 +46,10 @@ def test_usage_on_every_chunk_gives_tokens_per_chunk() -> None:
 def test_llama_cpp_style_usage_on_last_content_chunk() -> None:
     st = StreamState(chat=True)
     st.feed(ev({"choices": [{"delta": {"content": "a"}}]}), 1)
-    last = {"choices": [{"delta": {}, "finish_reason": "length"}],
-            "usage": {"completion_tokens": 2, "prompt_tokens": 5}}
+    last = {
+        "choices": [{"delta": {}, "finish_reason": "length"}],
+        "usage": {"completion_tokens": 2, "prompt_tokens": 5},
+    }
     st.feed(ev(last), 2)
     assert st.chunk_ns == [1, 2] and st.completion_tokens == 2
     assert not st.usage_every_chunk

@@ -9,13 +9,12 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import urllib.request
-
 from tests.conftest import run_cli
 
 Factory = Callable[..., Any]
@@ -35,35 +34,62 @@ def test_unreachable_url(tmp_path: Path) -> None:
 
 def test_model_not_served_lists_the_served_ones(scripted: Factory, tmp_path: Path) -> None:
     srv = scripted({})
-    p = run_cli("bench", "--base-url", srv.base_url, "--model", "gpt-9", "--result-dir",
-                str(tmp_path))
+    p = run_cli(
+        "bench", "--base-url", srv.base_url, "--model", "gpt-9", "--result-dir", str(tmp_path)
+    )
     assert_clean_error(p, "'gpt-9' is not served", "scripted-model")
 
 
 def test_dataset_missing_and_malformed(scripted: Factory, tmp_path: Path) -> None:
     srv = scripted({})
-    p = run_cli("bench", "--base-url", srv.base_url, "--dataset-name", "jsonl", "--dataset-path",
-                str(tmp_path / "nope.jsonl"), "--result-dir", str(tmp_path / "r1"))
+    p = run_cli(
+        "bench",
+        "--base-url",
+        srv.base_url,
+        "--dataset-name",
+        "jsonl",
+        "--dataset-path",
+        str(tmp_path / "nope.jsonl"),
+        "--result-dir",
+        str(tmp_path / "r1"),
+    )
     assert_clean_error(p, "not found", "nope.jsonl")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "fine"}\n{"prompt": }\n')
-    p = run_cli("bench", "--base-url", srv.base_url, "--dataset-name", "jsonl", "--dataset-path",
-                str(bad), "--result-dir", str(tmp_path / "r2"))
+    p = run_cli(
+        "bench",
+        "--base-url",
+        srv.base_url,
+        "--dataset-name",
+        "jsonl",
+        "--dataset-path",
+        str(bad),
+        "--result-dir",
+        str(tmp_path / "r2"),
+    )
     assert_clean_error(p, "bad.jsonl:2: not valid JSON")
 
 
 def test_input_beyond_max_model_len(scripted: Factory, tmp_path: Path) -> None:
     srv = scripted({"max_model_len": 512})
-    p = run_cli("bench", "--base-url", srv.base_url, "--random-input-len", "600",
-                "--result-dir", str(tmp_path))
+    p = run_cli(
+        "bench",
+        "--base-url",
+        srv.base_url,
+        "--random-input-len",
+        "600",
+        "--result-dir",
+        str(tmp_path),
+    )
     assert_clean_error(p, "beyond the server's max_model_len of 512", "--random-input-len")
 
 
 @pytest.mark.parametrize("rate", ["0", "-3"])
 def test_non_positive_rate(scripted: Factory, tmp_path: Path, rate: str) -> None:
     srv = scripted({})
-    p = run_cli("bench", "--base-url", srv.base_url, f"--request-rate={rate}", "--result-dir",
-                str(tmp_path))
+    p = run_cli(
+        "bench", "--base-url", srv.base_url, f"--request-rate={rate}", "--result-dir", str(tmp_path)
+    )
     assert_clean_error(p, "--request-rate must be > 0")
 
 
@@ -77,8 +103,9 @@ def test_result_dir_that_cannot_be_written(scripted: Factory, tmp_path: Path) ->
 
 def test_bad_goodput_spec(scripted: Factory, tmp_path: Path) -> None:
     srv = scripted({})
-    p = run_cli("bench", "--base-url", srv.base_url, "--goodput", "latency:5", "--result-dir",
-                str(tmp_path))
+    p = run_cli(
+        "bench", "--base-url", srv.base_url, "--goodput", "latency:5", "--result-dir", str(tmp_path)
+    )
     assert_clean_error(p, "--goodput 'latency:5'")
 
 
@@ -86,9 +113,22 @@ def test_summary_printed_and_result_readable_by_vllm_scripts(
     scripted: Factory, tmp_path: Path
 ) -> None:
     srv = scripted({"ttft_ms": 5, "tpot_ms": 1})
-    p = run_cli("bench", "--base-url", srv.base_url, "--num-prompts", "20", "--request-rate",
-                "40", "--random-input-len", "64", "--random-output-len", "8", "--result-dir",
-                str(tmp_path), "--no-progress")
+    p = run_cli(
+        "bench",
+        "--base-url",
+        srv.base_url,
+        "--num-prompts",
+        "20",
+        "--request-rate",
+        "40",
+        "--random-input-len",
+        "64",
+        "--random-output-len",
+        "8",
+        "--result-dir",
+        str(tmp_path),
+        "--no-progress",
+    )
     assert p.returncode == 0, p.stderr
     assert "Successful requests" in p.stdout and "Time to first token" in p.stdout
     data = json.loads((tmp_path / "run.json").read_text())
@@ -103,9 +143,23 @@ def _metrics(url: str) -> dict[str, float]:
 
 def _start_bench(url: str, out: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "servetune.cli", "bench", "--base-url", url, "--result-dir",
-         str(out), "--no-progress", "--random-input-len", "16", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "servetune.cli",
+            "bench",
+            "--base-url",
+            url,
+            "--result-dir",
+            str(out),
+            "--no-progress",
+            "--random-input-len",
+            "16",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -122,11 +176,19 @@ def test_ctrl_c_cancels_in_flight_and_still_writes_the_summary(
     scripted: Factory, tmp_path: Path
 ) -> None:
     srv = scripted({"ttft_ms": 50, "tpot_ms": 100})  # 20 tokens ≈ 2 s per request
-    proc = _start_bench(srv.base_url, tmp_path, "--request-rate", "20", "--num-prompts", "400",
-                        "--random-output-len", "20")
+    proc = _start_bench(
+        srv.base_url,
+        tmp_path,
+        "--request-rate",
+        "20",
+        "--num-prompts",
+        "400",
+        "--random-output-len",
+        "20",
+    )
     _wait_for(lambda: _metrics(srv.base_url)["scripted:requests_total"] >= 30, 60)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     data = json.loads((tmp_path / "run.json").read_text())
@@ -141,8 +203,16 @@ def test_kill_9_keeps_every_request_finished_a_second_before(
     scripted: Factory, tmp_path: Path
 ) -> None:
     srv = scripted({"ttft_ms": 5, "tpot_ms": 5})
-    proc = _start_bench(srv.base_url, tmp_path, "--request-rate", "30", "--num-prompts", "3000",
-                        "--random-output-len", "6")
+    proc = _start_bench(
+        srv.base_url,
+        tmp_path,
+        "--request-rate",
+        "30",
+        "--num-prompts",
+        "3000",
+        "--random-output-len",
+        "6",
+    )
     _wait_for(lambda: _metrics(srv.base_url)["scripted:completed_total"] >= 40, 60)
     done_before = _metrics(srv.base_url)["scripted:completed_total"]
     time.sleep(1.2)

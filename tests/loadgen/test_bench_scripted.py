@@ -17,15 +17,24 @@ Factory = Callable[..., Any]
 
 
 def cfg(url: str, **kw: Any) -> BenchConfig:
-    base: dict[str, Any] = dict(base_url=url, random_input_len=32, random_output_len=16,
-                                num_prompts=40, request_rate=20.0, seed=1)
+    base: dict[str, Any] = dict(
+        base_url=url,
+        random_input_len=32,
+        random_output_len=16,
+        num_prompts=40,
+        request_rate=20.0,
+        seed=1,
+    )
     base.update(kw)
     return BenchConfig(**base)
 
 
-def test_latencies_match_the_servers_known_delays(scripted: Factory, tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", ["fast", "aiohttp"])
+def test_latencies_match_the_servers_known_delays(
+    scripted: Factory, tmp_path: Path, transport: str
+) -> None:
     srv = scripted({"ttft_ms": 40, "tpot_ms": 4})
-    r = bench(cfg(srv.base_url), tmp_path, progress=False)
+    r = bench(cfg(srv.base_url, http_client=transport), tmp_path, progress=False)
     s = r.summary
     assert s.completed == 40 and s.failed == 0
     # TTFT: 40 ms at the server plus loopback and timer slack; TPOT/ITL: 4 ms per token.
@@ -52,8 +61,15 @@ def test_chunks_carrying_several_tokens(scripted: Factory, tmp_path: Path) -> No
 
 
 def test_chat_stream_with_role_chunk_and_empty_texts(scripted: Factory, tmp_path: Path) -> None:
-    srv = scripted({"ttft_ms": 30, "tpot_ms": 2, "empty_text_every": 3, "keepalive_comments": True,
-                    "crlf": True})
+    srv = scripted(
+        {
+            "ttft_ms": 30,
+            "tpot_ms": 2,
+            "empty_text_every": 3,
+            "keepalive_comments": True,
+            "crlf": True,
+        }
+    )
     r = bench(cfg(srv.base_url, endpoint="chat", num_prompts=10), tmp_path, progress=False)
     assert r.summary.completed == 10
     assert 30 <= r.summary.ttft.p50 <= 36
@@ -68,10 +84,15 @@ def test_llama_cpp_style_stream_without_done(scripted: Factory, tmp_path: Path) 
     assert r.summary.completed == 8 and r.summary.total_output_tokens == 8 * 16
 
 
-def test_failures_become_records_with_reasons(scripted: Factory, tmp_path: Path) -> None:
-    srv = scripted({"tpot_ms": 1, "fail_every": 5, "error_midstream_every": 7,
-                    "disconnect_every": 11})
-    r = bench(cfg(srv.base_url, num_prompts=60, request_rate=60.0), tmp_path, progress=False)
+@pytest.mark.parametrize("transport", ["fast", "aiohttp"])
+def test_failures_become_records_with_reasons(
+    scripted: Factory, tmp_path: Path, transport: str
+) -> None:
+    srv = scripted(
+        {"tpot_ms": 1, "fail_every": 5, "error_midstream_every": 7, "disconnect_every": 11}
+    )
+    c = cfg(srv.base_url, num_prompts=60, request_rate=60.0, http_client=transport)
+    r = bench(c, tmp_path, progress=False)
     errors = r.summary.errors
     assert r.summary.completed + r.summary.failed == 60
     assert any(e.startswith("HTTP 500: injected failure") for e in errors)
@@ -82,8 +103,11 @@ def test_failures_become_records_with_reasons(scripted: Factory, tmp_path: Path)
 
 def test_concurrency_cap_bounds_requests_in_flight(scripted: Factory, tmp_path: Path) -> None:
     srv = scripted({"ttft_ms": 20, "tpot_ms": 2})
-    r = bench(cfg(srv.base_url, request_rate=float("inf"), max_concurrency=4, num_prompts=30),
-              tmp_path, progress=False)
+    r = bench(
+        cfg(srv.base_url, request_rate=float("inf"), max_concurrency=4, num_prompts=30),
+        tmp_path,
+        progress=False,
+    )
     assert r.summary.max_concurrent_requests == 4
     recs = read_records(tmp_path)
     # the waiting is the cap's, recorded as queue delay; the client itself is not late
@@ -102,8 +126,9 @@ def test_duration_bounds_the_run(scripted: Factory, tmp_path: Path) -> None:
 
 def test_two_worker_processes_share_one_clock(scripted: Factory, tmp_path: Path) -> None:
     srv = scripted({"ttft_ms": 15, "tpot_ms": 1})
-    r = bench(cfg(srv.base_url, num_prompts=80, request_rate=80.0, workers=2), tmp_path,
-              progress=False)
+    r = bench(
+        cfg(srv.base_url, num_prompts=80, request_rate=80.0, workers=2), tmp_path, progress=False
+    )
     recs = read_records(tmp_path)
     assert sorted(x.id for x in recs) == list(range(80))
     assert {x.worker for x in recs} == {0, 1}

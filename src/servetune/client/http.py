@@ -1,4 +1,4 @@
-"""The streaming HTTP client: one POST per request, a RequestRecord per response.
+"""The measuring client: one streamed request in, one RequestRecord out.
 
 Nothing raises out of :meth:`OpenAIClient.request`: non-2xx answers, refused or reset
 connections, timeouts and error objects mid-stream become failed records with the reason;
@@ -14,15 +14,13 @@ from typing import Any
 import aiohttp
 import orjson
 
+from servetune.client.fasthttp import HTTPError
 from servetune.client.payload import endpoint_path
 from servetune.client.record import RequestRecord
 from servetune.client.stream import StreamState, error_message
+from servetune.client.transports import Transport
 from servetune.results.schema import Endpoint
 from servetune.workload.tokens import TokenCounter
-
-# Long contexts stream long lines and big usage blocks; aiohttp's 64 KiB default read buffer
-# throttles them (vLLM #39963). We read raw chunks (no line limit) into a 4 MiB buffer.
-READ_BUFSIZE = 4 * 1024 * 1024
 
 
 def normalize_base_url(base_url: str) -> str:
@@ -33,26 +31,11 @@ def normalize_base_url(base_url: str) -> str:
     return url if url.endswith("/v1") else url + "/v1"
 
 
-def make_session(
-    api_key: str | None = None, limit: int = 0, timeout_s: float | None = None
-) -> aiohttp.ClientSession:
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    connector = aiohttp.TCPConnector(limit=limit, ttl_dns_cache=300, enable_cleanup_closed=True)
-    return aiohttp.ClientSession(
-        connector=connector,
-        headers=headers,
-        timeout=aiohttp.ClientTimeout(total=timeout_s),
-        read_bufsize=READ_BUFSIZE,
-        auto_decompress=False,
-        skip_auto_headers=("User-Agent",),
-    )
-
-
 def describe_exception(exc: BaseException, timeout_s: float) -> str:
-    """A short, stable failure reason (stable so reasons can be counted)."""
-    if isinstance(exc, asyncio.TimeoutError | TimeoutError):
+    """A short, stable failure reason (stable so that reasons can be counted)."""
+    if isinstance(exc, HTTPError):
+        return str(exc)
+    if isinstance(exc, TimeoutError):
         return f"timeout after {timeout_s:g} s"
     if isinstance(exc, aiohttp.ClientConnectorError):
         return f"cannot connect: {exc.os_error.strerror or exc.os_error}"
@@ -62,8 +45,8 @@ def describe_exception(exc: BaseException, timeout_s: float) -> str:
         return "connection reset mid-stream"
     if isinstance(exc, ConnectionResetError):
         return "connection reset"
-    if isinstance(exc, aiohttp.ClientError):
-        return f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, OSError):
+        return f"{type(exc).__name__}: {exc.strerror or exc}"
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -72,61 +55,51 @@ class OpenAIClient:
 
     def __init__(
         self,
-        session: aiohttp.ClientSession,
-        base_url: str,
+        transport: Transport,
         endpoint: Endpoint,
         t0_ns: int,
         timeout_s: float = 600.0,
         tokenizer: TokenCounter | None = None,
         worker: int = 0,
     ) -> None:
-        self.session = session
-        self.url = normalize_base_url(base_url) + endpoint_path(endpoint)
+        self.transport = transport
+        self.path = endpoint_path(endpoint)
         self.chat = endpoint == "chat"
         self.t0_ns = t0_ns
-        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.timeout_s = timeout_s
         self.tokenizer = tokenizer
         self.worker = worker
 
+    def prepare(self, body: bytes) -> object:
+        return self.transport.prepare(self.path, body)
+
     async def request(
         self,
         rid: int,
-        body: bytes,
+        prepared: object,
         planned_input_len: int,
         planned_output_len: int | None,
         scheduled_ns: int,
         eligible_ns: int,
     ) -> RequestRecord:
-        """Send one request and return its record; never raises (but for cancellation,
-        which is turned into a cancelled record as well)."""
+        """Send one prepared request and return its record; never raises."""
         clock = time.perf_counter_ns
-        t0 = self.t0_ns
         state = StreamState(self.chat)
         status = "ok"
         error: str | None = None
         http_status: int | None = None
         send_ns = clock()
         try:
-            async with self.session.post(self.url, data=body, timeout=self.timeout) as resp:
-                http_status = resp.status
-                if resp.status >= 300:
-                    text = await resp.content.read(4096)
-                    try:
-                        msg = error_message(orjson.loads(text))
-                    except orjson.JSONDecodeError:
-                        msg = text.decode("utf-8", "replace").strip()[:300] or resp.reason or ""
-                    status, error = "failed", f"HTTP {resp.status}: {msg}"
-                else:
-                    content = resp.content
-                    while True:
-                        data = await content.readany()
-                        if not data:
-                            break
-                        state.feed(data, clock())
-                        if state.done:
-                            break
-                    state.close(clock())
+            async with asyncio.timeout(self.timeout_s):
+                http_status, err_body = await self.transport.send(prepared, state.feed)
+            if http_status >= 300:
+                try:
+                    msg = error_message(orjson.loads(err_body))
+                except orjson.JSONDecodeError:
+                    msg = err_body.decode("utf-8", "replace").strip()[:300]
+                status, error = "failed", f"HTTP {http_status}: {msg}"
+            else:
+                state.close(clock())
         except asyncio.CancelledError:
             status, error = "cancelled", "cancelled by the client"
         except Exception as exc:  # every transport failure becomes a failed record
@@ -141,6 +114,7 @@ class OpenAIClient:
                 error = "stream ended with no token" + (
                     f" ({state.malformed} malformed events)" if state.malformed else ""
                 )
+        t0 = self.t0_ns
         return self._record(
             rid,
             state,
@@ -149,10 +123,7 @@ class OpenAIClient:
             http_status,
             planned_input_len,
             planned_output_len,
-            scheduled_ns - t0,
-            eligible_ns - t0,
-            send_ns - t0,
-            end_ns - t0,
+            (scheduled_ns - t0, eligible_ns - t0, send_ns - t0, end_ns - t0),
         )
 
     def _record(
@@ -164,10 +135,7 @@ class OpenAIClient:
         http_status: int | None,
         planned_in: int,
         planned_out: int | None,
-        scheduled: int,
-        eligible: int,
-        send: int,
-        end: int,
+        times: tuple[int, int, int, int],
     ) -> RequestRecord:
         t0 = self.t0_ns
         chunks = [c - t0 for c in st.chunk_ns]
@@ -177,6 +145,7 @@ class OpenAIClient:
                 out_tokens, source = self.tokenizer.count("".join(st.texts)), "tokenizer"
             else:
                 out_tokens, source = len(chunks), "chunks"
+        scheduled, eligible, send, end = times
         fields: dict[str, Any] = {
             "id": rid,
             "worker": self.worker,

@@ -176,6 +176,12 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
         help="load-generating processes (default: as many as the rate needs)",
     )
     g.add_argument(
+        "--http-client",
+        choices=["fast", "aiohttp"],
+        default="fast",
+        help="transport: fast (lean HTTP/1.1, the default) or aiohttp (proxies and the like)",
+    )
+    g.add_argument(
         "--goodput",
         nargs="+",
         default=None,

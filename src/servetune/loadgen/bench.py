@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from servetune import __version__
-from servetune.client.http import make_session
 from servetune.client.payload import build_body
 from servetune.client.target import ServerTokenizer, probe_target
+from servetune.client.transports import make_session
 from servetune.errors import ConfigError, ResultError
 from servetune.loadgen.capacity import choose_workers
 from servetune.loadgen.driver import PlannedRequest
@@ -160,6 +160,7 @@ async def run_bench(
         endpoint=cfg.endpoint,
         api_key=cfg.api_key,
         timeout_s=cfg.request_timeout_s,
+        http_client=cfg.http_client,
         requests_path=out / REQUESTS_FILE,
         max_concurrency=cfg.max_concurrency,
         stop_after_ns=plan.duration_ns,
@@ -195,6 +196,8 @@ async def run_bench(
     records = read_records(out)
     summary = summarize(records, cfg.warmup_s, cfg.cooldown_s, cfg.goodput)
     health = client_health(records, cfg.request_rate, cfg.max_concurrency, workers)
+    health.cpu_s = outcome.cpu_s
+    health.cpu_per_request_ms = 1000 * outcome.cpu_s / len(records) if records else None
     warnings = list(health.warnings)
     if target.tokens_approximate:
         warnings.append(

@@ -57,7 +57,7 @@ class Driver:
         stats = self.stats
         try:
             rec: RequestRecord = await self.client.request(
-                p.rid, p.body, p.input_len, p.output_len, scheduled, eligible
+                p.rid, self.client.prepare(p.body), p.input_len, p.output_len, scheduled, eligible
             )
         finally:
             if self.sem is not None:

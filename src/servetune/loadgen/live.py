@@ -47,3 +47,5 @@ class Snapshot(BaseModel):
     inflight: int
     lag_p99_ms: float
     """p99 send lag over the worker's last 512 sends."""
+    cpu_s: float = 0.0
+    """CPU seconds the worker process used since the run started (final snapshot)."""

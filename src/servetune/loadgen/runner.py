@@ -20,7 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from servetune.client.http import OpenAIClient, make_session
+from servetune.client.http import OpenAIClient
+from servetune.client.transports import TransportName, make_transport
 from servetune.loadgen.driver import Driver, PlannedRequest
 from servetune.loadgen.live import Snapshot
 from servetune.loadgen.progress import ProgressLine
@@ -39,6 +40,7 @@ class LoopSetup(BaseModel):
     endpoint: Endpoint
     api_key: str | None
     timeout_s: float
+    http_client: TransportName = "fast"
     requests_path: Path
     max_concurrency: int | None
     stop_after_ns: int | None
@@ -49,6 +51,8 @@ class LoadOutcome(BaseModel):
     t0_ns: int
     interrupted: bool
     snapshots: list[Snapshot]
+    cpu_s: float
+    """CPU seconds the client used during the load (every process)."""
 
 
 async def _drive(
@@ -60,17 +64,11 @@ async def _drive(
     report: Callable[[Snapshot], None] | None,
 ) -> tuple[bool, Snapshot]:
     """Run one driver until its plan is done or ``stop`` is set; returns (interrupted, final)."""
-    session = make_session(setup.api_key)
+    cpu0 = time.process_time()
+    transport = make_transport(setup.http_client, setup.base_url, setup.api_key)
     sink = RecordSink(setup.requests_path)
     sink.start()
-    client = OpenAIClient(
-        session,
-        setup.base_url,
-        setup.endpoint,
-        t0_ns,
-        setup.timeout_s,
-        worker=index,  # type: ignore[arg-type]
-    )
+    client = OpenAIClient(transport, setup.endpoint, t0_ns, setup.timeout_s, worker=index)
     driver = Driver(client, items, sink, t0_ns, setup.max_concurrency, setup.stop_after_ns)
 
     async def reporter() -> None:
@@ -102,8 +100,10 @@ async def _drive(
         rep.cancel()
         stopper.cancel()
         await sink.close()
-        await session.close()
-    return interrupted, driver.stats.snapshot(index)
+        await transport.close()
+    final = driver.stats.snapshot(index)
+    final.cpu_s = time.process_time() - cpu0
+    return interrupted, final
 
 
 # --- worker processes -------------------------------------------------------------------
@@ -200,10 +200,12 @@ async def _run_inline(
         last[0] = s
         progress.update([s])
 
+    cpu0 = time.process_time()
     with progress:
         interrupted, final = await _drive(0, setup, items, t0, stop, report)
         progress.update([final], final=True)
-    return LoadOutcome(t0_ns=t0, interrupted=interrupted, snapshots=[final])
+    cpu = time.process_time() - cpu0
+    return LoadOutcome(t0_ns=t0, interrupted=interrupted, snapshots=[final], cpu_s=cpu)
 
 
 async def _run_processes(
@@ -235,6 +237,7 @@ async def _run_processes(
                 raise RuntimeError("a load-generating worker did not start within 60 s")
             c.recv()
         t0 = time.perf_counter_ns() + _START_MARGIN_NS
+        cpu0 = time.process_time()
         for c in conns:
             c.send(("start", t0))
         if on_start is not None:
@@ -280,10 +283,12 @@ async def _run_processes(
                             c.send(("stop",))
                 progress.update(list(snaps.values()))
             progress.update(list(snaps.values()), final=True)
+        final = [snaps[i] for i in sorted(snaps)]
         return LoadOutcome(
             t0_ns=t0,
             interrupted=stop_sent or any(finished.values()),
-            snapshots=[snaps[i] for i in sorted(snaps)],
+            snapshots=final,
+            cpu_s=time.process_time() - cpu0 + sum(s.cpu_s for s in final),
         )
     finally:
         for p in procs:

@@ -79,6 +79,7 @@ class BenchConfig(BaseModel):
     temperature: float = 0.0
     request_timeout_s: float = 600.0
     workers: int | None = None
+    http_client: Literal["fast", "aiohttp"] = "fast"
     goodput: Slo = Field(default_factory=Slo)
     label: str | None = None
 
@@ -159,6 +160,9 @@ class ClientHealth(BaseModel):
     queue_delay: Stats = Field(default_factory=Stats)
     """send − scheduled: limiter wait plus client lateness."""
     workers: int = 1
+    cpu_s: float | None = None
+    """CPU seconds the client (all its processes) used during the load."""
+    cpu_per_request_ms: float | None = None
     behind: bool = False
     warnings: list[str] = Field(default_factory=list)
 

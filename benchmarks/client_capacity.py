@@ -1,0 +1,402 @@
+"""How fast can the client go? servetune vs a naive asyncio + aiohttp + uvloop client.
+
+A near-zero-cost OpenAI-style SSE server runs in its own process (pre-rendered bytes; in the
+spaced shape one shared 1 ms ticker writes every stream's next chunk). Both clients, each in
+its own process, send open-loop constant-rate traffic at rising rates, in two shapes:
+
+  burst   128-token streams written in one write
+  spaced  128 tokens 1 ms apart (one client wake-up per token, like a real server)
+
+For each client and shape it prints the highest rate at which achieved ≥ 97% of target and
+p99 TTFT stays within 5 ms of the server's own p99 TTFT, the client CPU per request, and the
+p99 TTFT error at half that rate against a 50 ms-TTFT server. Then the ratios.
+
+    .venv/bin/python benchmarks/client_capacity.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+TOKENS = 128
+LEVEL_SECONDS = 4.0
+TTFT_SLACK_MS = 5.0
+RATE_FLOOR = 0.97
+RATES = {
+    "burst": [400, 800, 1200, 1600, 2000, 2400, 2800, 3200, 3600, 4000, 4800],
+    "spaced": [100, 200, 300, 400, 500, 600, 700, 800, 1000, 1200],
+}
+
+
+# --------------------------------------------------------------------------------------
+# The server: raw asyncio, pre-rendered SSE, one shared ticker.
+# --------------------------------------------------------------------------------------
+
+
+def _event(i: int, last: bool) -> bytes:
+    fin = '"length"' if last else "null"
+    return (
+        'data: {"id":"c","object":"text_completion","model":"m","choices":[{"index":0,'
+        f'"text":" t{i % 10}","finish_reason":{fin}}}]}}\n\n'
+    ).encode()
+
+
+def _chunk(b: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(b), b)
+
+
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+USAGE = (
+    b'data: {"id":"c","object":"text_completion","model":"m","choices":[],'
+    b'"usage":{"prompt_tokens":16,"completion_tokens":128,"total_tokens":144}}\n\n'
+    b"data: [DONE]\n\n"
+)
+EVENTS = [_chunk(_event(i, i == TOKENS - 1)) for i in range(TOKENS)]
+TAIL = _chunk(USAGE) + b"0\r\n\r\n"
+WHOLE = (
+    HEAD
+    + _chunk(b"".join(_event(i, i == TOKENS - 1) for i in range(TOKENS)) + USAGE)
+    + (b"0\r\n\r\n")
+)
+MODELS = b'{"object":"list","data":[{"id":"m","object":"model","max_model_len":100000}]}'
+
+
+class Stream:
+    __slots__ = ("i", "tr")
+
+    def __init__(self, tr: asyncio.Transport) -> None:
+        self.tr = tr
+        self.i = 0
+
+
+class Server:
+    def __init__(self, shape: str, ttft_ms: float) -> None:
+        self.shape = shape
+        self.ttft = ttft_ms / 1000
+        self.ttfts: list[float] = []
+        self.streams: list[Stream] = []
+        self.done = 0
+
+    def first_write(self, tr: asyncio.Transport, recv: float) -> None:
+        if tr.is_closing():
+            return
+        if self.shape == "burst":
+            tr.write(WHOLE)
+            self.done += 1
+        else:
+            tr.write(HEAD + EVENTS[0])
+            s = Stream(tr)
+            s.i = 1
+            self.streams.append(s)
+        self.ttfts.append(time.perf_counter() - recv)
+
+    async def ticker(self) -> None:
+        loop = asyncio.get_running_loop()
+        nxt = loop.time()
+        while True:
+            nxt += 0.001
+            await asyncio.sleep(max(0.0, nxt - loop.time()))
+            keep = []
+            for s in self.streams:
+                if s.tr.is_closing():
+                    continue
+                if s.i < TOKENS - 1:
+                    s.tr.write(EVENTS[s.i])
+                    s.i += 1
+                    keep.append(s)
+                else:
+                    s.tr.write(EVENTS[s.i] + TAIL)
+                    self.done += 1
+            self.streams = keep
+
+
+class Conn(asyncio.Protocol):
+    def __init__(self, srv: Server) -> None:
+        self.srv = srv
+        self.buf = b""
+        self.tr: Any = None
+
+    def connection_made(self, transport: Any) -> None:
+        self.tr = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while True:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buf[:end]
+            length = 0
+            i = head.lower().find(b"content-length:")
+            if i >= 0:
+                length = int(head[i + 15 :].split(b"\r\n", 1)[0])
+            if len(self.buf) < end + 4 + length:
+                return
+            self.buf = self.buf[end + 4 + length :]
+            self.route(head)
+
+    def route(self, head: bytes) -> None:
+        recv = time.perf_counter()
+        path = head.split(b" ", 2)[1]
+        if path.endswith(b"/completions"):
+            if self.srv.ttft:
+                asyncio.get_running_loop().call_later(
+                    self.srv.ttft, self.srv.first_write, self.tr, recv
+                )
+            else:
+                self.srv.first_write(self.tr, recv)
+            return
+        if path == b"/stats":
+            t = sorted(self.srv.ttfts)
+            p99 = t[min(len(t) - 1, int(0.99 * len(t)))] * 1000 if t else 0.0
+            body = json.dumps({"p99_ttft_ms": p99, "n": len(t), "done": self.srv.done}).encode()
+            self.srv.ttfts = []
+        elif path == b"/v1/models":
+            body = MODELS
+        else:
+            self.tr.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+            return
+        self.tr.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+
+
+async def serve(shape: str, ttft_ms: float) -> None:
+    srv = Server(shape, ttft_ms)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: Conn(srv), "127.0.0.1", 0, backlog=8192)
+    print("READY", server.sockets[0].getsockname()[1], flush=True)
+    ticker = loop.create_task(srv.ticker()) if shape == "spaced" else None
+    await asyncio.Event().wait()
+    del ticker
+
+
+# --------------------------------------------------------------------------------------
+# The naive baseline: one process, asyncio + aiohttp + uvloop, open loop.
+# --------------------------------------------------------------------------------------
+
+
+async def baseline(url: str, rate: float, n: int) -> dict[str, Any]:
+    import aiohttp
+
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    body = json.dumps(
+        {
+            "model": "m",
+            "prompt": "hello " * 16,
+            "max_tokens": TOKENS,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    )
+    headers = {"Content-Type": "application/json"}
+    ttfts: list[float] = []
+    sends: list[float] = []
+
+    async def one() -> None:
+        st = time.perf_counter()
+        sends.append(st)
+        ttft = None
+        async with session.post(url, data=body, headers=headers) as resp:
+            async for line in resp.content:
+                line = line.strip()
+                if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                    continue
+                data = json.loads(line[6:])
+                if data.get("choices") and ttft is None:
+                    ttft = time.perf_counter() - st
+        ttfts.append(ttft if ttft is not None else float("nan"))
+
+    cpu0 = time.process_time()
+    t0 = time.perf_counter() + 0.05
+    tasks = []
+    for i in range(n):
+        wait = t0 + i / rate - time.perf_counter()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        tasks.append(asyncio.create_task(one()))
+    await asyncio.gather(*tasks, return_exceptions=True)
+    cpu = time.process_time() - cpu0
+    await session.close()
+    ttfts.sort()
+    span = sends[-1] - sends[0] if len(sends) > 1 else 1.0
+    return {
+        "achieved": (len(sends) - 1) / span,
+        "p99_ttft_ms": ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))] * 1000,
+        "cpu_per_request_ms": 1000 * cpu / n,
+        "completed": len(ttfts),
+    }
+
+
+# --------------------------------------------------------------------------------------
+# The harness.
+# --------------------------------------------------------------------------------------
+
+
+def start_server(shape: str, ttft_ms: float) -> tuple[subprocess.Popen[str], str]:
+    p = subprocess.Popen(
+        [sys.executable, __file__, "serve", shape, str(ttft_ms)], stdout=subprocess.PIPE, text=True
+    )
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    return p, f"http://127.0.0.1:{int(line.split()[1])}"
+
+
+def server_p99(root: str) -> float:
+    import urllib.request
+
+    return float(json.loads(urllib.request.urlopen(root + "/stats").read())["p99_ttft_ms"])
+
+
+def run_baseline(root: str, rate: float) -> dict[str, Any]:
+    n = int(rate * LEVEL_SECONDS)
+    out = subprocess.run(
+        [sys.executable, __file__, "baseline", root + "/v1/completions", str(rate), str(n)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_servetune(root: str, rate: float) -> dict[str, Any]:
+    n = int(rate * LEVEL_SECONDS)
+    with tempfile.TemporaryDirectory() as d:
+        cmd = [
+            sys.executable,
+            "-m",
+            "servetune.cli",
+            "bench",
+            "--base-url",
+            root + "/v1",
+            "--model",
+            "m",
+            "--request-rate",
+            str(rate),
+            "--num-prompts",
+            str(n),
+            "--arrival",
+            "constant",
+            "--random-input-len",
+            "16",
+            "--random-output-len",
+            str(TOKENS),
+            "--no-metrics",
+            "--no-progress",
+            "--result-dir",
+            d,
+        ]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr[-2000:])
+        run = json.loads((Path(d) / "run.json").read_text())
+    h = run["client_health"]
+    return {
+        "achieved": h["achieved_rate"],
+        "p99_ttft_ms": run["p99_ttft_ms"],
+        "cpu_per_request_ms": h["cpu_per_request_ms"],
+        "completed": run["completed"],
+        "workers": h["workers"],
+    }
+
+
+def level(client: str, root: str, rate: float) -> dict[str, Any]:
+    server_p99(root)  # reset the server's TTFT record
+    r = run_baseline(root, rate) if client == "baseline" else run_servetune(root, rate)
+    r["server_p99_ttft_ms"] = server_p99(root)
+    r["rate"] = rate
+    r["ok"] = bool(
+        r["achieved"] >= RATE_FLOOR * rate
+        and r["p99_ttft_ms"] - r["server_p99_ttft_ms"] <= TTFT_SLACK_MS
+        and r["completed"] >= int(rate * LEVEL_SECONDS) * 0.99
+    )
+    return r
+
+
+def sustained(client: str, shape: str, rates: list[int]) -> tuple[float, dict[str, Any] | None]:
+    proc, root = start_server(shape, 0)
+    best, best_row, misses = 0.0, None, 0
+    try:
+        for rate in rates:
+            r = level(client, root, rate)
+            w = f" workers={r['workers']}" if "workers" in r else ""
+            print(
+                f"  {client:9s} {shape:6s} {rate:5d} req/s: achieved {r['achieved']:7.1f}  "
+                f"p99 TTFT {r['p99_ttft_ms']:6.2f} ms (server {r['server_p99_ttft_ms']:.2f})  "
+                f"cpu/req {r['cpu_per_request_ms']:.3f} ms{w}  {'ok' if r['ok'] else 'MISS'}",
+                flush=True,
+            )
+            if r["ok"]:
+                best, best_row, misses = rate, r, 0
+            else:
+                misses += 1
+                if misses >= 2:
+                    break
+    finally:
+        proc.kill()
+    return best, best_row
+
+
+def ttft_error(client: str, shape: str, rate: float) -> float:
+    proc, root = start_server(shape, 50.0)
+    try:
+        r = level(client, root, max(rate, 10))
+    finally:
+        proc.kill()
+    return float(r["p99_ttft_ms"] - r["server_p99_ttft_ms"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer, shorter levels")
+    args = ap.parse_args()
+    global LEVEL_SECONDS
+    if args.quick:
+        LEVEL_SECONDS = 2.0
+    print(
+        f"client capacity on {os.cpu_count()} cores; {LEVEL_SECONDS:g} s per level; "
+        f"{TOKENS} tokens per stream"
+    )
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+    for shape, rates in RATES.items():
+        for client in ("baseline", "servetune"):
+            best, row = sustained(client, shape, rates)
+            err = ttft_error(client, shape, best / 2) if best else float("nan")
+            results[(client, shape)] = {"rate": best, "row": row, "ttft_err": err}
+    print()
+    print(
+        f"{'shape':8s}{'client':11s}{'sustained req/s':>17s}{'cpu/req ms':>12s}"
+        f"{'p99 TTFT err @ half rate':>27s}"
+    )
+    for shape in RATES:
+        for client in ("baseline", "servetune"):
+            r = results[(client, shape)]
+            cpu = r["row"]["cpu_per_request_ms"] if r["row"] else float("nan")
+            print(f"{shape:8s}{client:11s}{r['rate']:17.0f}{cpu:12.3f}{r['ttft_err']:24.2f} ms")
+        b, s = results[("baseline", shape)], results[("servetune", shape)]
+        ratio = s["rate"] / b["rate"] if b["rate"] else float("nan")
+        print(f"{shape:8s}ratio servetune/baseline sustained rate: {ratio:.2f}x (target ≥ 1.5x)")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "serve":
+        import uvloop
+
+        uvloop.run(serve(sys.argv[2], float(sys.argv[3])))
+    elif len(sys.argv) > 1 and sys.argv[1] == "baseline":
+        import uvloop
+
+        res = uvloop.run(baseline(sys.argv[2], float(sys.argv[3]), int(sys.argv[4])))
+        print(json.dumps(res))
+    else:
+        main()

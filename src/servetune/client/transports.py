@@ -1,0 +1,102 @@
+"""Transports: how request bytes reach the server, behind one small interface.
+
+``fast`` (default): :mod:`servetune.client.fasthttp`, lean HTTP/1.1 on asyncio Protocols.
+``aiohttp``: the general-purpose client (proxies, compression, anything unusual).
+Both stream the 2xx body to a sink as ``(bytes, arrival_ns)`` and return the status and,
+for errors, the first bytes of the body.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Literal, Protocol
+
+import aiohttp
+
+from servetune.client.fasthttp import HTTPError, Pool, Sink, build_request
+
+TransportName = Literal["fast", "aiohttp"]
+
+# Long contexts stream long lines and big usage blocks; aiohttp's 64 KiB default read buffer
+# throttles them (vLLM #39963). It reads raw chunks (no line limit) into a 4 MiB buffer.
+READ_BUFSIZE = 4 * 1024 * 1024
+
+
+class Transport(Protocol):
+    def prepare(self, path: str, body: bytes) -> object:
+        """Whatever ``send`` needs, built once per request."""
+        ...
+
+    async def send(self, prepared: object, sink: Sink) -> tuple[int, bytes]: ...
+
+    async def close(self) -> None: ...
+
+
+class FastTransport:
+    def __init__(self, base_url: str, api_key: str | None) -> None:
+        self.pool = Pool(base_url)
+        self.api_key = api_key
+
+    def prepare(self, path: str, body: bytes) -> object:
+        return build_request(self.pool, path, body, self.api_key)
+
+    async def send(self, prepared: object, sink: Sink) -> tuple[int, bytes]:
+        assert isinstance(prepared, bytes)
+        resp = await self.pool.request(prepared, sink)
+        return resp.status, bytes(resp.body)
+
+    async def close(self) -> None:
+        self.pool.close()
+
+
+def make_session(
+    api_key: str | None = None, limit: int = 0, timeout_s: float | None = None
+) -> aiohttp.ClientSession:
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    connector = aiohttp.TCPConnector(limit=limit, ttl_dns_cache=300)
+    return aiohttp.ClientSession(
+        connector=connector,
+        headers=headers,
+        timeout=aiohttp.ClientTimeout(total=timeout_s),
+        read_bufsize=READ_BUFSIZE,
+        auto_decompress=False,
+    )
+
+
+class AiohttpTransport:
+    def __init__(self, base_url: str, api_key: str | None) -> None:
+        self.base = base_url.rstrip("/")
+        self.session = make_session(api_key)
+
+    def prepare(self, path: str, body: bytes) -> object:
+        return (self.base + path, body)
+
+    async def send(self, prepared: object, sink: Sink) -> tuple[int, bytes]:
+        assert isinstance(prepared, tuple)
+        url: str = prepared[0]
+        body: bytes = prepared[1]
+        clock = time.perf_counter_ns
+        async with self.session.post(url, data=body) as resp:
+            if resp.status >= 300:
+                return resp.status, await resp.content.read(4096)
+            content = resp.content
+            while True:
+                data = await content.readany()
+                if not data:
+                    break
+                sink(data, clock())
+            return resp.status, b""
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+def make_transport(name: TransportName, base_url: str, api_key: str | None) -> Transport:
+    if name == "aiohttp":
+        return AiohttpTransport(base_url, api_key)
+    return FastTransport(base_url, api_key)
+
+
+__all__ = ["HTTPError", "Transport", "TransportName", "make_session", "make_transport"]
