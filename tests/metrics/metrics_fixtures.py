@@ -24,6 +24,7 @@ def load(name: str) -> str:
     return (DATA / name).read_text()
 
 
+_LE = re.compile(r'le="([^"]+)"')
 _SAMPLE = re.compile(r"^(?P<name>[^\s{#]+)(?P<labels>\{[^\n]*\})?\s+(?P<value>\S+)", re.M)
 
 
@@ -37,7 +38,11 @@ def advanced(text: str, n: int, prefix: str = "vllm:") -> str:
         if not name.startswith(prefix):
             return m.group(0)
         v = float(value)
-        if name.endswith(("_bucket", "_count")) and not name.endswith("_created"):
+        if name.endswith("_bucket"):
+            le = _LE.search(labels)
+            if le is not None and float(le.group(1)) >= 0.05:  # 0.05 lies in every le >= it
+                v += 10 * n
+        elif name.endswith("_count"):
             v += 10 * n
         elif name.endswith("_sum"):
             v += 10 * n * 0.05

@@ -1,0 +1,286 @@
+"""The scraper live against real HTTP servers on 127.0.0.1, including the broken ones."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from live_server import serve, text_handler, wait_until
+from metrics_fixtures import advanced, load
+
+from servetune.metrics.scraper import MetricsScraper, metrics_url_for
+from servetune.results import server_series as ss
+from servetune.results.io import SERVER_METRICS_FILE, iter_jsonl, read_server_series
+from servetune.results.schema import ServerInfo
+
+INTERVAL = 0.05
+
+
+def warnings_from_scraper(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [
+        r
+        for r in caplog.records
+        if r.name == "servetune.metrics.scraper" and r.levelno >= logging.WARNING
+    ]
+
+
+@pytest.mark.parametrize(
+    ("base", "expected"),
+    [
+        ("http://h:8000/v1", "http://h:8000/metrics"),
+        ("http://h:8000/v1/", "http://h:8000/metrics"),
+        ("http://h:8000", "http://h:8000/metrics"),
+        ("https://gw.example/team/llm/v1", "https://gw.example/team/llm/metrics"),
+        ("http://127.0.0.1:9/v1?x=1", "http://127.0.0.1:9/metrics"),
+    ],
+)
+def test_metrics_url_for(base: str, expected: str) -> None:
+    assert metrics_url_for(base) == expected
+
+
+def test_vllm_live_counters_change_between_scrapes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    base = load("vllm_v1_0.10.txt")
+    handler, hits = text_handler(lambda n: advanced(base, n))
+    out = tmp_path / SERVER_METRICS_FILE
+
+    async def main() -> tuple[ServerInfo, int, MetricsScraper]:
+        async with serve({"/metrics": handler}) as (url, _):
+            t0 = time.perf_counter_ns()
+            s = MetricsScraper(metrics_url_for(url + "/v1"), out, t0, interval_s=INTERVAL)
+            await s.start()
+            await wait_until(lambda: len(s.samples) >= 5)
+            # appended as they come: a run killed now keeps them
+            lines_now = len(out.read_bytes().splitlines())
+            return await s.stop(), lines_now, s
+
+    with caplog.at_level(logging.INFO, logger="servetune.metrics"):
+        info, lines_before_stop, scraper = asyncio.run(main())
+    assert lines_before_stop >= 5
+    assert not warnings_from_scraper(caplog)
+    assert info.error is None
+    assert info.engine == "vllm"
+    assert info.summary["engine_version"] == "V1 (>=0.10)"
+    assert info.metrics_url.endswith("/metrics")
+    assert info.names_found[ss.KV_CACHE_USAGE] == "vllm:kv_cache_usage_perc"
+    assert info.names_found[ss.TTFT_SECONDS] == "vllm:time_to_first_token_seconds"
+    assert info.names_missing == [ss.TPOT_SECONDS]
+    assert any("tpot_seconds not exposed by this server" in r.message for r in caplog.records)
+
+    series = read_server_series(tmp_path)
+    assert len(series) == info.samples == hits[0] >= 6  # the final scrape of stop() included
+    ts = [s.t for s in series]
+    assert ts[0] < 0.5  # the first scrape runs at once
+    assert ts == sorted(ts)
+    # paced by the interval (the last one is stop()'s final scrape, taken whenever it is called)
+    loop_ts = ts[:-1]
+    assert all(b - a >= INTERVAL * 0.5 for a, b in itertools.pairwise(loop_ts))
+    gen = [s.values[ss.GENERATION_TOKENS_TOTAL] for s in series]
+    assert [b - a for a, b in itertools.pairwise(gen)] == [100.0] * (len(gen) - 1)
+    assert [s.values[ss.WAITING] for s in series] == [float(i) for i in range(len(series))]
+    assert series[-1].histograms[ss.TTFT_SECONDS].count == 240 + 10 * (len(series) - 1)
+    # the file holds what the scraper kept in memory
+    assert [s.t for s in scraper.samples] == ts
+
+    summ = info.summary
+    span = ts[-1] - ts[0]
+    assert summ["generation_tokens_per_s"] == pytest.approx(100 * (len(ts) - 1) / span)
+    assert summ["ttft_ms"]["count"] == 10 * (len(ts) - 1)
+    # every windowed observation was 0.05 s: inside the (0.04, 0.06] bucket
+    assert 40.0 <= summ["ttft_ms"]["p50"] <= 60.0
+    assert summ["waiting_slope_per_s"] > 0
+
+
+def test_llamacpp_recent_build_reports_kv_missing(tmp_path: Path) -> None:
+    handler, _ = text_handler(lambda n: load("llamacpp_b11434.txt"))
+
+    async def main() -> ServerInfo:
+        async with serve({"/metrics": handler}) as (url, _):
+            s = MetricsScraper(url + "/metrics", tmp_path / "m.jsonl", time.perf_counter_ns(), 1.0)
+            await s.start()
+            await wait_until(lambda: len(s.samples) >= 1)
+            return await s.stop()
+
+    info = asyncio.run(main())
+    assert info.error is None
+    assert (info.engine, info.names_missing) == ("llamacpp", [ss.KV_CACHE_USAGE])
+    assert info.samples == 2
+
+
+def _run_failing(
+    tmp_path: Path, routes: dict[str, object] | None, attempts: int = 4
+) -> tuple[ServerInfo, MetricsScraper]:
+    """Scrape a broken target for ``attempts`` scrapes; None = nothing listens on the port."""
+
+    async def scrape(url: str) -> tuple[ServerInfo, MetricsScraper]:
+        s = MetricsScraper(url + "/metrics", tmp_path / "m.jsonl", time.perf_counter_ns(), INTERVAL)
+        await s.start()
+        await wait_until(lambda: len(s.block_s) >= attempts)
+        return await s.stop(), s
+
+    async def main() -> tuple[ServerInfo, MetricsScraper]:
+        if routes is None:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            return await scrape(f"http://127.0.0.1:{port}")
+        async with serve(routes) as (url, _):  # type: ignore[arg-type]
+            return await scrape(url)
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("404", "answered HTTP 404"),
+        ("refused", "cannot connect"),
+        ("garbage", "is not Prometheus text"),
+        ("foreign", "no vLLM, SGLang, TGI or llama.cpp metric names"),
+    ],
+)
+def test_broken_metrics_reported_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, case: str, message: str
+) -> None:
+    html = "<html><head><title>Welcome</title></head>\n<body>hello</body></html>\n"
+    foreign = "# TYPE python_gc_objects_collected_total counter\n" + "\n".join(
+        f'python_gc_objects_collected_total{{generation="{i}"}} {i}.0' for i in range(3)
+    )
+    routes: dict[str, object] | None
+    if case == "404":
+        routes = {"/other": text_handler(lambda n: "")[0]}
+    elif case == "refused":
+        routes = None
+    elif case == "garbage":
+        routes = {"/metrics": text_handler(lambda n: html)[0]}
+    else:
+        routes = {"/metrics": text_handler(lambda n: foreign)[0]}
+    with caplog.at_level(logging.INFO, logger="servetune.metrics"):
+        info, scraper = _run_failing(tmp_path, routes)
+    warned = warnings_from_scraper(caplog)
+    assert len(warned) == 1, [r.message for r in warned]
+    assert message in warned[0].getMessage()
+    assert info.error is not None and message in info.error
+    assert info.samples == 0 and info.engine is None
+    assert len(scraper.block_s) >= 5  # it went on trying, quietly
+    assert (tmp_path / "m.jsonl").read_bytes() == b""
+
+
+def test_recovers_after_a_bad_start(tmp_path: Path) -> None:
+    page = load("sglang_recent.txt")
+
+    async def handle(req: web.Request) -> web.Response:
+        hits[0] += 1
+        if hits[0] <= 2:
+            return web.Response(status=503, text="starting")
+        return web.Response(text=page)
+
+    hits = [0]
+
+    async def main() -> ServerInfo:
+        async with serve({"/metrics": handle}) as (url, _):
+            s = MetricsScraper(url + "/metrics", tmp_path / "m.jsonl", time.perf_counter_ns(), 0.05)
+            await s.start()
+            await wait_until(lambda: len(s.samples) >= 2)
+            return await s.stop()
+
+    info = asyncio.run(main())
+    assert info.engine == "sglang"
+    assert info.error is not None
+    assert "HTTP 503" in info.error and "later scrapes succeeded" in info.error
+    assert info.samples >= 2
+
+
+def test_server_gone_mid_run_keeps_samples(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    handler, hits = text_handler(lambda n: load("tgi.txt"))
+
+    async def main() -> ServerInfo:
+        async with serve({"/metrics": handler}) as (url, runner):
+            s = MetricsScraper(url + "/metrics", tmp_path / "m.jsonl", time.perf_counter_ns(), 0.05)
+            await s.start()
+            await wait_until(lambda: len(s.samples) >= 3)
+            await runner.cleanup()
+            n = len(s.block_s)
+            await wait_until(lambda: len(s.block_s) >= n + 3)
+            return await s.stop()
+
+    with caplog.at_level(logging.WARNING, logger="servetune.metrics"):
+        info = asyncio.run(main())
+    assert info.engine == "tgi"
+    assert info.samples == hits[0] >= 3
+    lines = (tmp_path / "m.jsonl").read_bytes().splitlines()
+    assert len(lines) == info.samples
+    assert info.error is not None
+    assert len(warnings_from_scraper(caplog)) == 1
+
+
+def test_dcgm_gpu_figures_join_the_samples(tmp_path: Path) -> None:
+    vllm, _ = text_handler(lambda n: load("vllm_0.8_v0.txt"))
+    dcgm, dcgm_hits = text_handler(lambda n: load("dcgm_exporter.txt"))
+
+    async def main() -> ServerInfo:
+        async with serve({"/metrics": vllm, "/dcgm/metrics": dcgm}) as (url, _):
+            s = MetricsScraper(
+                url + "/metrics",
+                tmp_path / "m.jsonl",
+                time.perf_counter_ns(),
+                0.05,
+                dcgm_url=url + "/dcgm/metrics",
+            )
+            await s.start()
+            await wait_until(lambda: len(s.samples) >= 2)
+            return await s.stop()
+
+    info = asyncio.run(main())
+    assert info.summary["gpu_source"] == "dcgm"
+    rows = [obj for _, obj in iter_jsonl(tmp_path / "m.jsonl")]
+    assert len(rows) == info.samples == dcgm_hits[0]
+    v = rows[0]["values"]
+    assert v[ss.GPU_UTILIZATION] == pytest.approx(0.8)  # mean of 90 % and 70 %
+    assert v[ss.GPU_MEMORY_USED_BYTES] == (77000 + 75000) * 2**20
+    assert v[ss.GPU_MEMORY_TOTAL_BYTES] == (77000 + 4000 + 75000 + 6000) * 2**20
+    assert v[ss.KV_CACHE_USAGE] == pytest.approx(0.8731)
+    assert info.summary["gpu_utilization_mean"] == pytest.approx(0.8)
+
+
+def test_a_dcgm_failure_never_stops_the_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    vllm, _ = text_handler(lambda n: load("vllm_v1_0.10.txt"))
+
+    async def main() -> ServerInfo:
+        async with serve({"/metrics": vllm}) as (url, _):
+            s = MetricsScraper(
+                url + "/metrics",
+                tmp_path / "m.jsonl",
+                time.perf_counter_ns(),
+                0.05,
+                dcgm_url=url + "/no-dcgm-here",
+            )
+            await s.start()
+            await wait_until(lambda: len(s.samples) >= 3)
+            return await s.stop()
+
+    with caplog.at_level(logging.WARNING):
+        info = asyncio.run(main())
+    assert info.error is None and info.samples >= 3
+    assert "HTTP 404" in info.summary["gpu_error"]
+    gpu_warnings = [r for r in caplog.records if "GPU metrics unavailable" in r.getMessage()]
+    assert len(gpu_warnings) == 1
+
+
+def test_stop_without_start_and_bad_interval(tmp_path: Path) -> None:
+    s = MetricsScraper("http://127.0.0.1:9/metrics", tmp_path / "m.jsonl", 0)
+    info = asyncio.run(s.stop())
+    assert info.samples == 0 and info.error is None
+    with pytest.raises(ValueError):
+        MetricsScraper("http://127.0.0.1:9/metrics", tmp_path / "m.jsonl", 0, interval_s=0)
