@@ -1,0 +1,134 @@
+"""Load-level planning: the levels of a sweep, their folder labels, and ``--request-rates auto``.
+
+``auto`` first runs one probe at an unbounded rate (every request sent at once), which measures
+the saturation throughput X_sat; the levels then go from ~10% to ~120% of X_sat, denser near
+saturation where the knee lives (fractions in :data:`AUTO_FRACTIONS`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.interpolate import PchipInterpolator
+
+from servetune.errors import ConfigError
+from servetune.results.schema import BenchConfig
+from servetune.results.sweep_schema import LevelRole, LoadMode, PlannedLevel
+
+DEFAULT_RATES: tuple[float, ...] = (8.0, 16.0, 32.0, 64.0, 128.0)
+"""The seed's sweep."""
+AUTO_FRACTIONS: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.85, 0.95, 1.05, 1.2)
+"""Levels as fractions of the probed saturation throughput, for the default 8 levels; other
+counts sample the same monotone shape (PCHIP through these anchors)."""
+PROBE_LABEL = "probe-inf"
+
+
+def format_value(v: float) -> str:
+    """A short, filesystem-safe number: 8, 12.5, 0.25, inf."""
+    if math.isinf(v):
+        return "inf"
+    text = f"{v:.4f}".rstrip("0").rstrip(".")
+    return text or "0"
+
+
+def level_label(mode: LoadMode, value: float, role: LevelRole = "level") -> str:
+    base = f"rate-{format_value(value)}" if mode == "rate" else f"conc-{format_value(value)}"
+    if role == "probe":
+        return PROBE_LABEL
+    if role == "confirm":
+        return f"confirm-{base}"
+    return base
+
+
+def parse_rates(text: str) -> list[float] | str:
+    """``8,16,32`` → [8, 16, 32]; ``auto`` → "auto"; ``inf`` allowed as a level."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    out: list[float] = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        try:
+            v = float(part)
+        except ValueError:
+            raise ConfigError(
+                f"--request-rates: {part!r} is not a number",
+                hint="give rates in req/s separated by commas, e.g. 8,16,32,64,128, or 'auto'",
+            ) from None
+        if not v > 0:
+            raise ConfigError(f"--request-rates: every rate must be > 0 (got {part})")
+        out.append(v)
+    if not out:
+        raise ConfigError("--request-rates is empty", hint="e.g. --request-rates 8,16,32,64,128")
+    return sorted(set(out))
+
+
+def parse_concurrencies(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        try:
+            v = int(part)
+        except ValueError:
+            raise ConfigError(
+                f"--concurrencies: {part!r} is not a whole number",
+                hint="e.g. --concurrencies 1,2,4,8,16,32",
+            ) from None
+        if v < 1:
+            raise ConfigError(f"--concurrencies: every value must be ≥ 1 (got {part})")
+        out.append(v)
+    if not out:
+        raise ConfigError("--concurrencies is empty", hint="e.g. --concurrencies 1,2,4,8,16")
+    return sorted(set(out))
+
+
+def round_sig(v: float, digits: int = 3) -> float:
+    if v <= 0 or math.isinf(v):
+        return v
+    return float(f"{v:.{digits}g}")
+
+
+def auto_fractions(n: int) -> list[float]:
+    """``n`` fractions of the saturation throughput, from 0.1 to 1.2, denser near 1."""
+    if n < 2:
+        raise ConfigError(f"--auto-levels must be ≥ 2 (got {n})")
+    anchors_t = np.linspace(0.0, 1.0, len(AUTO_FRACTIONS))
+    shape = PchipInterpolator(anchors_t, np.array(AUTO_FRACTIONS))
+    return [float(f) for f in shape(np.linspace(0.0, 1.0, n))]
+
+
+def auto_rates(saturation_rps: float, n: int = len(AUTO_FRACTIONS)) -> list[float]:
+    """Rates for a sweep around a measured saturation throughput (req/s)."""
+    if not saturation_rps > 0 or math.isinf(saturation_rps):
+        raise ConfigError(
+            "cannot place auto levels: the probe measured a throughput of "
+            f"{saturation_rps:g} req/s",
+            hint="check the probe level's run.json for failures, or give --request-rates",
+        )
+    rates = sorted({round_sig(f * saturation_rps) for f in auto_fractions(n)})
+    return [r for r in rates if r > 0]
+
+
+def plan_levels(mode: LoadMode, values: list[float] | list[int]) -> list[PlannedLevel]:
+    return [
+        PlannedLevel(label=level_label(mode, float(v)), mode=mode, value=float(v))
+        for v in sorted(values)
+    ]
+
+
+def probe_level() -> PlannedLevel:
+    return PlannedLevel(label=PROBE_LABEL, mode="rate", value=math.inf, role="probe")
+
+
+def level_config(base: BenchConfig, level: PlannedLevel) -> BenchConfig:
+    """The bench configuration of one level: the base with the level's rate or concurrency."""
+    if level.mode == "rate":
+        update: dict[str, object] = {"request_rate": level.value, "label": level.label}
+    else:
+        update = {
+            "max_concurrency": int(level.value),
+            "label": level.label,
+        }
+    return base.model_copy(update=update)

@@ -1,0 +1,300 @@
+"""The sweep runner: one level after another, each level a complete run directory, and
+``sweep.json`` rewritten after every level so that a killed sweep keeps what it measured.
+
+A level is run by an injected ``run_level(cfg, level_dir) -> RunResult`` (the real-time bench,
+the offline simulator, or a test double). ``--resume`` reuses every level whose ``run.json`` is
+complete and matches the level's configuration, and re-runs the others from scratch.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from servetune.errors import ConfigError, ResultError, ServetuneError
+from servetune.results.io import RUN_FILE, SWEEP_FILE, ensure_result_dir, read_run_result
+from servetune.results.schema import BenchConfig, RunResult
+from servetune.results.sweep_schema import (
+    LevelRow,
+    PlannedLevel,
+    SweepConfig,
+    SweepResult,
+    read_sweep_result,
+    write_sweep_result,
+)
+from servetune.sweep import fmt
+from servetune.sweep.analysis import analyse
+from servetune.sweep.curve import row_from_run
+from servetune.sweep.levels import (
+    auto_rates,
+    level_config,
+    level_label,
+    plan_levels,
+    probe_level,
+)
+
+LevelRunner = Callable[[BenchConfig, Path], RunResult]
+LEVELS_DIR = "levels"
+
+
+class ServerControl(Protocol):
+    """Starts and stops the server under test (``--server-cmd``)."""
+
+    def start(self, log_path: Path) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): obj}
+
+
+def config_differences(old: SweepConfig, new: SweepConfig) -> list[str]:
+    a = _flatten(old.model_dump(mode="json"))
+    b = _flatten(new.model_dump(mode="json"))
+    return [
+        f"{key}: {a.get(key)!r} → {b.get(key)!r}"
+        for key in sorted(set(a) | set(b))
+        if a.get(key) != b.get(key)
+    ]
+
+
+def _same_level_config(done: BenchConfig, wanted: BenchConfig) -> bool:
+    return done.model_dump(mode="json") == wanted.model_dump(mode="json")
+
+
+def level_line(row: LevelRow, index: int, total: int, note: str = "") -> str:
+    parts = [
+        f"[{index}/{total}] {row.label}:",
+        f"{fmt.num(row.request_throughput)} req/s",
+        f"({fmt.num(row.output_throughput)} tok/s),",
+        f"P99 TTFT {fmt.ms(row.ttft_p99)},",
+        f"TPOT {fmt.ms(row.tpot_p99)},",
+        f"E2E {fmt.ms(row.e2el_p99)}",
+    ]
+    if row.server and row.server.kv_cache_usage_mean is not None:
+        parts.append(f"| KV {row.server.kv_cache_usage_mean:.0%}")
+    if row.server and row.server.waiting_mean is not None:
+        parts.append(f"waiting {fmt.num(row.server.waiting_mean, 2)}")
+    if note:
+        parts.append(f"[{note}]")
+    return " ".join(parts)
+
+
+class SweepRunner:
+    """Runs the levels of one sweep into ``sweep_dir`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: SweepConfig,
+        sweep_dir: str | Path,
+        run_level: LevelRunner,
+        *,
+        resume: bool = False,
+        server: ServerControl | None = None,
+        command: Sequence[str] = (),
+        echo: Callable[[str], None] = print,
+    ) -> None:
+        self.config = config
+        self.sweep_dir = Path(sweep_dir)
+        self.run_level = run_level
+        self.resume = resume
+        self.server = server
+        self.echo = echo
+        self.command = list(command)
+        self.reused: list[str] = []
+        self.ran: list[str] = []
+        self._server_up = False
+        self.result: SweepResult | None = None
+
+    # --- set-up ---------------------------------------------------------------------
+    def _open(self) -> SweepResult:
+        ensure_result_dir(self.sweep_dir)
+        path = self.sweep_dir / SWEEP_FILE
+        now = _now()
+        if path.exists():
+            if not self.resume:
+                raise ConfigError(
+                    f"{self.sweep_dir} already holds a sweep ({SWEEP_FILE})",
+                    hint="pass --resume to continue it, or choose another --result-dir",
+                )
+            old = read_sweep_result(self.sweep_dir)
+            diffs = config_differences(old.config, self.config)
+            if diffs:
+                raise ConfigError(
+                    f"cannot resume {self.sweep_dir}: the sweep was started with other settings "
+                    f"({'; '.join(diffs[:6])}{' …' if len(diffs) > 6 else ''})",
+                    hint="resume with the same flags as the first run (its command is in "
+                    f'{SWEEP_FILE} under "command"), or choose another --result-dir',
+                )
+            old.status = "running"
+            old.updated_at = now
+            return old
+        if self.resume:
+            self.echo(f"nothing to resume in {self.sweep_dir}: starting a new sweep")
+        return SweepResult(created_at=now, updated_at=now, command=self.command, config=self.config)
+
+    def _save(self) -> None:
+        assert self.result is not None
+        self.result.updated_at = _now()
+        analyse(self.result)
+        write_sweep_result(self.sweep_dir, self.result)
+
+    # --- one level ------------------------------------------------------------------
+    def _level_dir(self, level: PlannedLevel) -> Path:
+        return self.sweep_dir / LEVELS_DIR / level.label
+
+    def _reusable(self, level: PlannedLevel, cfg: BenchConfig) -> RunResult | None:
+        d = self._level_dir(level)
+        if not (d / RUN_FILE).is_file():
+            return None
+        try:
+            done = read_run_result(d)
+        except ResultError:
+            return None
+        if done.status != "complete" or not _same_level_config(done.config, cfg):
+            return None
+        return done
+
+    def _ensure_server(self, log_path: Path) -> None:
+        if self.server is not None and not self._server_up:
+            self.echo(f"starting the server (log: {log_path})")
+            self.server.start(log_path)
+            self._server_up = True
+
+    def _stop_server(self) -> None:
+        if self.server is not None and self._server_up:
+            self._server_up = False
+            self.server.stop()
+
+    def run_one(self, level: PlannedLevel, index: int, total: int) -> LevelRow:
+        """Run (or reuse) one level and record its row; returns the row."""
+        assert self.result is not None
+        cfg = level_config(self.config.bench, level)
+        d = self._level_dir(level)
+        rows = [r for r in self.result.rows if r.label != level.label]
+        done = self._reusable(level, cfg) if self.resume else None
+        if done is not None:
+            row = row_from_run(level, d, self.sweep_dir, done)
+            self.reused.append(level.label)
+            self.echo(level_line(row, index, total, "done before: reused"))
+        else:
+            if d.exists():
+                # A level cut short by a kill: its partial files must not mix with a new run.
+                shutil.rmtree(d)
+            d.mkdir(parents=True)
+            restart = self.config.restart_per_level
+            self._ensure_server(d / "server.log" if restart else self.sweep_dir / "server.log")
+            try:
+                run = self.run_level(cfg, d)
+            finally:
+                if restart:
+                    self._stop_server()
+            row = row_from_run(level, d, self.sweep_dir, run)
+            self.ran.append(level.label)
+            self.echo(level_line(row, index, total))
+        self.result.rows = [*rows, row]
+        self._save()
+        if row.status == "interrupted":
+            raise KeyboardInterrupt
+        return row
+
+    # --- the sweep ------------------------------------------------------------------
+    def _plan(self) -> list[PlannedLevel]:
+        cfg = self.config
+        if cfg.mode == "concurrency":
+            return plan_levels("concurrency", cfg.concurrencies or [])
+        rates = cfg.request_rates
+        if rates == "auto":
+            return []  # planned after the probe
+        return plan_levels("rate", list(rates or []))
+
+    def run(self) -> SweepResult:
+        self.result = self._open()
+        result = self.result
+        try:
+            if self.config.mode == "rate" and self.config.request_rates == "auto":
+                probe = probe_level()
+                result.planned = [probe]
+                self.echo("probing the saturation throughput with one unbounded-rate level")
+                row = self.run_one(probe, 1, 1)
+                rates = auto_rates(row.request_throughput, self.config.auto_levels)
+                self.echo(
+                    f"saturation ≈ {fmt.num(row.request_throughput)} req/s → levels "
+                    f"{fmt.loads(rates)} req/s"
+                )
+                levels = plan_levels("rate", rates)
+                result.planned = [probe, *levels]
+            else:
+                levels = self._plan()
+                result.planned = levels
+            if not levels:
+                raise ConfigError(
+                    "the sweep has no levels", hint="give --request-rates or --concurrencies"
+                )
+            self._save()
+            for i, level in enumerate(levels, 1):
+                self.run_one(level, i, len(levels))
+            self._confirm()
+            result.status = "complete"
+        except KeyboardInterrupt:
+            result.status = "interrupted"
+            self._save()
+            raise
+        except ServetuneError:
+            result.status = "failed"
+            self._save()
+            raise
+        finally:
+            self._stop_server()
+        self._save()
+        return result
+
+    def _confirm(self) -> None:
+        """``--confirm``: one more level at the interpolated SLO-max load."""
+        assert self.result is not None
+        sm = self.result.slo_max
+        if not self.config.confirm or sm is None or sm.status != "found" or not sm.interpolated:
+            return
+        if sm.offered is None:
+            return
+        mode = self.config.mode
+        value = round(sm.offered, 3) if mode == "rate" else float(int(sm.offered))
+        level = PlannedLevel(
+            label=level_label(mode, value, "confirm"), mode=mode, value=value, role="confirm"
+        )
+        self.result.planned = [
+            *(p for p in self.result.planned if p.label != level.label),
+            level,
+        ]
+        self.echo(f"confirming the SLO-max with one more level at {fmt.load(value, mode)}")
+        self.run_one(level, 1, 1)
+
+
+def run_sweep(
+    config: SweepConfig,
+    sweep_dir: str | Path,
+    run_level: LevelRunner,
+    *,
+    resume: bool = False,
+    server: ServerControl | None = None,
+    command: Sequence[str] = (),
+    echo: Callable[[str], None] = print,
+) -> SweepResult:
+    """Run a whole sweep (see :class:`SweepRunner`)."""
+    runner = SweepRunner(
+        config, sweep_dir, run_level, resume=resume, server=server, command=command, echo=echo
+    )
+    return runner.run()
