@@ -59,3 +59,39 @@ def test_malformed_event_is_counted_not_raised() -> None:
     st = StreamState(chat=False)
     st.feed(b"data: {not json\n\n" + ev({"choices": [{"text": "a"}]}), 3)
     assert st.malformed == 1 and st.chunk_ns == [3]
+
+
+def test_event_kinds_in_compact_and_spaced_json() -> None:
+    """Content chunks are told from usage-only, error and finish events in every spelling."""
+    shapes = [
+        {"choices": [{"index": 0, "text": "a", "finish_reason": None}]},
+        {"choices": [{"index": 0, "text": "b"}]},
+        {"choices": [{"index": 0, "delta": {"content": "c"}, "finish_reason": None}]},
+        {"choices": [{"index": 0, "text": "d", "finish_reason": "stop"}]},
+        {"choices": [], "usage": {"completion_tokens": 4, "prompt_tokens": 1}},
+        {"choices": [{"text": "e"}], "usage": {"completion_tokens": 5}},
+        {"error": {"message": "x"}},
+        {"object": "error", "message": "y"},
+        {"choices": [{"text": 'the word "error" and "usage" in text'}]},
+    ]
+    for obj in shapes:
+        for spaced in (False, True):
+            raw = orjson.dumps(obj)
+            if spaced:
+                raw = raw.replace(b'":', b'": ').replace(b",", b", ")
+            st = StreamState(chat="delta" in str(obj))
+            st.feed(b"data: " + raw + b"\n\n", 1)
+            has_choices = bool(obj.get("choices"))
+            assert (st.chunk_ns == [1]) == has_choices, obj
+            if "error" in obj or obj.get("object") == "error":
+                assert st.error is not None
+            if obj.get("choices") and obj["choices"][0].get("finish_reason"):
+                assert st.finish_reason == "stop"
+
+
+def test_generated_text_in_order() -> None:
+    st = StreamState(chat=False)
+    st.feed(ev({"choices": [{"text": "a"}]}), 1)
+    st.feed(ev({"choices": [{"text": "b"}], "usage": {"completion_tokens": 2}}), 2)
+    st.feed(ev({"choices": [{"text": "c", "finish_reason": "length"}]}), 3)
+    assert st.generated_text() == "abc"

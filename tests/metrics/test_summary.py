@@ -11,27 +11,42 @@ from servetune.results.vllm_keys import vllm_keys
 MS = 1_000_000
 
 
-def rec(i: int, send: float, ttft: float, gaps: list[float], n: int | None = None,
-        status: str = "ok", sched: float | None = None) -> RequestRecord:
+def rec(
+    i: int,
+    send: float,
+    ttft: float,
+    gaps: list[float],
+    n: int | None = None,
+    status: str = "ok",
+    sched: float | None = None,
+) -> RequestRecord:
     """A record from milliseconds: send time, TTFT and chunk gaps."""
     first = send + ttft
     chunks = [first]
     for g in gaps:
         chunks.append(chunks[-1] + g)
     return RequestRecord(
-        id=i, status=status, scheduled_ns=int((send if sched is None else sched) * MS),
-        eligible_ns=int((send if sched is None else sched) * MS), send_ns=int(send * MS),
-        first_ns=int(first * MS), last_ns=int(chunks[-1] * MS), end_ns=int(chunks[-1] * MS) + 1,
-        chunk_ns=[int(c * MS) for c in chunks], planned_input_len=100, planned_output_len=n,
-        output_tokens=len(chunks) if n is None else n, tokens_source="usage",
+        id=i,
+        status=status,
+        scheduled_ns=int((send if sched is None else sched) * MS),
+        eligible_ns=int((send if sched is None else sched) * MS),
+        send_ns=int(send * MS),
+        first_ns=int(first * MS),
+        last_ns=int(chunks[-1] * MS),
+        end_ns=int(chunks[-1] * MS) + 1,
+        chunk_ns=[int(c * MS) for c in chunks],
+        planned_input_len=100,
+        planned_output_len=n,
+        output_tokens=len(chunks) if n is None else n,
+        tokens_source="usage",
     )
 
 
 def test_hand_computed_summary() -> None:
     records = [
-        rec(0, 0, 100, [10, 10, 10]),            # 4 tokens, e2e 130, tpot 10
-        rec(1, 50, 200, [20, 40]),               # 3 tokens, e2e 260, tpot 30
-        rec(2, 100, 50, [5, 5, 5, 5], n=9),      # 9 tokens in 5 chunks: tpot = 20/8
+        rec(0, 0, 100, [10, 10, 10]),  # 4 tokens, e2e 130, tpot 10
+        rec(1, 50, 200, [20, 40]),  # 3 tokens, e2e 260, tpot 30
+        rec(2, 100, 50, [5, 5, 5, 5], n=9),  # 9 tokens in 5 chunks: tpot = 20/8
     ]
     s = summarize(records)
     assert s.completed == 3 and s.failed == 0
@@ -105,16 +120,44 @@ def test_vllm_keys_are_flat_and_named_like_vllm() -> None:
     records = [rec(i, i * 10, 50, [5, 5]) for i in range(20)]
     cfg = BenchConfig(request_rate=100)
     result = RunResult(
-        config=cfg, environment=environment(),
+        config=cfg,
+        environment=environment(),
         target=TargetInfo(base_url="http://x/v1", model="m"),
-        client_health=client_health(records, 100, None, 1), summary=summarize(records),
+        client_health=client_health(records, 100, None, 1),
+        summary=summarize(records),
     )
     k = vllm_keys(result)
-    for key in ("duration", "completed", "total_input_tokens", "total_output_tokens",
-                "request_throughput", "output_throughput", "total_token_throughput",
-                "mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
-                "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms", "request_goodput"):
+    for key in (
+        "duration",
+        "completed",
+        "total_input_tokens",
+        "total_output_tokens",
+        "request_throughput",
+        "output_throughput",
+        "total_token_throughput",
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "std_ttft_ms",
+        "p99_ttft_ms",
+        "mean_tpot_ms",
+        "p99_tpot_ms",
+        "mean_itl_ms",
+        "p99_itl_ms",
+        "mean_e2el_ms",
+        "request_goodput",
+    ):
         assert key in k, key
     assert k["mean_ttft_ms"] == pytest.approx(50)
     assert k["mean_tpot_ms"] == pytest.approx(5)
     assert k["request_rate"] == 100
+
+
+def test_large_sample_ci_uses_order_statistics_and_brackets_p99() -> None:
+    from servetune.metrics.stats import describe
+
+    rng = np.random.default_rng(1)
+    vals = rng.lognormal(1.0, 0.5, 200_000)
+    st = describe(vals)
+    assert st.p99_ci is not None
+    lo, hi = st.p99_ci
+    assert lo < st.p99 < hi and (hi - lo) / st.p99 < 0.05

@@ -142,7 +142,7 @@ class OpenAIClient:
         out_tokens, source = st.completion_tokens, "usage"
         if out_tokens is None and chunks:
             if self.tokenizer is not None and self.tokenizer.exact:
-                out_tokens, source = self.tokenizer.count("".join(st.texts)), "tokenizer"
+                out_tokens, source = self.tokenizer.count(st.generated_text()), "tokenizer"
             else:
                 out_tokens, source = len(chunks), "chunks"
         scheduled, eligible, send, end = times

@@ -99,6 +99,9 @@ class StreamState:
             if usage.get("prompt_tokens") is not None:
                 self.prompt_tokens = int(usage["prompt_tokens"])
 
+    def generated_text(self) -> str:
+        return "".join(self.texts)
+
 
 def error_message(obj: Any) -> str:
     """The human message inside an OpenAI/vLLM/TGI/llama.cpp error body."""
