@@ -52,6 +52,9 @@ class EngineConfig(BaseModel):
     usage_context: UsageContext = "openai_api_server"
     served_model_name: str | None = None
     seed: int = 0
+    interconnect_gb_s: float | None = None
+    """Hardware override, not a vLLM flag: the GPUs' all-reduce bandwidth (GB/s) when it is
+    not the catalog's (e.g. TP across containers that fall back to sockets)."""
 
     def resolve(self) -> ResolvedConfig:
         """Look up the GPU and model, apply vLLM's defaults and check the knobs."""
@@ -62,18 +65,29 @@ class EngineConfig(BaseModel):
         r = self.resolve()
         args = [
             r.model.name,
-            "--tensor-parallel-size", str(r.tensor_parallel_size),
-            "--max-num-seqs", str(r.max_num_seqs),
-            "--max-num-batched-tokens", str(r.max_num_batched_tokens),
-            "--gpu-memory-utilization", f"{r.gpu_memory_utilization:g}",
-            "--max-model-len", str(r.max_model_len),
-            "--block-size", str(r.block_size),
-            "--kv-cache-dtype", r.kv_cache_dtype,
+            "--tensor-parallel-size",
+            str(r.tensor_parallel_size),
+            "--max-num-seqs",
+            str(r.max_num_seqs),
+            "--max-num-batched-tokens",
+            str(r.max_num_batched_tokens),
+            "--gpu-memory-utilization",
+            f"{r.gpu_memory_utilization:g}",
+            "--max-model-len",
+            str(r.max_model_len),
+            "--block-size",
+            str(r.block_size),
+            "--kv-cache-dtype",
+            r.kv_cache_dtype,
         ]
-        args.append("--enable-chunked-prefill" if r.enable_chunked_prefill
-                    else "--no-enable-chunked-prefill")
-        args.append("--enable-prefix-caching" if r.enable_prefix_caching
-                    else "--no-enable-prefix-caching")
+        args.append(
+            "--enable-chunked-prefill"
+            if r.enable_chunked_prefill
+            else "--no-enable-chunked-prefill"
+        )
+        args.append(
+            "--enable-prefix-caching" if r.enable_prefix_caching else "--no-enable-prefix-caching"
+        )
         if r.quantization:
             args += ["--quantization", r.quantization]
         return args
@@ -98,6 +112,7 @@ class ResolvedConfig(BaseModel):
     kv_cache_dtype: str
     block_size: int
     seed: int
+    interconnect_gb_s: float
     defaults_applied: dict[str, Any]
     """Knobs the user left unset and the value vLLM's rule gave them."""
 
@@ -125,6 +140,7 @@ class ResolvedConfig(BaseModel):
             "quantization": self.quantization,
             "kv_cache_dtype": self.kv_cache_dtype,
             "block_size": self.block_size,
+            "interconnect_gb_s": self.interconnect_gb_s,
             "defaults_applied": self.defaults_applied,
         }
 
@@ -152,9 +168,7 @@ def resolve(cfg: EngineConfig) -> ResolvedConfig:
     applied: dict[str, Any] = {}
     tp = cfg.tensor_parallel_size
     if tp < 1:
-        raise SimError(
-            f"--tensor-parallel-size must be ≥ 1 (got {tp})", hint="use 1, 2, 4 or 8"
-        )
+        raise SimError(f"--tensor-parallel-size must be ≥ 1 (got {tp})", hint="use 1, 2, 4 or 8")
     if model.num_attention_heads % tp:
         raise SimError(
             f"Total number of attention heads ({model.num_attention_heads}) must be divisible "
@@ -174,8 +188,7 @@ def resolve(cfg: EngineConfig) -> ResolvedConfig:
     if not 0 < util <= 1:
         raise SimError(
             f"gpu_memory_utilization must be in (0, 1] (got {util:g}).",
-            hint="--gpu-memory-utilization is the share of GPU memory vLLM may use, "
-            "e.g. 0.9",
+            hint="--gpu-memory-utilization is the share of GPU memory vLLM may use, e.g. 0.9",
         )
     max_model_len = cfg.max_model_len
     if max_model_len is None:
@@ -227,12 +240,9 @@ def resolve(cfg: EngineConfig) -> ResolvedConfig:
             hint="raise --max-num-batched-tokens or lower --max-num-seqs",
         )
     if cfg.block_size not in (1, 8, 16, 32, 64, 128):
-        raise SimError(
-            f"--block-size must be one of 1, 8, 16, 32, 64, 128 (got {cfg.block_size})"
-        )
-    if cfg.quantization == "fp8" and gpu.fp8_tflops is None:
-        # vLLM runs FP8 weights on Ampere as weight-only (Marlin); compute stays bf16.
-        pass
+        raise SimError(f"--block-size must be one of 1, 8, 16, 32, 64, 128 (got {cfg.block_size})")
+    if cfg.interconnect_gb_s is not None and not cfg.interconnect_gb_s > 0:
+        raise SimError(f"--interconnect-gb-s must be > 0 (got {cfg.interconnect_gb_s})")
     return ResolvedConfig(
         gpu=gpu,
         model=model,
@@ -248,5 +258,6 @@ def resolve(cfg: EngineConfig) -> ResolvedConfig:
         kv_cache_dtype=cfg.kv_cache_dtype,
         block_size=cfg.block_size,
         seed=cfg.seed,
+        interconnect_gb_s=cfg.interconnect_gb_s or gpu.interconnect_gb_s,
         defaults_applied=applied,
     )

@@ -1,0 +1,205 @@
+"""``servetune sim``: the embedded simulated engine.
+
+``sim serve``  a real-time OpenAI-compatible server on loopback (tokens leave on the
+               simulated clock; /metrics with vLLM's names)
+``sim run``    the same engine on a virtual clock over a workload → a run directory that every
+               later command reads like a bench result
+``sim plan``   the start-up memory plan only (what vLLM would print, or why it refuses)
+``sim gpus``   the GPU catalog
+``sim models`` the model catalog
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _engine_group(p: argparse.ArgumentParser) -> None:
+    from servetune.sim.cli_args import add_engine_arguments
+
+    add_engine_arguments(
+        p.add_argument_group("engine (vLLM's flag names; unset = vLLM V1 default)")
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="sim_command", metavar="SUBCOMMAND")
+    serve = sub.add_parser("serve", help="real-time OpenAI-compatible server on loopback")
+    _engine_group(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
+    serve.add_argument("--port", type=int, default=8000, help="port (0 = any free port)")
+
+    run = sub.add_parser("run", help="simulate a whole workload on a virtual clock")
+    from servetune.commands._workload_args import add_workload_arguments
+
+    add_workload_arguments(run)
+    run.add_argument(
+        "--endpoint",
+        choices=["completions", "chat"],
+        default="completions",
+        help="recorded in the config (the simulator treats both alike)",
+    )
+    _engine_group(run)
+    run.add_argument(
+        "--result-dir",
+        type=Path,
+        default=None,
+        help="run directory (default: servetune-results/<time>-sim)",
+    )
+    run.add_argument("--no-progress", action="store_true")
+
+    plan = sub.add_parser("plan", help="the start-up memory plan (or why vLLM would refuse)")
+    _engine_group(plan)
+    plan.add_argument("--json", action="store_true")
+
+    gpus = sub.add_parser("gpus", help="list the GPU catalog")
+    gpus.add_argument("--json", action="store_true")
+    models = sub.add_parser("models", help="list the model catalog")
+    models.add_argument("--json", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    cmd = getattr(args, "sim_command", None)
+    if cmd == "gpus":
+        return _gpus(args.json)
+    if cmd == "models":
+        return _models(args.json)
+    if cmd == "plan":
+        return _plan(args)
+    if cmd == "serve":
+        return _serve(args)
+    if cmd == "run":
+        return _run(args)
+    print("usage: servetune sim {serve,run,plan,gpus,models} ... (see --help)", file=sys.stderr)
+    return 2
+
+
+def _gpus(as_json: bool) -> int:
+    import json
+
+    from servetune.sim.catalog import efficiency, gpus
+
+    rows = list(gpus())
+    if as_json:
+        print(
+            json.dumps(
+                [g.model_dump() | {"efficiency": efficiency(g).model_dump()} for g in rows],
+                indent=2,
+            )
+        )
+        return 0
+    print(
+        f"{'GPU':<16}{'memory':>8}{'usable':>9}{'BF16':>8}{'FP8':>8}{'HBM':>8}  "
+        f"{'interconnect':<28}calibrated"
+    )
+    print(f"{'':<16}{'GB':>8}{'GiB':>9}{'TFLOP/s':>8}{'TFLOP/s':>8}{'GB/s':>8}")
+    from servetune.sim.catalog import _efficiency_table
+
+    calibrated = set(_efficiency_table()["gpus"])
+    for g in rows:
+        fp8 = f"{g.fp8_tflops:g}" if g.fp8_tflops else "-"
+        mark = "yes" if g.name in calibrated else "no (default constants)"
+        print(
+            f"{g.name:<16}{g.memory_gb:>8g}{g.usable_gib:>9g}{g.bf16_tflops:>8g}{fp8:>8}"
+            f"{g.hbm_gb_s:>8g}  {g.interconnect[:27]:<28}{mark}"
+        )
+    print("\nsources: servetune sim gpus --json")
+    return 0
+
+
+def _models(as_json: bool) -> int:
+    import json
+
+    from servetune.sim.catalog import models
+
+    rows = list(models())
+    if as_json:
+        print(json.dumps([m.model_dump() | {"param_count": m.param_count} for m in rows], indent=2))
+        return 0
+    print(
+        f"{'model':<36}{'params':>8}{'layers':>7}{'hidden':>7}{'heads':>6}{'kv':>4}"
+        f"{'KV/token':>10}{'max len':>9}"
+    )
+    for m in rows:
+        kv = m.kv_bytes_per_token(2.0) / 1024
+        print(
+            f"{m.name:<36}{m.param_count / 1e9:>7.2f}B{m.num_hidden_layers:>7}"
+            f"{m.hidden_size:>7}{m.num_attention_heads:>6}{m.num_key_value_heads:>4}"
+            f"{kv:>8.0f}KiB{m.max_position_embeddings:>9}"
+        )
+    print("\nalso: --model path/to/config.json (a local Hugging Face config)")
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from servetune.sim.cli_args import engine_config_from_args
+    from servetune.sim.memory import plan_memory
+
+    cfg = engine_config_from_args(args)
+    r = cfg.resolve()
+    mem = plan_memory(r)
+    if args.json:
+        print(mem.model_dump_json(indent=2))
+        return 0
+    print("vllm serve " + " ".join(cfg.vllm_args()))
+    for k, v in r.defaults_applied.items():
+        print(f"  default {k} = {v}")
+    for line in mem.log_lines():
+        print("  " + line)
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from servetune.sim.cli_args import engine_config_from_args
+    from servetune.sim.server import serve_forever
+
+    cfg = engine_config_from_args(args)
+    serve_forever(cfg, host=args.host, port=args.port, announce=True)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    from servetune.commands._workload_args import workload_config_from_args
+    from servetune.sim.cli_args import engine_config_from_args
+    from servetune.sim.memory import plan_memory
+    from servetune.sim.offline import run_offline
+
+    bench_cfg = workload_config_from_args(args)
+    bench_cfg = bench_cfg.model_copy(update={"endpoint": args.endpoint, "model": None})
+    engine_cfg = engine_config_from_args(args)
+    mem = plan_memory(engine_cfg)
+    out = args.result_dir or Path("servetune-results") / f"{datetime.now():%Y%m%d-%H%M%S}-sim"
+    say = print if not args.no_progress else (lambda *a, **k: None)
+    say("vllm serve " + " ".join(engine_cfg.vllm_args()), file=sys.stderr)
+    for line in mem.log_lines()[1:5]:
+        say("  " + line, file=sys.stderr)
+    result = run_offline(
+        bench_cfg,
+        engine_cfg,
+        out,
+        progress=not args.no_progress,
+        command=["servetune", *sys.argv[1:]],
+    )
+    s = result.summary
+    info = result.target.simulated or {}
+    print(
+        f"simulated {info.get('virtual_duration_s', 0.0):.1f} s of {engine_cfg.model} on "
+        f"{engine_cfg.gpu}: {s.completed} completed, {s.failed} failed"
+    )
+    print(
+        f"  throughput   {s.request_throughput:8.2f} req/s  {s.output_throughput:10.1f} "
+        f"output tok/s  {s.total_token_throughput:10.1f} total tok/s"
+    )
+    for name, st in (("TTFT", s.ttft), ("TPOT", s.tpot), ("ITL", s.itl), ("E2E", s.e2el)):
+        if st.count:
+            print(f"  {name:<5} ms    mean {st.mean:9.1f}  p50 {st.p50:9.1f}  p99 {st.p99:9.1f}")
+    if result.server is not None:
+        print(f"  preemptions  {result.server.summary.get('preemptions_total', 0)}")
+    if s.request_goodput is not None:
+        print(f"  goodput      {s.request_goodput:8.2f} req/s")
+    print(f"results in {out}")
+    return 0

@@ -1,0 +1,437 @@
+"""``sim run``: the simulated engine on a virtual clock over a whole workload.
+
+The workload is the one ``bench`` would send (``make_plan``: same datasets, arrivals, seed);
+the client is modelled as a perfect one (it sends on schedule; ``--max-concurrency`` holds
+requests until a slot frees, first in first out). Writes the same files as a real bench:
+``requests.jsonl`` (RequestRecord, ``tokens_source="sim"``, one chunk per token),
+``server_metrics.jsonl`` (a scrape every 0.5 s of virtual time: KV use, running, waiting,
+preemptions, token counters and cumulative TTFT/TPOT/ITL/E2E/queue histograms) and
+``run.json`` (RunResult, with the engine configuration and memory plan in
+``target.simulated``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import socket
+import sys
+import time
+from collections import deque
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from servetune import __version__
+from servetune.client.record import RequestRecord
+from servetune.errors import ConfigError
+from servetune.metrics.stats import describe
+from servetune.metrics.summary import METRIC_DEFINITIONS, summarize
+from servetune.results import server_series as ss
+from servetune.results.io import (
+    REQUESTS_FILE,
+    SERVER_METRICS_FILE,
+    LineAppender,
+    ensure_result_dir,
+    record_line,
+    write_run_result,
+)
+from servetune.results.schema import (
+    BenchConfig,
+    ClientHealth,
+    Environment,
+    RunResult,
+    ServerInfo,
+    TargetInfo,
+)
+from servetune.sim.config import EngineConfig, ResolvedConfig
+from servetune.sim.engine import Engine, SimRequest
+from servetune.sim.memory import MemoryPlan, plan_memory
+from servetune.workload.plan import Plan, make_plan
+from servetune.workload.tokens import load_tokenizer
+
+SAMPLE_INTERVAL_S = 0.5
+NS = 1_000_000_000
+
+# What a real scrape of the simulated server's /metrics would map to each concept.
+NAMES_FOUND = {
+    ss.KV_CACHE_USAGE: "vllm:kv_cache_usage_perc",
+    ss.RUNNING: "vllm:num_requests_running",
+    ss.WAITING: "vllm:num_requests_waiting",
+    ss.PREEMPTIONS_TOTAL: "vllm:num_preemptions_total",
+    ss.PROMPT_TOKENS_TOTAL: "vllm:prompt_tokens_total",
+    ss.GENERATION_TOKENS_TOTAL: "vllm:generation_tokens_total",
+    ss.REQUESTS_FINISHED_TOTAL: "vllm:request_success_total",
+    ss.REQUESTS_ABORTED_TOTAL: 'vllm:request_success_total{finished_reason="abort"}',
+    ss.PREFIX_CACHE_HIT_RATE: "vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total",
+    ss.TTFT_SECONDS: "vllm:time_to_first_token_seconds",
+    ss.TPOT_SECONDS: "vllm:request_time_per_output_token_seconds",
+    ss.ITL_SECONDS: "vllm:inter_token_latency_seconds",
+    ss.E2E_SECONDS: "vllm:e2e_request_latency_seconds",
+    ss.QUEUE_SECONDS: "vllm:request_queue_time_seconds",
+}
+
+
+def environment(command: list[str] | None = None) -> Environment:
+    return Environment(
+        servetune_version=__version__,
+        python=sys.version.split()[0],
+        platform=platform.platform(),
+        hostname=socket.gethostname(),
+        cpu_count=os.cpu_count() or 1,
+        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        command=list(command if command is not None else sys.argv),
+    )
+
+
+def server_sample(eng: Engine, t: float) -> dict[str, Any]:
+    """One scrape of the engine's state, in the ServerSample form."""
+    c = eng.counters
+    pool = eng.pool
+    values = {
+        ss.KV_CACHE_USAGE: pool.usage,
+        ss.RUNNING: float(eng.num_running),
+        ss.WAITING: float(eng.num_waiting),
+        ss.PREEMPTIONS_TOTAL: float(c.preemptions),
+        ss.PROMPT_TOKENS_TOTAL: float(c.prompt_tokens),
+        ss.GENERATION_TOKENS_TOTAL: float(c.generation_tokens),
+        ss.REQUESTS_FINISHED_TOTAL: float(sum(c.finished.values())),
+        ss.REQUESTS_ABORTED_TOTAL: float(c.finished.get("abort", 0)),
+    }
+    if pool.caching and pool.queries:
+        values[ss.PREFIX_CACHE_HIT_RATE] = pool.hits / pool.queries
+    return {
+        "t": t,
+        "values": values,
+        "histograms": {
+            ss.TTFT_SECONDS: eng.h_ttft.snapshot(),
+            ss.TPOT_SECONDS: eng.h_tpot.snapshot(),
+            ss.ITL_SECONDS: eng.h_itl.snapshot(),
+            ss.E2E_SECONDS: eng.h_e2e.snapshot(),
+            ss.QUEUE_SECONDS: eng.h_queue.snapshot(),
+        },
+    }
+
+
+def _too_long_message(prompt: int, out: int, max_len: int) -> str:
+    return (
+        f"This model's maximum context length is {max_len} tokens. However, you requested "
+        f"{prompt + out} tokens ({prompt} in the messages, {out} in the completion). Please "
+        "reduce the length of the messages or completion."
+    )
+
+
+class OfflineRun:
+    """The virtual-clock loop: arrivals → engine → records and scrapes."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        cfg: BenchConfig,
+        r: ResolvedConfig,
+        mem: MemoryPlan,
+        requests_out: LineAppender | None = None,
+        samples_out: LineAppender | None = None,
+        progress: bool = False,
+        warm_prompts: int = 0,
+    ) -> None:
+        """``warm_prompts``: the first N prompts of the plan are already in the prefix cache
+        (a server that served them before, e.g. ``vllm bench serve``'s test request)."""
+        self.plan = plan
+        self.warm_prompts = warm_prompts
+        self.cfg = cfg
+        self.r = r
+        self.eng = Engine(r, mem)
+        self.requests_out = requests_out
+        self.samples_out = samples_out
+        self.progress = progress
+        self.records: list[RequestRecord] = []
+        self.samples = 0
+        self._buf: list[bytes] = []
+
+    def _record(self, rec: RequestRecord) -> None:
+        self.records.append(rec)
+        if self.requests_out is not None:
+            self._buf.append(record_line(rec))
+            if len(self._buf) >= 256:
+                self.requests_out.write(b"".join(self._buf))
+                self._buf.clear()
+
+    def _flush(self) -> None:
+        if self.requests_out is not None and self._buf:
+            self.requests_out.write(b"".join(self._buf))
+            self._buf.clear()
+
+    def run(self) -> None:
+        plan, eng, cfg = self.plan, self.eng, self.cfg
+        specs = plan.requests
+        offsets = plan.offsets_ns
+        n = len(offsets)
+        cap = cfg.max_concurrency
+        max_len = self.r.max_model_len
+        caching = self.r.enable_prefix_caching
+        B = self.r.block_size
+        prefix_blocks = cfg.prefix_len // B if cfg.dataset_name == "prefix" else 0
+        eligible: dict[int, int] = {}
+        pending: deque[int] = deque()
+        inflight = 0
+        i = 0
+        next_sample = 0.0
+        samples: list[bytes] = []
+        last_report = time.monotonic()
+        if self.warm_prompts and caching:
+            # the most recently used last: prompt 0 (the test request) is the freshest
+            keys = [
+                ("p", j, b)
+                for j in reversed(range(min(self.warm_prompts, n)))
+                for b in reversed(range(specs[j].input_len // B))
+            ]
+            eng.pool.prewarm(keys[-eng.pool.total :])
+
+        def submit(idx: int, at_ns: int) -> None:
+            nonlocal inflight
+            spec = specs[idx]
+            eligible[idx] = at_ns
+            if spec.input_len + spec.output_len > max_len:
+                self._record(
+                    RequestRecord.model_construct(
+                        id=idx,
+                        worker=0,
+                        status="failed",
+                        http_status=400,
+                        error="HTTP 400: "
+                        + _too_long_message(spec.input_len, spec.output_len, max_len),
+                        scheduled_ns=offsets[idx],
+                        eligible_ns=at_ns,
+                        send_ns=at_ns,
+                        first_ns=None,
+                        last_ns=None,
+                        end_ns=at_ns,
+                        chunk_ns=[],
+                        chunk_tokens=None,
+                        planned_input_len=spec.input_len,
+                        planned_output_len=spec.output_len,
+                        prompt_tokens=None,
+                        output_tokens=None,
+                        tokens_source=None,
+                        finish_reason=None,
+                    )
+                )
+                return
+            hashes: tuple[Any, ...] = ()
+            if caching and spec.group is not None and prefix_blocks:
+                hashes = tuple(("g", spec.group, b) for b in range(prefix_blocks))
+            elif idx < self.warm_prompts:
+                hashes = tuple(("p", idx, b) for b in range(spec.input_len // B))
+            eng.add(SimRequest(idx, spec.input_len, spec.output_len, at_ns / NS, hashes))
+            inflight += 1
+
+        while True:
+            now_ns = int(eng.now * NS)
+            while i < n and offsets[i] <= now_ns:
+                if cap is not None and inflight >= cap:
+                    pending.append(i)
+                else:
+                    submit(i, offsets[i])
+                i += 1
+            while next_sample <= eng.now:
+                samples.append(orjson.dumps(server_sample(eng, next_sample)) + b"\n")
+                next_sample += SAMPLE_INTERVAL_S
+            if eng.idle():
+                if pending:
+                    submit(pending.popleft(), now_ns)
+                    continue
+                if i >= n:
+                    break
+                eng.now = max(eng.now, offsets[i] / NS)
+                continue
+            t_arrival = math.inf
+            if i < n and (cap is None or inflight < cap):
+                t_arrival = offsets[i] / NS
+            eng.advance(min(t_arrival, next_sample))
+            if eng.finished:
+                for req in eng.finished:
+                    self._finish(req, eligible, offsets)
+                    inflight -= 1
+                eng.finished.clear()
+                t_ns = int(eng.now * NS)
+                while pending and (cap is None or inflight < cap):
+                    submit(pending.popleft(), t_ns)
+            if self.progress and time.monotonic() - last_report > 1.0:
+                last_report = time.monotonic()
+                print(
+                    f"  sim t={eng.now:8.1f}s done={len(self.records)}/{n} "
+                    f"running={eng.num_running} waiting={eng.num_waiting} "
+                    f"kv={eng.pool.usage:.0%} preempted={eng.counters.preemptions}",
+                    file=sys.stderr,
+                )
+        # a last scrape after the last request, as a scraper stopping at the end would see
+        samples.append(orjson.dumps(server_sample(eng, eng.now)) + b"\n")
+        self.samples = len(samples)
+        self._flush()
+        if self.samples_out is not None:
+            self.samples_out.write(b"".join(samples))
+
+    def _finish(self, req: SimRequest, eligible: dict[int, int], offsets: list[int]) -> None:
+        times = self.eng.token_times_ns(req)
+        spec = self.plan.requests[req.id]
+        at = eligible[req.id]
+        end = times[-1] if times else int((req.finish_t or 0.0) * NS)
+        self._record(
+            RequestRecord.model_construct(
+                id=req.id,
+                worker=0,
+                status="ok",
+                error=None,
+                http_status=200,
+                scheduled_ns=offsets[req.id],
+                eligible_ns=at,
+                send_ns=at,
+                first_ns=times[0] if times else None,
+                last_ns=times[-1] if times else None,
+                end_ns=end,
+                chunk_ns=times,
+                chunk_tokens=None,
+                planned_input_len=spec.input_len,
+                planned_output_len=spec.output_len,
+                prompt_tokens=req.prompt_len,
+                output_tokens=req.out,
+                tokens_source="sim",
+                finish_reason=req.finish_reason,
+            )
+        )
+
+
+def simulated_info(r: ResolvedConfig, mem: MemoryPlan) -> dict[str, Any]:
+    info = r.summary()
+    info["memory"] = mem.model_dump()
+    info["vllm_serve_args"] = None
+    return info
+
+
+def run_offline(
+    bench_cfg: BenchConfig,
+    engine_cfg: EngineConfig,
+    result_dir: Path | str,
+    progress: bool = False,
+    command: list[str] | None = None,
+) -> RunResult:
+    """Simulate ``bench_cfg`` against ``engine_cfg`` on a virtual clock; write the run dir."""
+    if bench_cfg.base_url is not None:
+        raise ConfigError(
+            "sim run simulates the engine itself: --base-url does not apply",
+            hint="use `servetune bench --base-url ...` to load-test a real server",
+        )
+    r = engine_cfg.resolve()
+    mem = plan_memory(r)
+    tok = load_tokenizer(bench_cfg.tokenizer)
+    plan = make_plan(bench_cfg, tok)
+    out = ensure_result_dir(result_dir)
+    env = environment(command)
+    (out / REQUESTS_FILE).unlink(missing_ok=True)
+    (out / SERVER_METRICS_FILE).unlink(missing_ok=True)
+    req_out = LineAppender(out / REQUESTS_FILE)
+    smp_out = LineAppender(out / SERVER_METRICS_FILE)
+    try:
+        sim = OfflineRun(plan, bench_cfg, r, mem, req_out, smp_out, progress)
+        sim.run()
+    finally:
+        req_out.close()
+        smp_out.close()
+    result = build_result(bench_cfg, r, mem, sim, env, tok.name, tok.exact)
+    write_run_result(out, result)
+    return result
+
+
+def build_result(
+    cfg: BenchConfig,
+    r: ResolvedConfig,
+    mem: MemoryPlan,
+    sim: OfflineRun,
+    env: Environment,
+    tokenizer: str,
+    exact: bool,
+) -> RunResult:
+    records = sim.records
+    summary = summarize(records, cfg.warmup_s, cfg.cooldown_s, cfg.goodput)
+    sends = sorted(rec.send_ns for rec in records)
+    achieved = None
+    if len(sends) > 1 and sends[-1] > sends[0]:
+        achieved = (len(sends) - 1) / ((sends[-1] - sends[0]) / NS)
+    health = ClientHealth(
+        target_rate=None if math.isinf(cfg.request_rate) else cfg.request_rate,
+        achieved_rate=achieved,
+        send_lag=describe([0.0] * len(records), ci=False),
+        queue_delay=describe([(x.send_ns - x.scheduled_ns) / 1e6 for x in records], ci=False),
+        workers=1,
+        behind=False,
+        warnings=[],
+    )
+    eng = sim.eng
+    info = simulated_info(r, mem)
+    info["vllm_serve_args"] = [
+        "vllm",
+        "serve",
+        *EngineConfig(
+            gpu=r.gpu.name,
+            model=r.model.name,
+            tensor_parallel_size=r.tensor_parallel_size,
+            max_num_seqs=r.max_num_seqs,
+            max_num_batched_tokens=r.max_num_batched_tokens,
+            gpu_memory_utilization=r.gpu_memory_utilization,
+            max_model_len=r.max_model_len,
+            enable_chunked_prefill=r.enable_chunked_prefill,
+            enable_prefix_caching=r.enable_prefix_caching,
+            quantization=r.quantization,  # type: ignore[arg-type]
+            kv_cache_dtype=r.kv_cache_dtype,  # type: ignore[arg-type]
+            block_size=r.block_size,
+        ).vllm_args(),
+    ]
+    info["virtual_duration_s"] = eng.now
+    info["engine_busy_share"] = eng.busy_s / eng.now if eng.now > 0 else 0.0
+    info["steps"] = eng.counters.steps
+    server = ServerInfo(
+        engine="servetune-sim",
+        metrics_url=None,
+        names_found=dict(NAMES_FOUND),
+        names_missing=[ss.GPU_UTILIZATION, ss.GPU_MEMORY_USED_BYTES, ss.GPU_MEMORY_TOTAL_BYTES],
+        samples=sim.samples,
+        summary={
+            "preemptions_total": eng.counters.preemptions,
+            "num_gpu_blocks": mem.num_gpu_blocks,
+            "kv_cache_tokens": mem.kv_cache_tokens,
+            "max_concurrency": mem.max_concurrency,
+            "prefix_cache_hit_rate": (eng.pool.hits / eng.pool.queries)
+            if eng.pool.queries
+            else None,
+        },
+    )
+    warnings = []
+    if not exact:
+        warnings.append(
+            "prompt lengths counted with the approximate tokenizer (the simulator counts the "
+            "planned lengths as exact)"
+        )
+    return RunResult(
+        label=cfg.label,
+        status="complete",
+        config=cfg,
+        environment=env,
+        target=TargetInfo(
+            base_url="sim://offline",
+            model=r.served_model_name,
+            served_models=[r.served_model_name],
+            max_model_len=r.max_model_len,
+            simulated=info,
+            tokenizer=tokenizer,
+            tokens_approximate=not exact,
+        ),
+        client_health=health,
+        summary=summary,
+        server=server,
+        metric_definitions=dict(METRIC_DEFINITIONS),
+        warnings=warnings,
+    )

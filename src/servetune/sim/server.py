@@ -1,0 +1,628 @@
+"""The real-time face of the simulated engine: an OpenAI-compatible server on loopback.
+
+Raw asyncio (uvloop when installed) and a minimal HTTP/1.1 (keep-alive, Content-Length
+bodies, chunked responses), so that one core serves hundreds of streams with token emission
+lagging the simulated clock by well under 2 ms. The engine core (:mod:`servetune.sim.engine`)
+runs on the wall clock: a step starts, its duration comes from the step-time model, the loop
+waits until the step's end and then writes one SSE chunk to every request that got a token.
+
+Endpoints, shaped as vLLM's: ``/v1/completions`` and ``/v1/chat/completions`` (streaming SSE
+``data: {...}\\n\\n`` with ``stream_options.include_usage`` → a last chunk with empty
+``choices`` and ``usage``, then ``data: [DONE]``; or one JSON body), ``/v1/models`` (with
+``max_model_len``), ``/health``, ``/tokenize`` (``{"model","prompt"}`` →
+``{"count","max_model_len","tokens"}``), ``/version``, ``/metrics`` (Prometheus text, vLLM
+0.8–0.9 and V1 names) and ``/sim/stats`` (the emission-lag figures, JSON).
+
+A client that disconnects aborts its request in the engine (``finished_reason="abort"``). A
+prompt plus ``max_tokens`` beyond ``max_model_len`` is an HTTP 400 with vLLM's message. Text is
+word-like tokens; prompts are counted with the approximate counter of
+:mod:`servetune.workload.tokens` (one word or punctuation mark ≈ one token).
+
+Run it as a process: ``python -m servetune.sim.server --config-json '{...}' --port 0`` prints
+``READY <port>`` once it listens (``servetune sim serve`` and ``embedded`` use this).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import math
+import sys
+import time
+from array import array
+from typing import Any
+
+import orjson
+
+from servetune.errors import ServetuneError
+from servetune.sim.config import EngineConfig, ResolvedConfig
+from servetune.sim.engine import DONE, Engine, SimRequest
+from servetune.sim.hist import LAG_BUCKETS, Hist
+from servetune.sim.memory import MemoryPlan, plan_memory
+from servetune.workload.tokens import _PIECE, ApproxTokenizer
+
+_WORDS = [(" " + w).encode() for w in ApproxTokenizer()._words]
+_SPIN_S = 0.0015
+"""Wake this long before a step ends and sleep the rest precisely (timer slack)."""
+_MAX_LAG_SAMPLES = 2_000_000
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _json_response(status: int, body: Any, reason: str = "OK") -> bytes:
+    data = orjson.dumps(body)
+    return b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+        status,
+        reason.encode(),
+        len(data),
+        data,
+    )
+
+
+def _error(status: int, message: str, typ: str) -> bytes:
+    reasons = {400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
+    return _json_response(
+        status,
+        {"object": "error", "message": message, "type": typ, "param": None, "code": status},
+        reasons.get(status, "Error"),
+    )
+
+
+class Stream:
+    """One request in flight: where its tokens go and how to frame them."""
+
+    __slots__ = (
+        "chat",
+        "closed",
+        "conn",
+        "created",
+        "include_usage",
+        "prefix",
+        "req",
+        "rid",
+        "sent",
+        "stream",
+        "word",
+    )
+
+    def __init__(
+        self,
+        conn: Conn,
+        req: SimRequest,
+        rid: str,
+        model: str,
+        chat: bool,
+        stream: bool,
+        include_usage: bool,
+    ) -> None:
+        self.conn = conn
+        self.req = req
+        self.rid = rid
+        self.chat = chat
+        self.stream = stream
+        self.include_usage = include_usage
+        self.sent = 0
+        self.closed = False
+        self.created = int(time.time())
+        self.word = req.id * 7
+        head = b'{"id":"%s","object":"%s","created":%d,"model":%s,"choices":[{"index":0,' % (
+            rid.encode(),
+            b"chat.completion.chunk" if chat else b"text_completion",
+            self.created,
+            orjson.dumps(model),
+        )
+        self.prefix = b"data: " + head + (b'"delta":{"content":"' if chat else b'"text":"')
+
+    def token_bytes(self, last: bool) -> bytes:
+        w = _WORDS[(self.word + self.sent) % len(_WORDS)]
+        self.sent += 1
+        tail = (
+            b'"},"logprobs":null,"finish_reason":"length"}]}\n\n'
+            if last and self.chat
+            else b'","logprobs":null,"finish_reason":"length","stop_reason":null}]}\n\n'
+            if last
+            else b'"},"logprobs":null,"finish_reason":null}]}\n\n'
+            if self.chat
+            else b'","logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n'
+        )
+        return self.prefix + w + tail
+
+    def opening(self) -> bytes:
+        """The chat stream's role-only first chunk (vLLM sends it with the first token)."""
+        head = self.prefix[: -len(b'"delta":{"content":"')]
+        return (
+            head + b'"delta":{"role":"assistant","content":""},"logprobs":null,'
+            b'"finish_reason":null}]}\n\n'
+        )
+
+    def usage_bytes(self) -> bytes:
+        usage = {
+            "prompt_tokens": self.req.prompt_len,
+            "total_tokens": self.req.prompt_len + self.sent,
+            "completion_tokens": self.sent,
+        }
+        body = {
+            "id": self.rid,
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": self.created,
+            "model": "",
+            "choices": [],
+            "usage": usage,
+        }
+        return b"data: " + orjson.dumps(body) + b"\n\n"
+
+    def full_body(self, model: str) -> bytes:
+        n = self.req.out
+        text = b"".join(_WORDS[(self.word + i) % len(_WORDS)] for i in range(n)).decode()
+        usage = {
+            "prompt_tokens": self.req.prompt_len,
+            "total_tokens": self.req.prompt_len + n,
+            "completion_tokens": n,
+        }
+        if self.chat:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": "length",
+            }
+        else:
+            choice = {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": "length",
+                "stop_reason": None,
+            }
+        body = {
+            "id": self.rid,
+            "object": "chat.completion" if self.chat else "text_completion",
+            "created": self.created,
+            "model": model,
+            "choices": [choice],
+            "usage": usage,
+        }
+        return _json_response(200, body)
+
+
+class SimServer:
+    """The engine on the wall clock plus the HTTP front end."""
+
+    def __init__(self, cfg: EngineConfig) -> None:
+        self.cfg = cfg
+        self.r: ResolvedConfig = cfg.resolve()
+        self.mem: MemoryPlan = plan_memory(self.r)
+        self.model = self.r.served_model_name
+        self.names = {self.model, self.r.model.name, self.r.model.name.split("/")[-1]}
+        self.eng = Engine(self.r, self.mem)
+        self.tok = ApproxTokenizer()
+        self._ids = itertools.count()
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self.port = 0
+        self.t0 = 0.0
+        self.lag = Hist(LAG_BUCKETS)
+        self.lag_samples = array("d")
+        self.started = int(time.time())
+
+    # --- life ----------------------------------------------------------------------------
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        loop = asyncio.get_running_loop()
+        self.t0 = loop.time()
+        self._wake = asyncio.Event()
+        self._server = await loop.create_server(
+            lambda: Conn(self), host, port, backlog=4096, reuse_address=True
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._task = loop.create_task(self._engine_loop())
+        return self.port
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    def clock(self) -> float:
+        return asyncio.get_running_loop().time() - self.t0
+
+    # --- requests ------------------------------------------------------------------------
+    def prompt_tokens(self, body: dict[str, Any], chat: bool) -> tuple[int, list[str]]:
+        if chat:
+            parts: list[str] = []
+            for m in body.get("messages") or []:
+                c = m.get("content") if isinstance(m, dict) else None
+                if isinstance(c, str):
+                    parts.append(c)
+                elif isinstance(c, list):
+                    parts.extend(str(x.get("text", "")) for x in c if isinstance(x, dict))
+            text = "\n".join(parts)
+        else:
+            p = body.get("prompt", "")
+            if isinstance(p, list) and p and isinstance(p[0], int):
+                return len(p), [str(x) for x in p]
+            if isinstance(p, list):
+                p = p[0] if p else ""
+                if isinstance(p, list):
+                    return len(p), [str(x) for x in p]
+            text = str(p)
+        pieces = _PIECE.findall(text)
+        return self.tok.count(text), pieces
+
+    def block_hashes(self, pieces: list[str]) -> tuple[int, ...]:
+        if not self.r.enable_prefix_caching:
+            return ()
+        B = self.r.block_size
+        out = []
+        h = 0
+        for i in range(len(pieces) // B):
+            h = hash((h, tuple(pieces[i * B : (i + 1) * B])))
+            out.append(h)
+        return tuple(out)
+
+    def submit(self, conn: Conn, body: dict[str, Any], chat: bool) -> bytes | None:
+        """Queue a generation request; returns an error response, or None when accepted."""
+        model = body.get("model")
+        if model is not None and model not in self.names:
+            return _error(404, f"The model `{model}` does not exist.", "NotFoundError")
+        n_prompt, pieces = self.prompt_tokens(body, chat)
+        max_len = self.r.max_model_len
+        mt = body.get("max_completion_tokens") if chat else None
+        max_tokens = mt if mt is not None else body.get("max_tokens")
+        if max_tokens is None:
+            max_tokens = max(1, max_len - n_prompt)
+        try:
+            max_tokens = int(max_tokens)
+        except (TypeError, ValueError):
+            return _error(
+                400, f"max_tokens must be an integer (got {max_tokens!r})", "BadRequestError"
+            )
+        if max_tokens < 1:
+            return _error(
+                400, f"max_tokens must be at least 1, got {max_tokens}.", "BadRequestError"
+            )
+        if n_prompt + max_tokens > max_len:
+            what = "messages" if chat else "prompt"
+            return _error(
+                400,
+                f"This model's maximum context length is {max_len} tokens. However, you "
+                f"requested {n_prompt + max_tokens} tokens ({n_prompt} in the {what}, "
+                f"{max_tokens} in the completion). Please reduce the length of the {what} "
+                "or completion.",
+                "BadRequestError",
+            )
+        stream = bool(body.get("stream", False))
+        opts = body.get("stream_options") or {}
+        include_usage = bool(opts.get("include_usage", False)) if stream else False
+        rid_n = next(self._ids)
+        req = SimRequest(
+            rid_n, max(1, n_prompt), max_tokens, self.clock(), self.block_hashes(pieces)
+        )
+        rid = ("chatcmpl-" if chat else "cmpl-") + f"{rid_n:x}"
+        s = Stream(conn, req, rid, self.model, chat, stream, include_usage)
+        req.tag = s
+        conn.active = s
+        if stream:
+            conn.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
+                b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )
+        self.eng.add(req)
+        assert self._wake is not None
+        self._wake.set()
+        return None
+
+    def abort(self, s: Stream) -> None:
+        if s.req.state != DONE:
+            self.eng.abort(s.req)
+
+    # --- the engine loop -------------------------------------------------------------------
+    async def _engine_loop(self) -> None:
+        eng = self.eng
+        assert self._wake is not None
+        wake = self._wake
+        loop = asyncio.get_running_loop()
+        while True:
+            if eng.idle():
+                wake.clear()
+                await wake.wait()
+            now = loop.time() - self.t0
+            if eng.now < now:
+                eng.now = now
+            emitted = eng.advance(collect=True)
+            target = self.t0 + eng.now
+            delay = target - loop.time()
+            if delay > _SPIN_S:
+                await asyncio.sleep(delay - _SPIN_S)
+            rest = target - loop.time()
+            if rest > 0:
+                time.sleep(rest)
+            self._emit(emitted, target)
+            if eng.finished:
+                eng.finished.clear()
+            if not emitted:
+                await asyncio.sleep(0)
+
+    def _emit(self, emitted: list[SimRequest], target: float) -> None:
+        perf = time.perf_counter
+        loop_time = asyncio.get_running_loop().time
+        # loop.time() is time.monotonic(); convert once to the finer perf_counter clock
+        offset = perf() - loop_time()
+        lag_add = self.lag_samples.append
+        observe = self.lag.observe
+        full = len(self.lag_samples) >= _MAX_LAG_SAMPLES
+        for req in emitted:
+            s: Stream = req.tag  # type: ignore[assignment]
+            if s.closed:
+                continue
+            last = req.state == DONE
+            if not s.stream:
+                s.sent += 1
+                if last:
+                    req.out = s.sent
+                    s.conn.write(s.full_body(self.model))
+                    s.conn.done(s)
+                continue
+            data = b""
+            if s.chat and s.sent == 0:
+                data = s.opening()
+            data += s.token_bytes(last)
+            if last:
+                if s.include_usage:
+                    data += s.usage_bytes()
+                data += b"data: [DONE]\n\n"
+                s.conn.write(_chunk(data) + b"0\r\n\r\n")
+                s.conn.done(s)
+            else:
+                s.conn.write(_chunk(data))
+            lag = perf() - offset - target
+            observe(lag)
+            if not full:
+                lag_add(lag)
+
+    # --- read-outs -----------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        lags = sorted(self.lag_samples)
+
+        def pct(q: float) -> float | None:
+            if not lags:
+                return None
+            return lags[min(len(lags) - 1, math.ceil(q * len(lags)) - 1)] * 1e3
+
+        c = self.eng.counters
+        return {
+            "emission_lag_ms": {
+                "count": len(lags),
+                "p50": pct(0.5),
+                "p90": pct(0.9),
+                "p99": pct(0.99),
+                "p999": pct(0.999),
+                "max": lags[-1] * 1e3 if lags else None,
+            },
+            "steps": c.steps,
+            "generation_tokens": c.generation_tokens,
+            "preemptions": c.preemptions,
+            "running": self.eng.num_running,
+            "waiting": self.eng.num_waiting,
+            "kv_cache_usage": self.eng.pool.usage,
+            "engine_busy_s": self.eng.busy_s,
+            "uptime_s": self.clock(),
+        }
+
+    def metrics_text(self) -> bytes:
+        from servetune.sim.exposition import render
+
+        return render(self)
+
+
+class Conn(asyncio.Protocol):
+    """One client connection: parses requests, writes responses, aborts on disconnect."""
+
+    def __init__(self, server: SimServer) -> None:
+        self.server = server
+        self.buf = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.active: Stream | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        s = self.active
+        if s is not None and not s.closed:
+            s.closed = True
+            self.server.abort(s)
+        self.active = None
+        self.transport = None
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None:
+            self.transport.write(data)
+
+    def done(self, s: Stream) -> None:
+        s.closed = True
+        if self.active is s:
+            self.active = None
+        if self.buf:
+            self._parse()
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        if self.active is None:
+            self._parse()
+
+    def _parse(self) -> None:
+        while self.active is None and self.buf:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = bytes(self.buf[:end]).decode("latin-1")
+            lines = head.split("\r\n")
+            try:
+                method, target, _ = lines[0].split(" ", 2)
+            except ValueError:
+                self.write(_error(400, "malformed request line", "BadRequestError"))
+                self.buf.clear()
+                return
+            length = 0
+            close = False
+            for line in lines[1:]:
+                k, _, v = line.partition(":")
+                k = k.strip().lower()
+                if k == "content-length":
+                    length = int(v.strip() or 0)
+                elif k == "connection" and v.strip().lower() == "close":
+                    close = True
+            if len(self.buf) < end + 4 + length:
+                return
+            body = bytes(self.buf[end + 4 : end + 4 + length])
+            del self.buf[: end + 4 + length]
+            self._handle(method, target.split("?", 1)[0], body)
+            if close and self.active is None and self.transport is not None:
+                self.transport.close()
+
+    def _handle(self, method: str, path: str, body: bytes) -> None:
+        srv = self.server
+        path = path.rstrip("/") or "/"
+        if method == "GET":
+            if path == "/health" or path == "/ping":
+                self.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+            elif path == "/v1/models":
+                self.write(
+                    _json_response(
+                        200,
+                        {
+                            "object": "list",
+                            "data": [
+                                {
+                                    "id": srv.model,
+                                    "object": "model",
+                                    "created": srv.started,
+                                    "owned_by": "vllm",
+                                    "root": srv.r.model.name,
+                                    "parent": None,
+                                    "max_model_len": srv.r.max_model_len,
+                                    "permission": [],
+                                }
+                            ],
+                        },
+                    )
+                )
+            elif path == "/version":
+                self.write(_json_response(200, {"version": "servetune-sim"}))
+            elif path == "/metrics":
+                text = srv.metrics_text()
+                self.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; "
+                    b"charset=utf-8\r\nContent-Length: %d\r\n\r\n%s" % (len(text), text)
+                )
+            elif path == "/sim/stats":
+                self.write(_json_response(200, srv.stats()))
+            elif path == "/sim/config":
+                self.write(_json_response(200, {**srv.r.summary(), "memory": srv.mem.model_dump()}))
+            else:
+                self.write(_error(404, f"Not Found: {path}", "NotFoundError"))
+            return
+        if method != "POST":
+            self.write(_error(405, "Method Not Allowed", "MethodNotAllowed"))
+            return
+        try:
+            payload = orjson.loads(body) if body else {}
+            if not isinstance(payload, dict):
+                raise ValueError("the body must be a JSON object")
+        except (orjson.JSONDecodeError, ValueError) as exc:
+            self.write(_error(400, f"invalid JSON body: {exc}", "BadRequestError"))
+            return
+        if path == "/tokenize":
+            chat = "messages" in payload
+            n, pieces = srv.prompt_tokens(payload, chat)
+            ids = srv.tok.encode(" ".join(pieces)) if pieces else []
+            self.write(
+                _json_response(
+                    200, {"count": n, "max_model_len": srv.r.max_model_len, "tokens": ids}
+                )
+            )
+        elif path in ("/v1/completions", "/v1/chat/completions"):
+            err = srv.submit(self, payload, path.endswith("chat/completions"))
+            if err is not None:
+                self.write(err)
+        else:
+            self.write(_error(404, f"Not Found: {path}", "NotFoundError"))
+
+
+async def serve(
+    cfg: EngineConfig,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    announce: bool = False,
+    ready_line: bool = False,
+) -> None:
+    srv = SimServer(cfg)
+    real_port = await srv.start(host, port)
+    if announce:
+        print(
+            f"servetune sim: {srv.model} on {srv.r.gpu.name} (TP={srv.r.tensor_parallel_size})"
+            f" at http://{host}:{real_port}/v1",
+            file=sys.stderr,
+        )
+        for line in srv.mem.log_lines():
+            print("  " + line, file=sys.stderr)
+    if ready_line:
+        print(f"READY {real_port}", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await srv.close()
+
+
+def _install_loop() -> None:
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        pass
+
+
+def serve_forever(
+    cfg: EngineConfig,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    announce: bool = True,
+    ready_line: bool = False,
+) -> None:
+    """Run the server until interrupted (``servetune sim serve``)."""
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"servetune sim: warning: listening on {host}, not loopback", file=sys.stderr)
+    plan_memory(cfg)  # refuse to start before binding, like vLLM
+    _install_loop()
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(cfg, host, port, announce, ready_line))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m servetune.sim.server")
+    ap.add_argument("--config-json", required=True, help="an EngineConfig as JSON")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    args = ap.parse_args(argv)
+    try:
+        cfg = EngineConfig.model_validate(json.loads(args.config_json))
+        serve_forever(cfg, args.host, args.port, announce=False, ready_line=True)
+    except ServetuneError as exc:
+        print(f"ERROR {exc.message}" + (f" | hint: {exc.hint}" if exc.hint else ""), flush=True)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
