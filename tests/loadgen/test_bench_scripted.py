@@ -147,3 +147,15 @@ def test_existing_run_dir_is_not_overwritten_by_accident(scripted: Factory, tmp_
         bench(cfg(srv.base_url, num_prompts=3), tmp_path, progress=False)
     r = bench(cfg(srv.base_url, num_prompts=3), tmp_path, progress=False, overwrite=True)
     assert r.summary.completed == 3 and len(read_records(tmp_path)) == 3
+
+
+def test_prompt_lengths_aligned_with_the_servers_tokenize(
+    scripted: Factory, tmp_path: Path
+) -> None:
+    srv = scripted({"tokens_per_word": 3})
+    r = bench(cfg(srv.base_url, random_input_len=90, num_prompts=12), tmp_path, progress=False)
+    assert r.target.tokenizer == "server" and not r.target.tokens_approximate
+    recs = read_records(tmp_path)
+    # the server counts 3 tokens a word: prompts were resized to 30 words = 90 tokens
+    assert {x.prompt_tokens for x in recs} == {90}
+    assert {x.planned_input_len for x in recs} == {90}

@@ -34,5 +34,7 @@ class Script(BaseModel):
     """Every Nth request streams half its tokens, then an error object."""
     disconnect_every: int = 0
     """Every Nth request streams half its tokens, then the connection is cut."""
+    tokens_per_word: int = 1
+    """How many tokens the server's tokenizer counts per whitespace-separated word."""
     one_write: bool = False
     """Render the whole response up front and write it at once (zero-cost server)."""

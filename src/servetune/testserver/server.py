@@ -231,7 +231,8 @@ class _Conn(asyncio.Protocol):
             )
         elif path == "/tokenize" and method == "POST":
             req = orjson.loads(body or b"{}")
-            n = len(str(req.get("prompt", "")).split())
+            text = str(req.get("prompt", req.get("content", "")))
+            n = len(text.split()) * s.tokens_per_word
             self._json(
                 200, {"count": n, "max_model_len": s.max_model_len, "tokens": list(range(n))}
             )
@@ -272,7 +273,7 @@ class _Conn(asyncio.Protocol):
             prompt = " ".join(str(m.get("content", "")) for m in req.get("messages") or [])
         else:
             prompt = str(req.get("prompt", ""))
-        p_tokens = len(prompt.split())
+        p_tokens = len(prompt.split()) * s.tokens_per_word
         n = int(req.get("max_tokens") or req.get("max_completion_tokens") or 16)
         if p_tokens + n > s.max_model_len:
             msg = (
