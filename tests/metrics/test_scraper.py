@@ -14,7 +14,7 @@ from aiohttp import web
 from live_server import serve, text_handler, wait_until
 from metrics_fixtures import advanced, load
 
-from servetune.metrics.scraper import MetricsScraper, metrics_url_for
+from servetune.metrics.scraper import PARSE_SLICE_LINES, MetricsScraper, metrics_url_for
 from servetune.results import server_series as ss
 from servetune.results.io import SERVER_METRICS_FILE, iter_jsonl, read_server_series
 from servetune.results.schema import ServerInfo
@@ -88,6 +88,12 @@ def test_vllm_live_counters_change_between_scrapes(
     assert series[-1].histograms[ss.TTFT_SECONDS].count == 240 + 10 * (len(series) - 1)
     # the file holds what the scraper kept in memory
     assert [s.t for s in scraper.samples] == ts
+    # the page (452 lines) was parsed in slices, yielding to the loop in between
+    assert len(base.splitlines()) > 2 * PARSE_SLICE_LINES
+    assert all(0 < b < t for b, t in zip(scraper.block_cpu_s, scraper.busy_cpu_s, strict=True)), (
+        scraper.block_cpu_s,
+        scraper.busy_cpu_s,
+    )
 
     summ = info.summary
     span = ts[-1] - ts[0]

@@ -245,8 +245,17 @@ def parse(text: str, wanted: Collection[str] | None = None) -> ParsedMetrics:
     """Parse exposition text. With ``wanted`` (sample names, see :func:`wanted_sample_names`)
     only those samples (and their HELP/TYPE) are kept; the rest is skipped cheaply."""
     out = ParsedMetrics()
+    parse_lines(text.split("\n"), out, wanted)
+    return out
+
+
+def parse_lines(
+    lines: Iterable[str], out: ParsedMetrics, wanted: Collection[str] | None = None
+) -> None:
+    """Parse ``lines`` into ``out``: the same page can be fed in slices (the scraper yields
+    to the event loop between slices, so no slice holds the loop long)."""
     samples = out.samples
-    for line in text.split("\n"):
+    for line in lines:
         if not line:
             continue
         if line[-1] == "\r":
@@ -322,4 +331,3 @@ def parse(text: str, wanted: Collection[str] | None = None) -> ParsedMetrics:
             samples[name] = [sample]
         else:
             lst.append(sample)
-    return out

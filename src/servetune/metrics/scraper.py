@@ -2,9 +2,11 @@
 names to concepts, append one :class:`ServerSample` a line to ``server_metrics.jsonl``.
 
 It shares the event loop with the load generator, so it is built never to delay a send:
-one request in flight at a time, only the mapped families parsed (a ~2,000-line vLLM page
-costs about a millisecond of loop time, measured in ``benchmarks/scrape_overhead.py``), NVML
-reads in a thread. Every failure is an observation, not an error: an absent or unparsable
+one request in flight at a time, only the mapped families parsed, and the parse fed in slices
+of :data:`PARSE_SLICE_LINES` lines with a yield to the loop between slices (a thread would not
+help: the GIL hands the loop back only every 5 ms), so no stretch holds the loop for more than
+a fraction of a millisecond (``benchmarks/scrape_overhead.py`` measures it); NVML reads run in
+a thread. Every failure is an observation, not an error: an absent or unparsable
 ``/metrics`` is reported once (a warning and ``ServerInfo.error``) and the run goes on; a
 concept the server does not expose lands in ``names_missing``.
 """
@@ -24,13 +26,16 @@ import orjson
 
 from servetune.metrics.engine_maps import EngineMap, Source, all_base_names, detect
 from servetune.metrics.gpu import DcgmSource, GpuSource, NvmlSource, is_local_url
-from servetune.metrics.prometheus import ParsedMetrics, parse, wanted_sample_names
+from servetune.metrics.prometheus import ParsedMetrics, parse, parse_lines, wanted_sample_names
 from servetune.metrics.server_summary import summarize_server
 from servetune.results.io import LineAppender
 from servetune.results.schema import ServerInfo
 from servetune.results.server_series import Histogram, ServerSample
 
 log = logging.getLogger(__name__)
+
+# Lines parsed between two yields to the event loop: ~0.2–0.5 ms of work on a slow core.
+PARSE_SLICE_LINES = 200
 
 # Plain text (not OpenMetrics, not gzip): cheapest to produce and to read over loopback.
 _HEADERS = {"Accept": "text/plain;version=0.0.4;q=1.0,*/*;q=0.1", "Accept-Encoding": "identity"}
@@ -56,12 +61,11 @@ def _value(parsed: ParsedMetrics, src: Source) -> float | None:
     return None if v is None else v * src.scale
 
 
-def extract(
+def extract_values(
     parsed: ParsedMetrics, emap: EngineMap
-) -> tuple[dict[str, float], dict[str, Histogram], dict[str, str]]:
-    """(values, histograms, concept → name used) for one parsed page."""
+) -> tuple[dict[str, float], dict[str, str]]:
+    """(gauge/counter values, concept → name used) for one parsed page."""
     values: dict[str, float] = {}
-    hists: dict[str, Histogram] = {}
     used: dict[str, str] = {}
     for concept, sources in emap.values.items():
         for src in sources:
@@ -70,13 +74,30 @@ def extract(
                 values[concept] = v
                 used[concept] = src.display()
                 break
+    return values, used
+
+
+def extract_histogram(
+    parsed: ParsedMetrics, sources: tuple[Source, ...]
+) -> tuple[Histogram, str] | None:
+    """The first of ``sources`` the page exposes, merged over label sets, and its name."""
+    for src in sources:
+        h = parsed.histogram(src.name, src.match_dict or None)
+        if h is not None:
+            return h, src.display()
+    return None
+
+
+def extract(
+    parsed: ParsedMetrics, emap: EngineMap
+) -> tuple[dict[str, float], dict[str, Histogram], dict[str, str]]:
+    """(values, histograms, concept → name used) for one parsed page."""
+    values, used = extract_values(parsed, emap)
+    hists: dict[str, Histogram] = {}
     for concept, sources in emap.histograms.items():
-        for src in sources:
-            h = parsed.histogram(src.name, src.match_dict or None)
-            if h is not None:
-                hists[concept] = h
-                used[concept] = src.display()
-                break
+        found = extract_histogram(parsed, sources)
+        if found is not None:
+            hists[concept], used[concept] = found
     return values, hists, used
 
 
@@ -93,6 +114,36 @@ def sample_line(sample: ServerSample) -> bytes:
     }
     values = {k: v for k, v in sample.values.items() if math.isfinite(v)}
     return orjson.dumps({"t": sample.t, "values": values, "histograms": hists}) + b"\n"
+
+
+class _LoopClock:
+    """Times the stretches a scrape holds the event loop between its yields: wall time (what
+    a waiting send feels, preemption by the OS included) and this thread's CPU time (the
+    scrape's own cost)."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self.longest_cpu = 0.0
+        self.total_cpu = 0.0
+        self._since = time.perf_counter()
+        self._since_cpu = time.thread_time()
+
+    def _lap(self) -> None:
+        held = time.perf_counter() - self._since
+        cpu = time.thread_time() - self._since_cpu
+        self.longest = max(self.longest, held)
+        self.longest_cpu = max(self.longest_cpu, cpu)
+        self.total_cpu += cpu
+
+    async def yield_(self) -> None:
+        # Let the load generator's due sends run before the next slice of work.
+        self._lap()
+        await asyncio.sleep(0)
+        self._since = time.perf_counter()
+        self._since_cpu = time.thread_time()
+
+    def stop(self) -> None:
+        self._lap()
 
 
 class MetricsScraper:
@@ -122,7 +173,12 @@ class MetricsScraper:
         self.samples: list[ServerSample] = []
         self.engine_map: EngineMap | None = None
         self.block_s: list[float] = []
-        """Event-loop time each scrape took after its response arrived (parse, map, write)."""
+        """Per scrape, the longest stretch it held the event loop without yielding (wall s)."""
+        self.block_cpu_s: list[float] = []
+        """Per scrape, the CPU time of that longest stretch (s): the scraper's own share."""
+        self.busy_cpu_s: list[float] = []
+        """Per scrape, the CPU time it used in all after the response (decode, parse, map,
+        write)."""
         self._session = session
         self._own_session = session is None
         self._timeout = aiohttp.ClientTimeout(total=max(2.0, 2 * interval_s))
@@ -252,13 +308,13 @@ class MetricsScraper:
             fetched, gpu_values = await asyncio.gather(self._fetch(), self._read_gpu())
         else:
             fetched, gpu_values = await self._fetch(), {}
-        t0 = time.perf_counter()
+        clock = _LoopClock()
         values: dict[str, float] = {}
         hists: dict[str, Histogram] = {}
         if fetched is not None:
             body, at_ns = fetched
             t = (at_ns - self.t0_ns) / 1e9
-            mapped = self._map(body)
+            mapped = await self._map(body, clock)
             if mapped is not None:
                 values, hists = mapped
         else:
@@ -269,20 +325,34 @@ class MetricsScraper:
             self.samples.append(sample)
             if self._appender is not None:
                 self._appender.write(sample_line(sample))
-        self.block_s.append(time.perf_counter() - t0)
+        clock.stop()
+        self.block_s.append(clock.longest)
+        self.block_cpu_s.append(clock.longest_cpu)
+        self.busy_cpu_s.append(clock.total_cpu)
 
-    def _map(self, body: bytes) -> tuple[dict[str, float], dict[str, Histogram]] | None:
-        text = body.decode("utf-8", "replace")
-        parsed = parse(text, self._wanted)
+    async def _map(
+        self, body: bytes, clock: _LoopClock
+    ) -> tuple[dict[str, float], dict[str, Histogram]] | None:
+        lines = body.decode("utf-8", "replace").split("\n")
+        parsed = ParsedMetrics()
+        for i in range(0, len(lines), PARSE_SLICE_LINES):
+            parse_lines(lines[i : i + PARSE_SLICE_LINES], parsed, self._wanted)
+            await clock.yield_()
         emap = self.engine_map
         if emap is None:
             emap = detect(parsed.names())
             if emap is None:
-                self._report(self._why_not_mapped(text))
+                self._report(self._why_not_mapped("\n".join(lines)))
                 return None
             self.engine_map = emap
             self._wanted = wanted_sample_names(emap.base_names())
-        values, hists, used = extract(parsed, emap)
+        values, used = extract_values(parsed, emap)
+        hists: dict[str, Histogram] = {}
+        for concept, sources in emap.histograms.items():
+            found = extract_histogram(parsed, sources)
+            if found is not None:
+                hists[concept], used[concept] = found
+            await clock.yield_()
         first = not self._found
         for concept, name in used.items():
             self._found.setdefault(concept, name)
