@@ -102,6 +102,11 @@ def test_vllm_live_counters_change_between_scrapes(
     # every windowed observation was 0.05 s: inside the (0.04, 0.06] bucket
     assert 40.0 <= summ["ttft_ms"]["p50"] <= 60.0
     assert summ["waiting_slope_per_s"] > 0
+    # the same figures over a window of the run (the client's measured window)
+    windowed = scraper.info(ts[1], ts[3]).summary
+    assert windowed["window_s"] == [ts[1], ts[3]]
+    assert windowed["ttft_ms"]["count"] == 20
+    assert windowed["engine_version"] == "V1 (>=0.10)"
 
 
 def test_llamacpp_recent_build_reports_kv_missing(tmp_path: Path) -> None:

@@ -228,13 +228,16 @@ class MetricsScraper:
             self._session = None
         return self.info()
 
-    def info(self) -> ServerInfo:
+    def info(self, start_s: float | None = None, end_s: float | None = None) -> ServerInfo:
+        """What was found; the summary covers [start_s, end_s] on the run clock (default: the
+        whole series). Pass the client's measured window (``Summary.window_start_s`` /
+        ``window_end_s``) so that server and client figures describe the same seconds."""
         emap = self.engine_map
         missing = [c for c in emap.concepts() if c not in self._found] if emap else []
         error = self._error
         if error and self._recovered:
             error += " (later scrapes succeeded)"
-        summary = summarize_server(self.samples) if self.samples else {}
+        summary = summarize_server(self.samples, start_s, end_s) if self.samples else {}
         if emap is not None:
             summary["engine_version"] = emap.version
         if self._gpu is not None:
