@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from servetune.metrics.histograms import describe, mean, quantile, window
+from servetune.metrics.histograms import bucket_of, describe, mean, quantile, window
 from servetune.results.server_series import Histogram
 
 # 50 observations: 10 in (0, 0.1], 20 in (0.1, 0.5], 10 in (0.5, 1], 10 above 1.
@@ -85,6 +85,21 @@ def test_mean_and_describe() -> None:
     assert d["mean"] == pytest.approx(0.6)
     assert d["p50"] == pytest.approx(0.4)
     assert d["p90"] == 1.0
-    assert set(d) == {"count", "mean", "p50", "p90", "p95", "p99"}
+    plain = {k for k in d if not k.endswith("_bucket")}
+    assert plain == {"count", "mean", "p50", "p90", "p95", "p99"}
+    assert d["p50_bucket"] == [0.1, 0.5]
+    assert d["p90_bucket"] == [1.0, math.inf]
     assert describe(Histogram(buckets=[], count=0)) == {}
     assert "p999" in describe(H, qs=(0.999,))
+
+
+def test_bucket_of_tells_the_resolution() -> None:
+    assert bucket_of(0.10, H) == (0.0, 0.1)
+    assert bucket_of(0.50, H) == (0.1, 0.5)
+    assert bucket_of(0.70, H) == (0.5, 1.0)
+    assert bucket_of(0.90, H) == (1.0, math.inf)
+    assert bucket_of(0.5, Histogram(buckets=[], count=0)) is None
+    # vLLM's queue-time buckets start at 0.3 s: a p50 of 0.15 s is only "below 0.3 s"
+    queue = Histogram(buckets=[(0.3, 199), (0.5, 199)], sum=2.6, count=199)
+    assert quantile(0.5, queue) == pytest.approx(0.15)
+    assert bucket_of(0.5, queue) == (0.0, 0.3)

@@ -64,6 +64,7 @@ def test_whole_series() -> None:
     # every observation in (0.1, 0.5]: p50 = 0.1 + 0.4 * 0.5 = 0.3 s
     assert ttft["p50"] == pytest.approx(300.0)
     assert ttft["p90"] == pytest.approx(460.0)
+    assert ttft["p50_bucket"] == [pytest.approx(100.0), pytest.approx(500.0)]
 
 
 def test_window_brackets_counters_and_filters_gauges() -> None:
@@ -102,6 +103,21 @@ def test_gpu_figures() -> None:
     assert s["gpu_utilization_max"] == pytest.approx(0.7)
     assert s["gpu_memory_used_bytes_max"] == 3e9
     assert s["gpu_memory_total_bytes"] == 8e10
+
+
+def test_a_percentile_past_the_last_bound_has_an_open_bucket() -> None:
+    h0 = Histogram(buckets=[(0.1, 0.0), (1.0, 0.0)], sum=0.0, count=0.0)
+    h1 = Histogram(buckets=[(0.1, 0.0), (1.0, 1.0)], sum=30.0, count=10.0)
+    s = summarize_server(
+        [
+            ServerSample(t=0.0, histograms={ss.E2E_SECONDS: h0}),
+            ServerSample(t=1.0, histograms={ss.E2E_SECONDS: h1}),
+        ]
+    )
+    e2e = s["e2e_ms"]
+    assert e2e["p99"] == 1000.0  # the highest finite bound is all the buckets know
+    assert e2e["p99_bucket"] == [1000.0, None]  # JSON-safe: no infinity
+    assert e2e["mean"] == pytest.approx(3000.0)
 
 
 def test_counter_reset_counts_the_new_reading() -> None:

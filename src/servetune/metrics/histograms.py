@@ -59,12 +59,25 @@ def window(first: Histogram | None, last: Histogram) -> Histogram:
 
 def quantile(q: float, h: Histogram) -> float | None:
     """The q-quantile (0 ≤ q ≤ 1) of histogram ``h``; None when it holds no observation."""
+    found = _locate(q, h)
+    return None if found is None else found[0]
+
+
+def bucket_of(q: float, h: Histogram) -> tuple[float, float] | None:
+    """The (lower, upper) bounds of the bucket the q-quantile lies in: all that the histogram
+    really knows about it (upper is +inf past the last finite bound)."""
+    found = _locate(q, h)
+    return None if found is None else (found[1], found[2])
+
+
+def _locate(q: float, h: Histogram) -> tuple[float, float, float] | None:
+    """(interpolated value, bucket lower bound, bucket upper bound) of the q-quantile."""
     if math.isnan(q):
         return None
     if q < 0:
-        return -math.inf
+        return -math.inf, -math.inf, -math.inf
     if q > 1:
-        return math.inf
+        return math.inf, math.inf, math.inf
     finite, total = _finite_buckets(h)
     if total <= 0 or math.isnan(total):
         return None
@@ -82,18 +95,19 @@ def quantile(q: float, h: Histogram) -> float | None:
     while b < len(cum) and cum[b] < rank:
         b += 1
     if b == len(cum):
-        return finite[-1][0]  # in the +Inf bucket: the highest finite bound
+        top = finite[-1][0]
+        return top, top, math.inf  # in the +Inf bucket: the highest finite bound
     upper = finite[b][0]
     if b == 0:
         if upper <= 0:
-            return upper
+            return upper, -math.inf, upper
         lower, below = 0.0, 0.0
     else:
         lower, below = finite[b - 1][0], cum[b - 1]
     in_bucket = cum[b] - below
     if in_bucket <= 0:
-        return upper
-    return lower + (upper - lower) * ((rank - below) / in_bucket)
+        return upper, lower, upper
+    return lower + (upper - lower) * ((rank - below) / in_bucket), lower, upper
 
 
 def mean(h: Histogram) -> float | None:
@@ -103,19 +117,28 @@ def mean(h: Histogram) -> float | None:
     return h.sum / total
 
 
-def describe(h: Histogram, qs: tuple[float, ...] = (0.5, 0.9, 0.95, 0.99)) -> dict[str, float]:
-    """count, mean and the percentiles ``p50``… of ``h`` (in its own unit); {} when empty."""
+def describe(
+    h: Histogram, qs: tuple[float, ...] = (0.5, 0.9, 0.95, 0.99)
+) -> dict[str, float | list[float]]:
+    """count, mean, the percentiles ``p50``… of ``h`` (in its own unit) and, as ``p50_bucket``
+    …, the [lower, upper] bounds of the bucket each lies in (upper null past the last finite
+    bound); {} when empty.
+
+    The bucket says how much the interpolated value can be trusted: vLLM's queue-time buckets
+    start at 0.3 s, so a p50 of "0.15 s" there only means "somewhere below 0.3 s".
+    """
     _, total = _finite_buckets(h)
     if total <= 0:
         return {}
-    out: dict[str, float] = {"count": total}
+    out: dict[str, float | list[float]] = {"count": total}
     m = mean(h)
     if m is not None:
         out["mean"] = m
     for q in qs:
-        v = quantile(q, h)
-        if v is not None:
-            out[_pname(q)] = v
+        found = _locate(q, h)
+        if found is not None:
+            out[_pname(q)] = found[0]
+            out[_pname(q) + "_bucket"] = [found[1], found[2]]
     return out
 
 

@@ -23,7 +23,9 @@ prefix_cache_hit_rate        Δhits/Δqueries (vLLM V1) or the mean of the engin
 gpu_utilization_mean/max, gpu_memory_used_bytes_max, gpu_memory_total_bytes
 ttft_ms, tpot_ms, itl_ms, e2e_ms, queue_ms, prefill_ms, decode_ms
                              {count, mean, p50, p90, p95, p99} from the server's histograms
-                             over the window (bucket-interpolated, see metrics.histograms)
+                             over the window (bucket-interpolated, see metrics.histograms),
+                             and p50_bucket… = [lower, upper] of the bucket each lies in
+                             (null = unbounded): how precise the percentile is
 ========================== ===============================================================
 """
 
@@ -110,6 +112,15 @@ def _slope(ts: np.ndarray, ys: np.ndarray) -> float | None:
     return float((tc * (ys - ys.mean())).sum() / (tc * tc).sum())
 
 
+def _to_ms(key: str, v: float | list[float]) -> float | list[float | None] | None:
+    """Seconds → ms; an infinite bucket bound becomes None (JSON has no infinity)."""
+    if isinstance(v, list):
+        return [x * 1000.0 if math.isfinite(x) else None for x in v]
+    if key == "count":
+        return v
+    return v * 1000.0 if math.isfinite(v) else None
+
+
 def summarize_server(
     samples: Sequence[ServerSample], start_s: float | None = None, end_s: float | None = None
 ) -> dict[str, Any]:
@@ -183,9 +194,5 @@ def summarize_server(
         h = hg.window(br[0].histograms[concept], br[1].histograms[concept])
         stats = hg.describe(h)
         if stats:
-            out[key] = {
-                k: (v if k == "count" else v * 1000.0)
-                for k, v in stats.items()
-                if not math.isnan(v)
-            }
+            out[key] = {k: _to_ms(k, v) for k, v in stats.items()}
     return out
