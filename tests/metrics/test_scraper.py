@@ -261,6 +261,8 @@ def test_dcgm_gpu_figures_join_the_samples(tmp_path: Path) -> None:
     assert v[ss.GPU_MEMORY_TOTAL_BYTES] == (77000 + 4000 + 75000 + 6000) * 2**20
     assert v[ss.KV_CACHE_USAGE] == pytest.approx(0.8731)
     assert info.summary["gpu_utilization_mean"] == pytest.approx(0.8)
+    assert info.names_found[ss.GPU_UTILIZATION] == "DCGM_FI_DEV_GPU_UTIL"
+    assert info.names_found[ss.KV_CACHE_USAGE] == "vllm:gpu_cache_usage_perc"
 
 
 def test_a_dcgm_failure_never_stops_the_run(

@@ -29,6 +29,8 @@ MIB = 1 << 20
 
 class GpuSource(Protocol):
     name: str
+    names: dict[str, str]
+    """Concept → where its value comes from (for ``ServerInfo.names_found``)."""
 
     async def read(self) -> dict[str, float]: ...
 
@@ -42,6 +44,11 @@ class NvmlSource:
     name = "nvml"
 
     def __init__(self, nvml: Any, handles: list[Any]) -> None:
+        self.names = {
+            ss.GPU_UTILIZATION: "nvml:nvmlDeviceGetUtilizationRates.gpu",
+            ss.GPU_MEMORY_USED_BYTES: "nvml:nvmlDeviceGetMemoryInfo.used",
+            ss.GPU_MEMORY_TOTAL_BYTES: "nvml:nvmlDeviceGetMemoryInfo.total",
+        }
         self._nvml = nvml
         self._handles = handles
 
@@ -117,6 +124,11 @@ class DcgmSource:
     name = "dcgm"
 
     def __init__(self, url: str, session: aiohttp.ClientSession, timeout_s: float = 2.0) -> None:
+        self.names = {
+            ss.GPU_UTILIZATION: DCGM_UTIL,
+            ss.GPU_MEMORY_USED_BYTES: DCGM_FB_USED,
+            ss.GPU_MEMORY_TOTAL_BYTES: f"{DCGM_FB_USED} + {DCGM_FB_FREE}",
+        }
         self.url = url
         self._session = session
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)

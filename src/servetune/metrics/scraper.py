@@ -184,6 +184,7 @@ class MetricsScraper:
         self._timeout = aiohttp.ClientTimeout(total=max(2.0, 2 * interval_s))
         self._wanted = wanted_sample_names(all_base_names())
         self._found: dict[str, str] = {}
+        self._logged = False
         self._error: str | None = None
         self._recovered = False
         self._gpu: GpuSource | None = None
@@ -299,12 +300,15 @@ class MetricsScraper:
         if self._gpu is None:
             return {}
         try:
-            return await self._gpu.read()
+            values = await self._gpu.read()
         except Exception as exc:  # a GPU source failing never stops the run
             if self._gpu_error is None:
                 self._gpu_error = f"{self._gpu.name}: {exc}"
                 log.warning("GPU metrics unavailable: %s", self._gpu_error)
             return {}
+        for concept in values:
+            self._found.setdefault(concept, self._gpu.names.get(concept, self._gpu.name))
+        return values
 
     async def _scrape_once(self) -> None:
         if self._gpu is not None:
@@ -356,10 +360,10 @@ class MetricsScraper:
             if found is not None:
                 hists[concept], used[concept] = found
             await clock.yield_()
-        first = not self._found
         for concept, name in used.items():
             self._found.setdefault(concept, name)
-        if first:
+        if not self._logged:
+            self._logged = True
             self._log_detected(emap)
         if self._error is not None:
             self._recovered = True
