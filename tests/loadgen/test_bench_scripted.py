@@ -135,9 +135,10 @@ def test_two_worker_processes_share_one_clock(scripted: Factory, tmp_path: Path)
     assert sorted(x.id for x in recs) == list(range(80))
     assert {x.worker for x in recs} == {0, 1}
     assert r.client_health.workers == 2
-    assert 15 <= r.summary.ttft.p50 <= 22
+    assert 15 <= r.summary.ttft.p50 <= 30
+    # one clock: each worker's sends follow the shared plan (never early, rarely late)
     lags = [x.send_lag_ms for x in recs]
-    assert min(lags) >= 0 and np.percentile(lags, 50) < 3
+    assert min(lags) >= 0 and np.percentile(lags, 50) < 5
 
 
 def test_existing_run_dir_is_not_overwritten_by_accident(scripted: Factory, tmp_path: Path) -> None:
