@@ -72,6 +72,7 @@ def test_edge_cases() -> None:
     assert p.value("nan_gauge") is None  # NaN is "no value", not a number to add
     assert p.value("inf_gauge", {"sign": "plus"}) == math.inf
     assert p.value("inf_gauge", {"sign": "minus"}) == -math.inf
+    assert math.isnan(p.value("inf_gauge") or 0.0)  # +Inf + -Inf: NaN, not an exception
     ts = p.series("with_timestamp")[0]
     assert (ts.value, ts.timestamp_ms) == (42.0, 1700000000000)
     assert p.value("exp_value") == 1.5e6

@@ -1,14 +1,15 @@
 """The server-metrics scraper: GET ``/metrics`` every interval during a run, map the engine's
 names to concepts, append one :class:`ServerSample` a line to ``server_metrics.jsonl``.
 
-It shares the event loop with the load generator, so it is built never to delay a send:
-one request in flight at a time, only the mapped families parsed, and the parse fed in slices
-of :data:`PARSE_SLICE_LINES` lines with a yield to the loop between slices (a thread would not
-help: the GIL hands the loop back only every 5 ms), so no stretch holds the loop for more than
-a fraction of a millisecond (``benchmarks/scrape_overhead.py`` measures it); NVML reads run in
-a thread. Every failure is an observation, not an error: an absent or unparsable
-``/metrics`` is reported once (a warning and ``ServerInfo.error``) and the run goes on; a
-concept the server does not expose lands in ``names_missing``.
+It shares the event loop with the load generator, so it is built never to delay a send: one
+request in flight at a time; once the engine is known, a :class:`Reducer` sums only the
+mapped families straight from the text (no object per line, so no garbage to collect), fed
+in slices of :data:`PARSE_SLICE_LINES` lines with a yield to the loop between slices (a
+thread would not help: the GIL hands the loop back only every 5 ms). So no stretch holds the
+loop for more than a fraction of a millisecond (``benchmarks/scrape_overhead.py`` measures
+it); NVML reads run in a thread. Every failure is an observation, not an error: an absent or
+unparsable ``/metrics`` is reported once (a warning and ``ServerInfo.error``) and the run
+goes on; a concept the server does not expose lands in ``names_missing``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,14 @@ import orjson
 
 from servetune.metrics.engine_maps import EngineMap, Source, all_base_names, detect
 from servetune.metrics.gpu import DcgmSource, GpuSource, NvmlSource, is_local_url
-from servetune.metrics.prometheus import ParsedMetrics, parse, parse_lines, wanted_sample_names
+from servetune.metrics.prometheus import (
+    MetricsView,
+    ParsedMetrics,
+    Reducer,
+    parse,
+    parse_lines,
+    wanted_sample_names,
+)
 from servetune.metrics.server_summary import summarize_server
 from servetune.results.io import LineAppender
 from servetune.results.schema import ServerInfo
@@ -34,8 +42,8 @@ from servetune.results.server_series import Histogram, ServerSample
 
 log = logging.getLogger(__name__)
 
-# Lines parsed between two yields to the event loop: ~0.2–0.5 ms of work on a slow core.
-PARSE_SLICE_LINES = 200
+# Lines read between two yields to the event loop: ~0.1–0.2 ms of work on a slow core.
+PARSE_SLICE_LINES = 160
 
 # Plain text (not OpenMetrics, not gzip): cheapest to produce and to read over loopback.
 _HEADERS = {"Accept": "text/plain;version=0.0.4;q=1.0,*/*;q=0.1", "Accept-Encoding": "identity"}
@@ -50,7 +58,7 @@ def metrics_url_for(base_url: str) -> str:
     return urlunsplit((parts.scheme or "http", parts.netloc, f"{path}/metrics", "", ""))
 
 
-def _value(parsed: ParsedMetrics, src: Source) -> float | None:
+def _value(parsed: MetricsView, src: Source) -> float | None:
     if not src.match:
         v = parsed.value(src.name, agg=src.agg)
     elif parsed.has(src.name):
@@ -61,9 +69,7 @@ def _value(parsed: ParsedMetrics, src: Source) -> float | None:
     return None if v is None else v * src.scale
 
 
-def extract_values(
-    parsed: ParsedMetrics, emap: EngineMap
-) -> tuple[dict[str, float], dict[str, str]]:
+def extract_values(parsed: MetricsView, emap: EngineMap) -> tuple[dict[str, float], dict[str, str]]:
     """(gauge/counter values, concept → name used) for one parsed page."""
     values: dict[str, float] = {}
     used: dict[str, str] = {}
@@ -78,7 +84,7 @@ def extract_values(
 
 
 def extract_histogram(
-    parsed: ParsedMetrics, sources: tuple[Source, ...]
+    parsed: MetricsView, sources: tuple[Source, ...]
 ) -> tuple[Histogram, str] | None:
     """The first of ``sources`` the page exposes, merged over label sets, and its name."""
     for src in sources:
@@ -89,7 +95,7 @@ def extract_histogram(
 
 
 def extract(
-    parsed: ParsedMetrics, emap: EngineMap
+    parsed: MetricsView, emap: EngineMap
 ) -> tuple[dict[str, float], dict[str, Histogram], dict[str, str]]:
     """(values, histograms, concept → name used) for one parsed page."""
     values, used = extract_values(parsed, emap)
@@ -99,6 +105,17 @@ def extract(
         if found is not None:
             hists[concept], used[concept] = found
     return values, hists, used
+
+
+def reducer_for(emap: EngineMap) -> Reducer | None:
+    """A :class:`Reducer` that reads exactly what ``emap`` maps (None if a histogram source
+    needs a label filter, which only the full parser serves)."""
+    if any(src.match for srcs in emap.histograms.values() for src in srcs):
+        return None
+    plain = [src.name for srcs in emap.values.values() for src in srcs if not src.match]
+    filtered = [(src.name, src.match) for srcs in emap.values.values() for src in srcs if src.match]
+    hists = [src.name for srcs in emap.histograms.values() for src in srcs]
+    return Reducer(plain, filtered, hists)
 
 
 def sample_line(sample: ServerSample) -> bytes:
@@ -185,6 +202,7 @@ class MetricsScraper:
         self._wanted = wanted_sample_names(all_base_names())
         self._found: dict[str, str] = {}
         self._logged = False
+        self._reducer: Reducer | None = None
         self._error: str | None = None
         self._recovered = False
         self._gpu: GpuSource | None = None
@@ -341,11 +359,21 @@ class MetricsScraper:
         self, body: bytes, clock: _LoopClock
     ) -> tuple[dict[str, float], dict[str, Histogram]] | None:
         lines = body.decode("utf-8", "replace").split("\n")
-        parsed = ParsedMetrics()
-        for i in range(0, len(lines), PARSE_SLICE_LINES):
-            parse_lines(lines[i : i + PARSE_SLICE_LINES], parsed, self._wanted)
-            await clock.yield_()
+        parsed: MetricsView
         emap = self.engine_map
+        reducer = self._reducer
+        if emap is not None and reducer is not None:
+            reducer.reset()
+            for i in range(0, len(lines), PARSE_SLICE_LINES):
+                reducer.feed(lines[i : i + PARSE_SLICE_LINES])
+                await clock.yield_()
+            parsed = reducer
+        else:
+            full = ParsedMetrics()
+            for i in range(0, len(lines), PARSE_SLICE_LINES):
+                parse_lines(lines[i : i + PARSE_SLICE_LINES], full, self._wanted)
+                await clock.yield_()
+            parsed = full
         if emap is None:
             emap = detect(parsed.names())
             if emap is None:
@@ -353,6 +381,7 @@ class MetricsScraper:
                 return None
             self.engine_map = emap
             self._wanted = wanted_sample_names(emap.base_names())
+            self._reducer = reducer_for(emap)
         values, used = extract_values(parsed, emap)
         hists: dict[str, Histogram] = {}
         for concept, sources in emap.histograms.items():
