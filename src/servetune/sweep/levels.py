@@ -122,8 +122,25 @@ def probe_level() -> PlannedLevel:
     return PlannedLevel(label=PROBE_LABEL, mode="rate", value=math.inf, role="probe")
 
 
+PROBE_MAX_PROMPTS = 2000
+
+
 def level_config(base: BenchConfig, level: PlannedLevel) -> BenchConfig:
-    """The bench configuration of one level: the base with the level's rate or concurrency."""
+    """The bench configuration of one level: the base with the level's rate or concurrency.
+
+    The probe sends a fixed number of requests at once (the sweep's ``--num-prompts``, at most
+    2000, 1000 under ``--duration``) so that it saturates the server without a huge backlog.
+    """
+    if level.role == "probe":
+        n = base.num_prompts if base.duration_s is None else 1000
+        return base.model_copy(
+            update={
+                "request_rate": math.inf,
+                "num_prompts": min(n, PROBE_MAX_PROMPTS),
+                "duration_s": None,
+                "label": level.label,
+            }
+        )
     if level.mode == "rate":
         update: dict[str, object] = {"request_rate": level.value, "label": level.label}
     else:

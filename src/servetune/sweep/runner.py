@@ -71,8 +71,21 @@ def config_differences(old: SweepConfig, new: SweepConfig) -> list[str]:
     ]
 
 
-def _same_level_config(done: BenchConfig, wanted: BenchConfig) -> bool:
-    return done.model_dump(mode="json") == wanted.model_dump(mode="json")
+_FILLED_AT_RUN_TIME = ("base_url", "model")
+"""Left open in the sweep's config and filled by the run (the embedded engine's URL, the model
+/v1/models lists): a level that filled them still matches."""
+
+
+def same_level_config(done: BenchConfig, wanted: BenchConfig) -> bool:
+    """Whether a finished level ran with the configuration this sweep wants for it."""
+    a = done.model_dump(mode="json")
+    b = wanted.model_dump(mode="json")
+    for key in set(a) | set(b):
+        if key == "api_key" or (key in _FILLED_AT_RUN_TIME and b.get(key) is None):
+            continue
+        if a.get(key) != b.get(key):
+            return False
+    return True
 
 
 def level_line(row: LevelRow, index: int, total: int, note: str = "") -> str:
@@ -164,7 +177,7 @@ class SweepRunner:
             done = read_run_result(d)
         except ResultError:
             return None
-        if done.status != "complete" or not _same_level_config(done.config, cfg):
+        if done.status != "complete" or not same_level_config(done.config, cfg):
             return None
         return done
 

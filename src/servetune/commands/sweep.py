@@ -1,0 +1,287 @@
+"""``servetune sweep``: bench at rising load levels → the throughput–latency curve, the knee,
+the SLO-max rate, and a report."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from servetune.commands._workload_args import (
+    add_target_arguments,
+    add_workload_arguments,
+    num_prompts_given,
+    workload_config_from_args,
+)
+
+if TYPE_CHECKING:
+    from servetune.results.sweep_schema import SweepConfig, SweepResult
+    from servetune.sweep.runner import LevelRunner, ServerControl
+
+DEFAULT_RATES = "8,16,32,64,128"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_target_arguments(p)
+    add_workload_arguments(p)
+    g = p.add_argument_group("sweep")
+    levels = g.add_mutually_exclusive_group()
+    levels.add_argument(
+        "--request-rates",
+        default=None,
+        metavar="R1,R2,…|auto",
+        help=f"offered req/s per level (default {DEFAULT_RATES}, the seed's); 'auto' probes the "
+        "saturation throughput with one unbounded-rate level, then places levels from ~10%% to "
+        "~120%% of it, denser near saturation",
+    )
+    levels.add_argument(
+        "--concurrencies",
+        default=None,
+        metavar="C1,C2,…",
+        help="sweep the concurrency cap instead (closed loop), e.g. 1,2,4,8,16,32,64",
+    )
+    g.add_argument(
+        "--auto-levels", type=int, default=8, help="levels placed by --request-rates auto"
+    )
+    g.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the sweep in --result-dir: keep finished levels, re-run the rest",
+    )
+    g.add_argument(
+        "--confirm",
+        action="store_true",
+        help="with --goodput: run one more level at the interpolated SLO-max rate to check it",
+    )
+    g.add_argument(
+        "--knee-k",
+        type=float,
+        default=1.0,
+        help="knee threshold on d ln P99 / d ln throughput (1 = max of throughput/latency)",
+    )
+    g.add_argument(
+        "--sim-offline",
+        action="store_true",
+        help="no --base-url: simulate every level on the virtual clock (seconds, not minutes)",
+    )
+    g.add_argument(
+        "--server-cmd",
+        default=None,
+        help="command line that starts the server at --base-url (stopped at the end, by its "
+        "process group)",
+    )
+    g.add_argument(
+        "--restart-per-level",
+        action="store_true",
+        help="restart the server (--server-cmd, or the embedded engine) before every level",
+    )
+    g.add_argument(
+        "--server-ready-timeout",
+        type=float,
+        default=600.0,
+        help="seconds to wait for --server-cmd to answer /v1/models",
+    )
+    g.add_argument(
+        "--level-runner",
+        default=None,
+        metavar="MODULE:CALLABLE",
+        help="run each level with your own callable(cfg, level_dir) -> RunResult "
+        "(e.g. servetune.sweep.synthetic:run_level, a closed-form model for trying things)",
+    )
+    o = p.add_argument_group("output")
+    o.add_argument(
+        "--result-dir",
+        type=Path,
+        default=None,
+        help="sweep directory (default: servetune-results/<time>-sweep)",
+    )
+    o.add_argument("--no-report", action="store_true", help="do not write report.html and PNGs")
+    o.add_argument("--no-progress", action="store_true", help="no live progress line")
+    o.add_argument("--no-metrics", action="store_true", help="do not scrape the server's /metrics")
+    o.add_argument("--metrics-interval", type=float, default=1.0, help="seconds between scrapes")
+    o.add_argument("--dcgm-url", default=None, help="DCGM exporter /metrics URL for GPU use")
+    try:
+        from servetune.sim.cli_args import add_engine_arguments
+    except ModuleNotFoundError:
+        return
+    add_engine_arguments(p.add_argument_group("simulated engine (when no --base-url)"))
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def sweep_config_from_args(args: argparse.Namespace) -> SweepConfig:
+    """The SweepConfig the flags describe (validated: user errors are ConfigErrors)."""
+    from servetune.errors import ConfigError
+    from servetune.results.sweep_schema import SweepConfig
+    from servetune.sweep.levels import parse_concurrencies, parse_rates
+
+    bench = workload_config_from_args(args)
+    engine: dict[str, Any] | None = None
+    if args.level_runner:
+        target = "custom"
+    elif args.sim_offline:
+        if bench.base_url is not None:
+            raise ConfigError(
+                "--sim-offline simulates the engine itself: --base-url does not apply",
+                hint="drop --base-url, or drop --sim-offline to sweep the real server",
+            )
+        target = "offline"
+    elif bench.base_url is None:
+        target = "embedded"
+    else:
+        target = "url"
+    if target in ("offline", "embedded"):
+        from servetune.sim.cli_args import engine_config_from_args
+
+        engine = engine_config_from_args(args).model_dump(mode="json")
+        bench = bench.model_copy(update={"model": None})
+    if args.server_cmd and bench.base_url is None:
+        raise ConfigError(
+            "--server-cmd needs --base-url (where the started server will answer)",
+            hint="e.g. --server-cmd 'vllm serve MODEL --port 8000' "
+            "--base-url http://127.0.0.1:8000/v1",
+        )
+    if args.restart_per_level and target == "url" and not args.server_cmd:
+        raise ConfigError(
+            "--restart-per-level needs --server-cmd (servetune can only restart what it started)"
+        )
+    if args.auto_levels < 2:
+        raise ConfigError(f"--auto-levels must be ≥ 2 (got {args.auto_levels})")
+    if not args.knee_k > 0:
+        raise ConfigError(f"--knee-k must be > 0 (got {args.knee_k})")
+    if args.confirm and bench.goodput.is_empty():
+        raise ConfigError(
+            "--confirm checks the SLO-max rate, which needs SLOs",
+            hint="add e.g. --goodput ttft:500 tpot:50",
+        )
+    if args.concurrencies is not None:
+        concs = parse_concurrencies(args.concurrencies)
+        return SweepConfig(
+            bench=bench,
+            mode="concurrency",
+            concurrencies=concs,
+            target=target,  # type: ignore[arg-type]
+            engine=engine,
+            server_cmd=args.server_cmd,
+            restart_per_level=args.restart_per_level,
+            scrape_metrics=not args.no_metrics,
+            knee_k=args.knee_k,
+            confirm=args.confirm,
+        )
+    rates = parse_rates(args.request_rates or DEFAULT_RATES)
+    return SweepConfig(
+        bench=bench,
+        mode="rate",
+        request_rates=rates,  # type: ignore[arg-type]
+        auto_levels=args.auto_levels,
+        target=target,  # type: ignore[arg-type]
+        engine=engine,
+        server_cmd=args.server_cmd,
+        restart_per_level=args.restart_per_level,
+        scrape_metrics=not args.no_metrics,
+        knee_k=args.knee_k,
+        confirm=args.confirm,
+    )
+
+
+def _runner(args: argparse.Namespace, cfg: SweepConfig) -> tuple[LevelRunner, ServerControl | None]:
+    from servetune.sweep import targets
+
+    if cfg.target == "custom":
+        return targets.load_runner(args.level_runner), _server_cmd(args, cfg)
+    if cfg.target == "offline":
+        from servetune.sim.config import EngineConfig
+
+        engine = EngineConfig.model_validate(cfg.engine)
+        return targets.offline_runner(engine, progress=not args.no_progress), None
+    common: dict[str, Any] = {
+        "progress": not args.no_progress,
+        "scrape_metrics": cfg.scrape_metrics,
+        "metrics_interval_s": args.metrics_interval,
+        "dcgm_url": args.dcgm_url,
+        "num_prompts_given": num_prompts_given(args),
+    }
+    if cfg.target == "embedded":
+        from servetune.sim.config import EngineConfig
+
+        embedded = targets.EmbeddedEngine(EngineConfig.model_validate(cfg.engine))
+        return targets.bench_runner(base_url=embedded.url, **common), embedded
+    return targets.bench_runner(**common), _server_cmd(args, cfg)
+
+
+def _server_cmd(args: argparse.Namespace, cfg: SweepConfig) -> ServerControl | None:
+    if not cfg.server_cmd or cfg.bench.base_url is None:
+        return None
+    from servetune.sweep.server import ServerProcess
+
+    return ServerProcess(
+        cfg.server_cmd,
+        cfg.bench.base_url,
+        ready_timeout_s=args.server_ready_timeout,
+        echo=_say,
+    )
+
+
+def print_sweep(result: SweepResult) -> None:
+    """The curve as a table, then the knee and the SLO-max in a sentence each."""
+    from servetune.sweep import fmt
+
+    mode = result.config.mode
+    head = "offered" if mode == "rate" else "conc"
+    print(
+        f"{'level':<22} {head:>8} {'req/s':>8} {'tok/s':>9} {'P99 TTFT':>10} "
+        f"{'P99 TPOT':>9} {'P99 E2E':>9} {'KV':>5} {'wait':>6}"
+    )
+    for r in result.measured_rows():
+        load = r.load
+        kv = r.server.kv_cache_usage_mean if r.server else None
+        wait = r.server.waiting_mean if r.server else None
+        print(
+            f"{r.label:<22} {('inf' if math.isinf(load) else fmt.num(load)):>8} "
+            f"{fmt.num(r.request_throughput):>8} {fmt.num(r.output_throughput):>9} "
+            f"{fmt.ms(r.ttft_p99):>10} {fmt.ms(r.tpot_p99):>9} {fmt.ms(r.e2el_p99):>9} "
+            f"{(f'{kv:.0%}' if kv is not None else '–'):>5} "
+            f"{(fmt.num(wait, 2) if wait is not None else '–'):>6}"
+        )
+    if result.knee is not None:
+        print(f"\nknee: {result.knee.verdict}")
+    if result.slo_max is not None:
+        print(f"SLO: {result.slo_max.verdict}")
+    for w in result.warnings:
+        print(f"warning: {w}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from servetune.errors import ConfigError
+    from servetune.sweep.runner import run_sweep
+
+    cfg = sweep_config_from_args(args)
+    if args.resume and args.result_dir is None:
+        raise ConfigError(
+            "--resume needs --result-dir (the sweep to continue)",
+            hint="e.g. servetune sweep ... --resume --result-dir servetune-results/<time>-sweep",
+        )
+    out = args.result_dir or Path("servetune-results") / f"{datetime.now():%Y%m%d-%H%M%S}-sweep"
+    runner, server = _runner(args, cfg)
+    if cfg.target == "embedded":
+        engine = cfg.engine or {}
+        _say(
+            f"no --base-url: sweeping the simulated engine ({engine.get('model')} on "
+            f"{engine.get('gpu')}) in real time"
+        )
+    result = run_sweep(
+        cfg, out, runner, resume=args.resume, server=server, command=list(sys.argv), echo=_say
+    )
+    print_sweep(result)
+    if not args.no_report:
+        from servetune.report.build import build_report
+
+        written = build_report(out)
+        print(f"report: {written.html}")
+    print(f"results: {out}")
+    return 0

@@ -1,0 +1,154 @@
+"""servetune report: files written, the CSV table, a self-contained HTML, bad input."""
+
+from __future__ import annotations
+
+import csv
+import re
+import shutil
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import pytest
+
+from servetune.cli import main
+from servetune.errors import ResultError
+from servetune.report import build as build_mod
+from servetune.report.build import build_report
+from servetune.report.csv_export import COLUMNS
+from servetune.report.findings import Finding
+from servetune.results.sweep_schema import read_sweep_result, write_sweep_result
+
+EXTERNAL = re.compile(
+    r"""(src|href)\s*=\s*["']?\s*(https?:)?//|@import|url\(\s*["']?https?:""", re.I
+)
+
+
+@pytest.fixture
+def no_findings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(build_mod, "diagnose_findings", lambda _p: [])
+
+
+def test_sweep_report_writes_html_pngs_and_csv(
+    sweep_dir: Path, tmp_path: Path, no_findings: None
+) -> None:
+    out = tmp_path / "out"
+    written = build_report(sweep_dir, out)
+    names = sorted(p.name for p in written.pngs)
+    assert names == ["cdf.png", "latency.png", "send_lag.png", "server.png", "throughput.png"]
+    for p in written.pngs:
+        img = mpimg.imread(p)
+        assert img.shape[1] >= 700 and img.shape[0] >= 300
+    html = written.html.read_text()
+    sweep = read_sweep_result(sweep_dir)
+    assert sweep.knee is not None and sweep.knee.status == "found"
+    # The verdict sentence is at the top, before any plot.
+    assert html.index(sweep.knee.verdict.split(":")[0]) < html.index("<svg")
+    assert html.count("<svg") == 5 and html.count('class="plot"') == 5
+    assert "<script" not in html
+    assert not EXTERNAL.search(html), EXTERNAL.search(html)
+    assert 'id="diagnose"' not in html and "Diagnosis" not in html
+    assert sweep.slo_max is not None and "Highest load meeting the SLOs" in html
+    # Figure ids are made unique per figure, so clip paths cannot cross between plots.
+    ids = re.findall(r'\bid="([^"]+)"', html)
+    assert len(ids) == len(set(ids))
+
+
+def test_csv_has_one_row_per_level(sweep_dir: Path, tmp_path: Path, no_findings: None) -> None:
+    written = build_report(sweep_dir, tmp_path, png=False)
+    with written.csv.open() as fh:
+        rows = list(csv.DictReader(fh))
+    sweep = read_sweep_result(sweep_dir)
+    assert [r["label"] for r in rows] == [r.label for r in sweep.measured_rows()]
+    assert list(rows[0]) == list(COLUMNS)
+    first = sweep.measured_rows()[0]
+    assert float(rows[0]["request_throughput"]) == pytest.approx(first.request_throughput, 1e-4)
+    assert float(rows[0]["ttft_p99_ms"]) == pytest.approx(first.ttft_p99, 1e-4)
+    assert rows[0]["kv_cache_usage_mean"] != ""
+
+
+def test_run_report(sweep_dir: Path, tmp_path: Path, no_findings: None) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(sweep_dir / "levels" / "rate-8", run_dir)
+    written = build_report(run_dir)
+    assert written.html == run_dir / "report.html"
+    assert sorted(p.name for p in written.pngs) == [
+        "cdf.png",
+        "send_lag.png",
+        "server.png",
+        "timeline.png",
+    ]
+    html = written.html.read_text()
+    assert "One run at 8 req/s offered" in html
+    assert "A knee needs several load levels" in html
+    with written.csv.open() as fh:
+        assert len(list(csv.DictReader(fh))) == 1
+
+
+def test_run_without_server_metrics(sweep_dir: Path, tmp_path: Path, no_findings: None) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(sweep_dir / "levels" / "rate-4", run_dir)
+    (run_dir / "server_metrics.jsonl").unlink()
+    written = build_report(run_dir)
+    assert "server.png" not in {p.name for p in written.pngs}
+    assert "KV cache averaged" not in written.html.read_text()
+
+
+def test_diagnose_findings_fill_their_slot(
+    sweep_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    finding = Finding(
+        title="Past the knee: waiting grows without bound",
+        severity="warning",
+        evidence=["waiting 84 at rate-32"],
+        actions=["rate-limit at 7 req/s"],
+    )
+    monkeypatch.setattr(build_mod, "diagnose_findings", lambda _p: [finding])
+    html = build_report(sweep_dir, tmp_path, png=False).html.read_text()
+    assert 'id="diagnose"' in html
+    assert "waiting grows without bound" in html and "rate-limit at 7 req/s" in html
+
+
+def test_missing_level_dir_is_noted_not_fatal(
+    sweep_dir: Path, tmp_path: Path, no_findings: None
+) -> None:
+    copy = tmp_path / "sweep"
+    shutil.copytree(sweep_dir, copy)
+    shutil.rmtree(copy / "levels" / "rate-4")
+    html = build_report(copy, png=False).html.read_text()
+    assert "rate-4" in html and "has no run.json" in html
+
+
+def test_directory_without_results_says_what_it_expected(tmp_path: Path) -> None:
+    with pytest.raises(ResultError) as err:
+        build_report(tmp_path)
+    assert "expected run.json (a run) or sweep.json (a sweep)" in err.value.message
+
+
+def test_report_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "holds no servetune result" in err and "hint:" in err
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "sweep.json").write_text('{"kind": "run"}')
+    assert main(["report", str(tmp_path)]) == 2
+    assert "not a servetune sweep file" in capsys.readouterr().err
+
+
+def test_sweep_without_finished_levels(sweep_dir: Path, tmp_path: Path) -> None:
+    sweep = read_sweep_result(sweep_dir)
+    sweep.rows = []
+    write_sweep_result(tmp_path, sweep)
+    with pytest.raises(ResultError) as err:
+        build_report(tmp_path)
+    assert "no finished level yet" in err.value.message
+
+
+def test_report_cli_prints_paths(
+    sweep_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], no_findings: None
+) -> None:
+    assert main(["report", str(sweep_dir), "--out", str(tmp_path), "--no-png"]) == 0
+    out = capsys.readouterr().out
+    assert "The knee is at" in out
+    assert f"report: {tmp_path / 'report.html'}" in out
+    assert not list(tmp_path.glob("*.png"))
