@@ -5,16 +5,20 @@ from __future__ import annotations
 import asyncio
 import socket
 import sys
+import time
 import types
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from live_server import serve, text_handler
+from live_server import serve, text_handler, wait_until
 from metrics_fixtures import load
 
 from servetune.metrics.gpu import DcgmError, DcgmSource, NvmlSource, dcgm_values, is_local_url
+from servetune.metrics.scraper import MetricsScraper
 from servetune.results import server_series as ss
+from servetune.results.schema import ServerInfo
 
 MIB = 2**20
 
@@ -97,6 +101,38 @@ def test_nvml_reads_mean_utilisation_and_summed_memory(monkeypatch: pytest.Monke
     assert v[ss.GPU_UTILIZATION] == pytest.approx(0.75)
     assert v[ss.GPU_MEMORY_USED_BYTES] == 30 * 2**30
     assert v[ss.GPU_MEMORY_TOTAL_BYTES] == 160 * 2**30
+    assert fake.state["shutdown"] == 1  # type: ignore[attr-defined]
+
+
+def test_scraper_opens_nvml_in_the_background(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """start() is awaited at the run's t0: a slow nvmlInit must not hold it up."""
+    fake = _fake_nvml(2)
+    slow_init = 0.3
+
+    def init() -> None:
+        time.sleep(slow_init)
+
+    fake.nvmlInit = init  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    vllm, _ = text_handler(lambda n: load("vllm_v1_0.10.txt"))
+
+    async def main() -> tuple[float, MetricsScraper, ServerInfo]:
+        async with serve({"/metrics": vllm}) as (url, _):
+            s = MetricsScraper(url + "/metrics", tmp_path / "m.jsonl", time.perf_counter_ns(), 0.05)
+            t = time.perf_counter()
+            await s.start()
+            took = time.perf_counter() - t
+            await wait_until(lambda: any(ss.GPU_UTILIZATION in x.values for x in s.samples))
+            return took, s, await s.stop()
+
+    took, scraper, info = asyncio.run(main())
+    assert took < slow_init / 2
+    assert ss.GPU_UTILIZATION not in scraper.samples[0].values  # t≈0 did not wait for NVML
+    assert info.summary["gpu_source"] == "nvml"
+    assert info.summary["gpu_utilization_mean"] == pytest.approx(0.75)
+    assert info.names_found[ss.GPU_UTILIZATION].startswith("nvml:")
     assert fake.state["shutdown"] == 1  # type: ignore[attr-defined]
 
 

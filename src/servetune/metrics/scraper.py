@@ -206,6 +206,7 @@ class MetricsScraper:
         self._error: str | None = None
         self._recovered = False
         self._gpu: GpuSource | None = None
+        self._nvml_opening: asyncio.Task[NvmlSource | None] | None = None
         self._gpu_error: str | None = None
         self._appender: LineAppender | None = None
         self._task: asyncio.Task[None] | None = None
@@ -225,7 +226,9 @@ class MetricsScraper:
         if self.dcgm_url:
             self._gpu = DcgmSource(self.dcgm_url, self._session, timeout_s=self._timeout.total or 2)
         elif is_local_url(self.metrics_url):
-            self._gpu = await asyncio.to_thread(NvmlSource.open)
+            # nvmlInit can take a good part of a second: never make start() (called at the
+            # run's t0) wait for it; GPU figures join the samples once NVML is up.
+            self._nvml_opening = asyncio.create_task(asyncio.to_thread(NvmlSource.open))
         self._task = asyncio.create_task(self._run(), name="servetune-metrics-scraper")
 
     async def stop(self) -> ServerInfo:
@@ -240,6 +243,13 @@ class MetricsScraper:
         if self._appender is not None:
             self._appender.close()
             self._appender = None
+        if self._nvml_opening is not None:
+            # a thread cannot be cancelled: let it finish, then let go of NVML
+            await asyncio.wait([self._nvml_opening])
+            opened = self._nvml_opened(self._nvml_opening)
+            self._nvml_opening = None
+            if opened is not None:
+                opened.close()
         if self._gpu is not None:
             self._gpu.close()
         if self._own_session and self._session is not None:
@@ -314,6 +324,14 @@ class MetricsScraper:
             self._report(f"GET {self.metrics_url} failed: {exc.__class__.__name__}: {exc}")
         return None
 
+    def _nvml_opened(self, task: asyncio.Task[NvmlSource | None]) -> NvmlSource | None:
+        try:
+            return task.result()
+        except Exception as exc:  # an NVML that fails oddly is still only "no GPU figures"
+            self._gpu_error = f"nvml: {exc}"
+            log.warning("GPU metrics unavailable: %s", self._gpu_error)
+            return None
+
     async def _read_gpu(self) -> dict[str, float]:
         if self._gpu is None:
             return {}
@@ -329,6 +347,9 @@ class MetricsScraper:
         return values
 
     async def _scrape_once(self) -> None:
+        if self._nvml_opening is not None and self._nvml_opening.done():
+            self._gpu = self._nvml_opened(self._nvml_opening)
+            self._nvml_opening = None
         if self._gpu is not None:
             fetched, gpu_values = await asyncio.gather(self._fetch(), self._read_gpu())
         else:
