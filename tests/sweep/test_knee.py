@@ -114,6 +114,17 @@ def test_throughput_plateau_with_rising_latency_is_saturated_at_once() -> None:
     assert max(knee.suggested_loads) == pytest.approx(1.2 * 20.3, rel=0.02)
 
 
+def test_flat_throughput_over_a_doubling_load_is_saturation() -> None:
+    # Fixed-size levels cannot grow their queue forever: latency may rise only a little.
+    rates = np.array([40, 80, 160.0])
+    x = np.array([11.2, 11.3, 11.5])
+    knee = find_knee(rows_of(rates, x, np.array([6480, 8250, 9150.0])), "rate")
+    assert knee.status == "below_range"
+    # Two levels close together with flat latency say nothing either way.
+    knee = find_knee(rows_of([40, 44, 48], [11.2, 11.3, 11.5], [6480, 6500, 6600]), "rate")
+    assert knee.status == "no_clear_knee"
+
+
 def test_first_level_already_past_the_knee() -> None:
     # M/M/1 from ρ = 0.7 up: the slope exceeds k at the first level.
     lam = MU * np.array([0.7, 0.8, 0.9, 0.95])

@@ -122,14 +122,16 @@ def sweep_config_from_args(args: argparse.Namespace) -> SweepConfig:
 
     bench = workload_config_from_args(args)
     engine: dict[str, Any] | None = None
+    if args.sim_offline and bench.base_url is not None:
+        raise ConfigError(
+            "--sim-offline simulates the engine itself: --base-url does not apply",
+            hint="drop --base-url, or drop --sim-offline to sweep the real server",
+        )
+    if args.sim_offline and args.level_runner:
+        raise ConfigError("--sim-offline and --level-runner each choose how levels run: pick one")
     if args.level_runner:
         target = "custom"
     elif args.sim_offline:
-        if bench.base_url is not None:
-            raise ConfigError(
-                "--sim-offline simulates the engine itself: --base-url does not apply",
-                hint="drop --base-url, or drop --sim-offline to sweep the real server",
-            )
         target = "offline"
     elif bench.base_url is None:
         target = "embedded"

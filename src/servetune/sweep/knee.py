@@ -245,9 +245,13 @@ def metric_knee(
     rise_total = float(lat.max() / lat.min())
     x_max = max(p.throughput for p in pts)
     if curve.fit is None:
-        # Every level delivered the same throughput.
+        # Every level delivered the same throughput. With the load at least doubled across
+        # them that is saturation by itself (a fixed-size run cannot grow its queue, and so
+        # its latency, without bound); otherwise only a latency rise says so.
         first = pts[0]
-        if rise_total >= min_rise:
+        span = pts[-1].load / first.load if first.load > 0 else math.inf
+        behind = any(p.client_behind for p in pts)
+        if rise_total >= min_rise or (span >= 2.0 and not behind):
             mk = MetricKnee(
                 metric=metric,
                 status="below_range",
@@ -255,8 +259,9 @@ def metric_knee(
                 latency_ms=float(lat[0]),
                 rise=rise_total,
                 evidence=[
-                    f"every level delivered ≈{fmt.num(x_max)} req/s while P99 {name} rose "
-                    f"{rise_total:.1f}× ({fmt.ms(float(lat[0]))} → {fmt.ms(float(lat.max()))}): "
+                    f"every level delivered ≈{fmt.num(x_max)} req/s while the load rose "
+                    f"{'' if math.isinf(span) else f'{span:.3g}× '}and P99 {name} "
+                    f"{rise_total:.2f}× ({fmt.ms(float(lat[0]))} → {fmt.ms(float(lat.max()))}): "
                     f"saturated from the lowest level ({first.label})"
                 ],
             )
@@ -508,7 +513,8 @@ def find_knee(
     knee.verdict = (
         f"No clear knee: throughput levelled off at ≈{fmt.num(x_max)} req/s but P99 latency did "
         f"not turn sharply upward; sweep finer levels around it, e.g. "
-        f"{fmt.loads(knee.suggested_loads)}."
+        f"{fmt.loads(knee.suggested_loads)}, with longer levels (more --num-prompts) so that a "
+        "queue can build up."
     )
     return knee
 
