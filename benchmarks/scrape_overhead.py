@@ -269,6 +269,7 @@ async def direct_scrape_cost(metrics_url: str, n: int, out: Path) -> dict[str, l
     from servetune.metrics.scraper import MetricsScraper
 
     s = MetricsScraper(metrics_url, out, time.perf_counter_ns(), interval_s=0.05)
+    s.measure_cpu = True
     await s.start()
     deadline = time.monotonic() + 60
     while len(s.block_s) < n and time.monotonic() < deadline:

@@ -55,6 +55,7 @@ def test_vllm_live_counters_change_between_scrapes(
         async with serve({"/metrics": handler}) as (url, _):
             t0 = time.perf_counter_ns()
             s = MetricsScraper(metrics_url_for(url + "/v1"), out, t0, interval_s=INTERVAL)
+            s.measure_cpu = True
             await s.start()
             await wait_until(lambda: len(s.samples) >= 5)
             # appended as they come: a run killed now keeps them

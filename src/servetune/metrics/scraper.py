@@ -135,29 +135,34 @@ def sample_line(sample: ServerSample) -> bytes:
 
 class _LoopClock:
     """Times the stretches a scrape holds the event loop between its yields: wall time (what
-    a waiting send feels, preemption by the OS included) and this thread's CPU time (the
-    scrape's own cost)."""
+    a waiting send feels, preemption by the OS included) and, when asked, this thread's CPU
+    time (the scrape's own cost). CPU time is opt-in: ``thread_time`` is a system call that
+    costs tens of microseconds on some VMs."""
 
-    def __init__(self) -> None:
+    def __init__(self, cpu: bool = False) -> None:
+        self.cpu = cpu
         self.longest = 0.0
         self.longest_cpu = 0.0
         self.total_cpu = 0.0
         self._since = time.perf_counter()
-        self._since_cpu = time.thread_time()
+        self._since_cpu = time.thread_time() if cpu else 0.0
 
     def _lap(self) -> None:
         held = time.perf_counter() - self._since
-        cpu = time.thread_time() - self._since_cpu
-        self.longest = max(self.longest, held)
-        self.longest_cpu = max(self.longest_cpu, cpu)
-        self.total_cpu += cpu
+        if held > self.longest:
+            self.longest = held
+        if self.cpu:
+            used = time.thread_time() - self._since_cpu
+            self.longest_cpu = max(self.longest_cpu, used)
+            self.total_cpu += used
 
     async def yield_(self) -> None:
         # Let the load generator's due sends run before the next slice of work.
         self._lap()
         await asyncio.sleep(0)
         self._since = time.perf_counter()
-        self._since_cpu = time.thread_time()
+        if self.cpu:
+            self._since_cpu = time.thread_time()
 
     def stop(self) -> None:
         self._lap()
@@ -191,6 +196,8 @@ class MetricsScraper:
         self.engine_map: EngineMap | None = None
         self.block_s: list[float] = []
         """Per scrape, the longest stretch it held the event loop without yielding (wall s)."""
+        self.measure_cpu = False
+        """Also record CPU times (``block_cpu_s``, ``busy_cpu_s``): for benchmarks."""
         self.block_cpu_s: list[float] = []
         """Per scrape, the CPU time of that longest stretch (s): the scraper's own share."""
         self.busy_cpu_s: list[float] = []
@@ -354,7 +361,7 @@ class MetricsScraper:
             fetched, gpu_values = await asyncio.gather(self._fetch(), self._read_gpu())
         else:
             fetched, gpu_values = await self._fetch(), {}
-        clock = _LoopClock()
+        clock = _LoopClock(self.measure_cpu)
         values: dict[str, float] = {}
         hists: dict[str, Histogram] = {}
         if fetched is not None:
@@ -373,8 +380,9 @@ class MetricsScraper:
                 self._appender.write(sample_line(sample))
         clock.stop()
         self.block_s.append(clock.longest)
-        self.block_cpu_s.append(clock.longest_cpu)
-        self.busy_cpu_s.append(clock.total_cpu)
+        if self.measure_cpu:
+            self.block_cpu_s.append(clock.longest_cpu)
+            self.busy_cpu_s.append(clock.total_cpu)
 
     async def _map(
         self, body: bytes, clock: _LoopClock
