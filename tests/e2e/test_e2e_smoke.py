@@ -110,10 +110,24 @@ def test_cli_start_then_stop(
     state = tmp_path / "state"
     cli = [sys.executable, "-m", "servetune.cli", "engine"]
     started = subprocess.run(
-        [*cli, "start", "llama.cpp", "--tiny", "--max-num-seqs", "2", "--state-dir", str(state),
-         "--executable", str(llama_server), "--ready-timeout", "60"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            *cli,
+            "start",
+            "llama.cpp",
+            "--tiny",
+            "--max-num-seqs",
+            "2",
+            "--state-dir",
+            str(state),
+            "--executable",
+            str(llama_server),
+            "--ready-timeout",
+            "60",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert started.returncode == 0, started.stderr
     assert "ready: http://127.0.0.1:" in started.stdout
     record = json.loads((state / "llama.cpp.json").read_text())
@@ -122,14 +136,18 @@ def test_cli_start_then_stop(
             assert json.load(r)["data"][0]["id"] == "tiny"
         again = subprocess.run(
             [*cli, "start", "llama.cpp", "--tiny", "--state-dir", str(state)],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert again.returncode == 2 and "already running" in again.stderr
     finally:
         stopped = subprocess.run(
             [*cli, "stop", "llama.cpp", "--state-dir", str(state)],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert stopped.returncode == 0, stopped.stderr
     assert "stopped llama.cpp" in stopped.stdout
     assert group_members(record["pgid"]) == []
