@@ -33,10 +33,19 @@ class ScriptedProcess:
                 self.proc.wait(10)
 
 
-def start_scripted(script: dict[str, Any] | None = None, timeout_s: float = 30.0) -> ScriptedProcess:
+def start_scripted(
+    script: dict[str, Any] | None = None, timeout_s: float = 30.0
+) -> ScriptedProcess:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "servetune.testserver", "--port", "0",
-         "--script", json.dumps(script or {})],
+        [
+            sys.executable,
+            "-m",
+            "servetune.testserver",
+            "--port",
+            "0",
+            "--script",
+            json.dumps(script or {}),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -72,7 +81,9 @@ def scripted() -> Iterator[Callable[..., ScriptedProcess]]:
         s.stop()
 
 
-def run_cli(*args: str, timeout: float = 300, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, timeout: float = 300, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``servetune ARGS`` as a real process."""
     return subprocess.run(
         [sys.executable, "-m", "servetune.cli", *args],

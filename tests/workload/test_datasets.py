@@ -43,8 +43,9 @@ def test_same_seed_same_workload_different_seed_different() -> None:
 
 def test_prefix_groups_share_their_prefix() -> None:
     tok = ApproxTokenizer()
-    cfg = BenchConfig(dataset_name="prefix", prefix_len=64, prefix_num_groups=3,
-                      random_input_len=16)
+    cfg = BenchConfig(
+        dataset_name="prefix", prefix_len=64, prefix_num_groups=3, random_input_len=16
+    )
     specs = build_dataset(cfg, tok, 30)
     assert {s.group for s in specs} == {0, 1, 2}
     for g in range(3):
@@ -60,14 +61,19 @@ def _write(path: Path, obj: object) -> Path:
 
 def test_sharegpt_pairs_and_output_lengths(tmp_path: Path) -> None:
     conv = [
-        {"conversations": [{"from": "human", "value": "tell me about the sea and the road"},
-                           {"from": "gpt", "value": "the sea is large and the road is long"}]},
+        {
+            "conversations": [
+                {"from": "human", "value": "tell me about the sea and the road"},
+                {"from": "gpt", "value": "the sea is large and the road is long"},
+            ]
+        },
         {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]},
         {"conversations": [{"from": "system", "value": "x"}]},
     ]
     f = _write(tmp_path / "sg.json", conv)
-    specs = build_dataset(BenchConfig(dataset_name="sharegpt", dataset_path=str(f)),
-                          ApproxTokenizer(), 3)
+    specs = build_dataset(
+        BenchConfig(dataset_name="sharegpt", dataset_path=str(f)), ApproxTokenizer(), 3
+    )
     assert len(specs) == 3  # one usable pair, reused
     assert specs[0].input_len == 8 and specs[0].output_len == 9
 
@@ -75,9 +81,9 @@ def test_sharegpt_pairs_and_output_lengths(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (b"[{\"conversations\": [}", r"sg.json:1:\d+: not valid JSON"),
-        (b"{\"a\": 1}", "expected a JSON array"),
-        (b"[{\"nope\": 1}]", "entry 0 has no 'conversations' list"),
+        (b'[{"conversations": [}', r"sg.json:1:\d+: not valid JSON"),
+        (b'{"a": 1}', "expected a JSON array"),
+        (b'[{"nope": 1}]', "entry 0 has no 'conversations' list"),
         (b"[]", "no usable human"),
     ],
 )
@@ -85,8 +91,9 @@ def test_sharegpt_malformed(tmp_path: Path, content: bytes, message: str) -> Non
     f = tmp_path / "sg.json"
     f.write_bytes(content)
     with pytest.raises(DatasetError, match=message):
-        build_dataset(BenchConfig(dataset_name="sharegpt", dataset_path=str(f)),
-                      ApproxTokenizer(), 5)
+        build_dataset(
+            BenchConfig(dataset_name="sharegpt", dataset_path=str(f)), ApproxTokenizer(), 5
+        )
 
 
 def test_jsonl_prompt_messages_and_output_len(tmp_path: Path) -> None:
@@ -95,8 +102,11 @@ def test_jsonl_prompt_messages_and_output_len(tmp_path: Path) -> None:
         '{"prompt": "one two three", "output_len": 7}\n\n'
         '{"messages": [{"role": "user", "content": "four five"}]}\n'
     )
-    specs = build_dataset(BenchConfig(dataset_name="jsonl", dataset_path=str(f),
-                                      random_output_len=11), ApproxTokenizer(), 4)
+    specs = build_dataset(
+        BenchConfig(dataset_name="jsonl", dataset_path=str(f), random_output_len=11),
+        ApproxTokenizer(),
+        4,
+    )
     got = sorted((s.input_len, s.output_len, s.messages is not None) for s in specs[:2])
     assert got == [(2, 11, True), (3, 7, False)]
 
@@ -120,5 +130,8 @@ def test_jsonl_malformed_names_file_and_line(tmp_path: Path, content: str, messa
 def test_missing_dataset_file(tmp_path: Path) -> None:
     for name in ("sharegpt", "jsonl"):
         with pytest.raises(DatasetError, match="not found"):
-            build_dataset(BenchConfig(dataset_name=name, dataset_path=str(tmp_path / "x")),
-                          ApproxTokenizer(), 1)
+            build_dataset(
+                BenchConfig(dataset_name=name, dataset_path=str(tmp_path / "x")),
+                ApproxTokenizer(),
+                1,
+            )
