@@ -10,9 +10,12 @@ counters advance with every completed request. ``run_bench`` then runs the same 
 arrivals, fixed seed) with the scraper off and on (every 0.5 s), alternating, ``--repeats``
 times; one worker process, so the scraper shares the event loop that sends — the worst case.
 It prints p99 (and p50, max) send lag for each and the difference of the medians; then the
-scraper's own loop time per scrape, measured directly.
+scraper's own loop time per scrape, measured directly; then an in-run A/B that survives a
+busy machine: one bench during which a scraper (2 Hz) is switched on and off in alternating
+2 s windows, the requests' send lags split by window.
 
     .venv/bin/python benchmarks/scrape_overhead.py [--duration 20] [--repeats 3] [--rate 128]
+                                                   [--ab 60]
 """
 
 from __future__ import annotations
@@ -281,6 +284,77 @@ async def direct_scrape_cost(metrics_url: str, n: int, out: Path) -> dict[str, l
     return {"wall": s.block_s[1:], "cpu": s.block_cpu_s[1:], "total_cpu": s.busy_cpu_s[1:]}
 
 
+WINDOW_S = 2.0
+
+
+def interleaved_bench(
+    base_url: str, rate: float, duration: float, out: Path
+) -> dict[bool, list[float]]:
+    """One run_bench with scraping switched on and off in alternating 2 s windows (a scraper
+    started through ``on_start``, in the sending loop); send lags split by the window each
+    request was scheduled in. Machine noise hits both halves alike, unlike separate runs."""
+    from servetune.aio import run
+    from servetune.loadgen.bench import run_bench
+    from servetune.metrics.scraper import MetricsScraper, metrics_url_for
+    from servetune.results.io import read_records
+    from servetune.results.schema import BenchConfig
+
+    cfg = BenchConfig(
+        base_url=base_url,
+        model=MODEL,
+        random_input_len=32,
+        random_output_len=TOKENS,
+        num_prompts=int(rate * duration),
+        request_rate=rate,
+        arrival="poisson",
+        seed=2,
+        workers=1,
+    )
+    tasks: list[asyncio.Task[None]] = []
+
+    async def toggle(t0_ns: int) -> None:
+        k = 0
+        while True:
+            start = t0_ns / 1e9 + 2 * k * WINDOW_S
+            await asyncio.sleep(max(0.0, start - time.perf_counter()))
+            s = MetricsScraper(
+                metrics_url_for(base_url), out.parent / f"ab-{k}.jsonl", t0_ns, interval_s=0.5
+            )
+            await s.start()
+            # stop just before the window ends (stop() takes one more scrape)
+            await asyncio.sleep(max(0.0, start + WINDOW_S - 0.25 - time.perf_counter()))
+            await s.stop()
+            k += 1
+
+    async def on_start(t0_ns: int) -> None:
+        tasks.append(asyncio.create_task(toggle(t0_ns)))
+
+    async def main() -> None:
+        try:
+            await run_bench(cfg, out, progress=False, scrape_metrics=False, on_start=on_start)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    run(main())
+    lags: dict[bool, list[float]] = {False: [], True: []}
+    for r in read_records(out):
+        window = int(r.scheduled_ns / 1e9 // WINDOW_S)
+        lags[window % 2 == 0].append(r.send_lag_ms)
+    return lags
+
+
+def p99(values: list[float]) -> float:
+    v = sorted(values)
+    if not v:
+        return math.nan
+    pos = 0.99 * (len(v) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
 def parse_cost(page: str, repeats: int = 50) -> tuple[float, float, int]:
     """Best-of CPU time of the full parser (mapped families only) and of the scraper's
     reducer on ``page``, and its line count."""
@@ -322,6 +396,9 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=128.0)
     ap.add_argument("--duration", type=float, default=20.0, help="seconds per bench")
     ap.add_argument("--repeats", type=int, default=3, help="off/on pairs, alternating")
+    ap.add_argument(
+        "--ab", type=float, default=60.0, help="seconds of the in-run A/B bench (0 = skip)"
+    )
     args = ap.parse_args()
     if args.serve:
         serve()
@@ -341,7 +418,7 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             cost = asyncio.run(
-                direct_scrape_cost(base[:-3] + "/metrics", 20, Path(tmp) / "m.jsonl")
+                direct_scrape_cost(base[:-3] + "/metrics", 40, Path(tmp) / "m.jsonl")
             )
             for rep in range(args.repeats):
                 order = (False, True) if rep % 2 == 0 else (True, False)
@@ -378,12 +455,31 @@ def main() -> None:
     print(f"  the same stretch in wall time (OS preemption included): {ms(cost['wall'])}")
     print(load_note())
     off = statistics.median(r["p99"] for r in lags[False])
+    ab_off = ab_on = math.nan
+    if args.ab > 0:
+        proc, port = start_server()
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                split = interleaved_bench(
+                    f"http://127.0.0.1:{port}/v1", args.rate, args.ab, Path(tmp) / "ab"
+                )
+        finally:
+            stop_server(proc)
+        ab_off, ab_on = p99(split[False]), p99(split[True])
+
     on = statistics.median(r["p99"] for r in lags[True])
     print(
         f"p99 send lag at {args.rate:g} req/s, scraping every 0.5 s: off {off:.3f} ms, "
         f"on {on:.3f} ms, difference {on - off:+.3f} ms "
         f"(median of {args.repeats} runs each; target < 0.5 ms)"
     )
+    if args.ab > 0:
+        print(
+            f"in-run A/B ({args.ab:g} s, scraping on and off in alternating {WINDOW_S:g} s "
+            f"windows): p99 send lag off {ab_off:.3f} ms ({len(split[False])} requests), "
+            f"on {ab_on:.3f} ms ({len(split[True])} requests), difference "
+            f"{ab_on - ab_off:+.3f} ms"
+        )
     if off > 5.0:
         print(
             f"note: with scraping off the client was already {off:.0f} ms late at p99: the "
