@@ -91,14 +91,19 @@ def _simple_flags(engine: str, knobs: EngineKnobs, skip: set[str]) -> list[str]:
     return out
 
 
-def _vllm_common(engine: str, knobs: EngineKnobs, opts: EngineOptions, name: str) -> list[str]:
-    args = ["--served-model-name", name]
-    args += _simple_flags(engine, knobs, skip={"chunked_prefill"})
+def _vllm_knob_flags(engine: str, knobs: EngineKnobs) -> list[str]:
+    """vLLM's spelling (also the simulated engine's)."""
+    args = _simple_flags(engine, knobs, skip={"chunked_prefill"})
     if knobs.chunked_prefill is not None:
         # vLLM's boolean flags take the argparse --x / --no-x form.
         args.append(
             "--enable-chunked-prefill" if knobs.chunked_prefill else "--no-enable-chunked-prefill"
         )
+    return args
+
+
+def _vllm_common(engine: str, knobs: EngineKnobs, opts: EngineOptions, name: str) -> list[str]:
+    args = ["--served-model-name", name, *_vllm_knob_flags(engine, knobs)]
     if opts.dtype:
         args += ["--dtype", opts.dtype]
     if opts.enforce_eager:
@@ -163,11 +168,9 @@ def _sim(
     if not opts.gpu:
         raise ConfigError("engine sim needs the GPU to simulate", hint="pass --gpu A100-80GB")
     exe = [opts.executable] if opts.executable else [sys.executable, "-m", "servetune.cli"]
-    argv = [*exe, "sim", "serve", "--gpu", opts.gpu, "--model", model, "--port", str(port)]
-    argv += _simple_flags("sim", knobs, skip={"chunked_prefill"})
-    if knobs.chunked_prefill:
-        argv.append("--enable-chunked-prefill")
-    return argv, {}
+    argv = [*exe, "sim", "serve", "--gpu", opts.gpu, "--model", model]
+    argv += ["--host", host, "--port", str(port), "--served-model-name", name]
+    return argv + _vllm_knob_flags("sim", knobs), {}
 
 
 def _sglang(
