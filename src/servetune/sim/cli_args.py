@@ -83,6 +83,8 @@ def add_engine_arguments(p: Any) -> None:
     )
     _add(p, "--kv-cache-dtype", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"], default="auto")
     _add(p, "--block-size", type=int, default=16)
+    _add(p, "--long-prefill-token-threshold", type=int, default=0,
+         help="cap on one request's prefill chunk per step (0 = none; V1 default)")
     _add(p, "--served-model-name", default=None)
     _add(
         p,
@@ -109,6 +111,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         "quantization": getattr(args, "quantization", None),
         "kv_cache_dtype": getattr(args, "kv_cache_dtype", "auto") or "auto",
         "block_size": getattr(args, "block_size", 16) or 16,
+        "long_prefill_token_threshold": getattr(args, "long_prefill_token_threshold", 0) or 0,
         "served_model_name": getattr(args, "served_model_name", None),
         "interconnect_gb_s": getattr(args, "interconnect_gb_s", None),
     }

@@ -49,6 +49,9 @@ class EngineConfig(BaseModel):
     quantization: Quantization | None = None
     kv_cache_dtype: KvCacheDtype = "auto"
     block_size: int = 16
+    long_prefill_token_threshold: int = 0
+    """V1: cap on one request's prefill chunk per step (0 = none), so that a long prompt being
+    chunked leaves budget for the requests behind it."""
     usage_context: UsageContext = "openai_api_server"
     served_model_name: str | None = None
     seed: int = 0
@@ -90,6 +93,8 @@ class EngineConfig(BaseModel):
         )
         if r.quantization:
             args += ["--quantization", r.quantization]
+        if r.long_prefill_token_threshold:
+            args += ["--long-prefill-token-threshold", str(r.long_prefill_token_threshold)]
         return args
 
 
@@ -111,6 +116,7 @@ class ResolvedConfig(BaseModel):
     quantization: str | None
     kv_cache_dtype: str
     block_size: int
+    long_prefill_token_threshold: int
     seed: int
     interconnect_gb_s: float
     defaults_applied: dict[str, Any]
@@ -241,6 +247,8 @@ def resolve(cfg: EngineConfig) -> ResolvedConfig:
         )
     if cfg.block_size not in (1, 8, 16, 32, 64, 128):
         raise SimError(f"--block-size must be one of 1, 8, 16, 32, 64, 128 (got {cfg.block_size})")
+    if cfg.long_prefill_token_threshold < 0:
+        raise SimError("--long-prefill-token-threshold must be ≥ 0")
     if cfg.interconnect_gb_s is not None and not cfg.interconnect_gb_s > 0:
         raise SimError(f"--interconnect-gb-s must be > 0 (got {cfg.interconnect_gb_s})")
     return ResolvedConfig(
@@ -257,6 +265,7 @@ def resolve(cfg: EngineConfig) -> ResolvedConfig:
         quantization=cfg.quantization,
         kv_cache_dtype=cfg.kv_cache_dtype,
         block_size=cfg.block_size,
+        long_prefill_token_threshold=cfg.long_prefill_token_threshold,
         seed=cfg.seed,
         interconnect_gb_s=cfg.interconnect_gb_s or gpu.interconnect_gb_s,
         defaults_applied=applied,

@@ -122,6 +122,7 @@ class Engine:
         self.max_seqs = cfg.max_num_seqs
         self.budget = cfg.max_num_batched_tokens
         self.chunked = cfg.enable_chunked_prefill
+        self.long_cap = cfg.long_prefill_token_threshold if cfg.enable_chunked_prefill else 0
         self.pool = BlockPool(mem.num_gpu_blocks, cfg.enable_prefix_caching)
         self.now = 0.0
         self.step = 0
@@ -377,6 +378,8 @@ class Engine:
             if req.id not in self.running:
                 continue  # preempted by an earlier request of this loop
             c = min(req.prompt_len + req.out - req.computed, budget)
+            if 0 < self.long_cap < c:
+                c = self.long_cap
             nb = -(-(req.computed + c) // B) - req.nblocks
             while nb > pool.free:
                 victim = next(reversed(self.running.values()))
@@ -408,6 +411,8 @@ class Engine:
                 if not self.chunked and new > budget:
                     break
                 c = min(new, budget)
+                if 0 < self.long_cap < c:
+                    c = self.long_cap
                 nb = -(-(hit + c) // B) - hit // B
                 use_shared = min(shared, hit // B)
                 revive = pool.evictable(req.hashes[:use_shared])

@@ -116,8 +116,9 @@ class Hist:
         return out
 
     def snapshot(self) -> dict[str, Any]:
-        """The ServerSample form: {"buckets": [[le, cumulative], ...], "sum", "count"}."""
-        return {"buckets": self.cumulative(), "sum": self.sum, "count": self.count}
+        """The ServerSample form: {"buckets": [[le, cumulative], ...], "sum", "count"}; the
+        +Inf bucket is left out (JSON has no infinity): ``count`` carries it."""
+        return {"buckets": self.cumulative()[:-1], "sum": self.sum, "count": self.count}
 
     def quantile(self, q: float) -> float | None:
         """Upper bound of the bucket holding the q-quantile (coarse, for logs)."""

@@ -230,8 +230,8 @@ class OfflineRun:
             inflight += 1
 
         while True:
-            now_ns = int(eng.now * NS)
-            while i < n and offsets[i] <= now_ns:
+            now_ns = round(eng.now * NS)
+            while i < n and offsets[i] <= now_ns + 1:  # +1 ns: float round trip
                 if cap is not None and inflight >= cap:
                     pending.append(i)
                 else:
@@ -257,7 +257,7 @@ class OfflineRun:
                     self._finish(req, eligible, offsets)
                     inflight -= 1
                 eng.finished.clear()
-                t_ns = int(eng.now * NS)
+                t_ns = round(eng.now * NS)
                 while pending and (cap is None or inflight < cap):
                     submit(pending.popleft(), t_ns)
             if self.progress and time.monotonic() - last_report > 1.0:
