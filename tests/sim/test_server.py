@@ -1,0 +1,117 @@
+"""The real-time simulated server over loopback, read with a plain aiohttp streaming client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+
+import aiohttp
+import pytest
+
+from servetune.sim.config import EngineConfig
+from servetune.sim.embedded import EmbeddedServer, start_embedded
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[EmbeddedServer]:
+    srv = start_embedded(EngineConfig(max_model_len=4096))
+    yield srv
+    srv.stop()
+
+
+async def _stream(url: str, body: dict) -> list[dict]:  # type: ignore[type-arg]
+    out = []
+    async with aiohttp.ClientSession() as s, s.post(url, json=body) as r:
+        assert r.status == 200
+        async for line in r.content:
+            if line.startswith(b"data: "):
+                data = line[6:].strip()
+                out.append({"done": True} if data == b"[DONE]" else json.loads(data))
+    return out
+
+
+def test_completions_stream_like_vllm(server: EmbeddedServer) -> None:
+    body = {"prompt": "the " * 200, "max_tokens": 8, "stream": True,
+            "stream_options": {"include_usage": True}}
+    chunks = asyncio.run(_stream(server.base_url + "/completions", body))
+    assert chunks[-1] == {"done": True}
+    usage = chunks[-2]
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 8
+    assert usage["usage"]["prompt_tokens"] == 200
+    content = [c for c in chunks[:-2] if c["choices"]]
+    assert len(content) == 8 and content[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_chat_stream_opens_with_the_role(server: EmbeddedServer) -> None:
+    body = {"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 3,
+            "stream": True}
+    chunks = asyncio.run(_stream(server.base_url + "/chat/completions", body))
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert sum(1 for c in chunks[1:-1] if c["choices"][0]["delta"].get("content")) == 3
+
+
+def test_models_tokenize_too_long_and_metrics(server: EmbeddedServer) -> None:
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(server.base_url + "/models") as r:
+                assert (await r.json())["data"][0]["max_model_len"] == 4096
+            async with s.post(server.url + "/tokenize",
+                              json={"model": "x", "prompt": "a b c"}) as r:
+                tok = await r.json()
+                assert tok["count"] == 3 and tok["max_model_len"] == 4096
+                assert len(tok["tokens"]) == 3
+            async with s.post(server.base_url + "/completions",
+                              json={"prompt": "hi", "max_tokens": 5000}) as r:
+                assert r.status == 400
+                assert "maximum context length is 4096" in (await r.json())["message"]
+            async with s.get(server.url + "/health") as r:
+                assert r.status == 200
+            async with s.get(server.url + "/metrics") as r:
+                text = await r.text()
+            for name in ("vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc",
+                         "vllm:num_requests_running", "vllm:num_requests_waiting",
+                         "vllm:num_preemptions_total", "vllm:prompt_tokens_total",
+                         "vllm:generation_tokens_total", "vllm:request_success_total",
+                         "vllm:time_to_first_token_seconds_bucket",
+                         "vllm:time_per_output_token_seconds_bucket",
+                         "vllm:request_time_per_output_token_seconds_bucket",
+                         "vllm:inter_token_latency_seconds_bucket",
+                         "vllm:e2e_request_latency_seconds_bucket",
+                         "vllm:request_queue_time_seconds_bucket"):
+                assert name in text, name
+
+    asyncio.run(go())
+
+
+def test_disconnect_aborts_in_the_engine(server: EmbeddedServer) -> None:
+    async def go() -> float:
+        async with aiohttp.ClientSession() as s:
+            body = {"prompt": "x", "max_tokens": 3000, "stream": True}
+            async with s.post(server.base_url + "/completions", json=body) as r:
+                await r.content.readline()  # first token, then hang up
+        for _ in range(50):
+            await asyncio.sleep(0.05)
+            async with aiohttp.ClientSession() as s, s.get(server.url + "/metrics") as r:
+                text = await r.text()
+            for line in text.splitlines():
+                if line.startswith("vllm:request_success_total") and '"abort"' in line:
+                    if float(line.split()[-1]) >= 1:
+                        return float(line.split()[-1])
+        return 0.0
+
+    assert asyncio.run(go()) >= 1
+
+
+def test_tokens_leave_on_the_simulated_clock(server: EmbeddedServer) -> None:
+    async def go() -> dict:  # type: ignore[type-arg]
+        body = {"prompt": "w " * 100, "max_tokens": 20, "stream": True}
+        await asyncio.gather(*[_stream(server.base_url + "/completions", body)
+                               for _ in range(16)])
+        async with aiohttp.ClientSession() as s, s.get(server.url + "/sim/stats") as r:
+            return await r.json()  # type: ignore[no-any-return]
+
+    stats = asyncio.run(go())
+    lag = stats["emission_lag_ms"]
+    assert lag["count"] >= 320
+    assert lag["p99"] < 5.0  # generous here; benchmarks/sim_speed.py measures it under load
