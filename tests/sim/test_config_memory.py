@@ -22,10 +22,13 @@ def test_param_counts_match_the_seed_catalog() -> None:
     assert find_model("Qwen2.5-7B-Instruct").param_count == 7_615_616_512
 
 
-@pytest.mark.parametrize("field,value,words", [
-    ("gpu", "A100-90GB", "did you mean A100-80GB"),
-    ("model", "Qwen2.5-7B-Instrct", "did you mean Qwen/Qwen2.5-7B-Instruct"),
-])
+@pytest.mark.parametrize(
+    "field,value,words",
+    [
+        ("gpu", "A100-90GB", "did you mean A100-80GB"),
+        ("model", "Qwen2.5-7B-Instrct", "did you mean Qwen/Qwen2.5-7B-Instruct"),
+    ],
+)
 def test_unknown_names_suggest_close_ones(field: str, value: str, words: str) -> None:
     with pytest.raises(SimError) as e:
         EngineConfig(**{field: value}).resolve()
@@ -47,8 +50,9 @@ def test_vllm_v1_defaults_depend_on_the_gpu() -> None:
 
 def test_batched_tokens_below_max_model_len_without_chunking_is_refused() -> None:
     with pytest.raises(SimError, match="is smaller than max_model_len") as e:
-        EngineConfig(enable_chunked_prefill=False, max_num_batched_tokens=8192,
-                     max_model_len=32768).resolve()
+        EngineConfig(
+            enable_chunked_prefill=False, max_num_batched_tokens=8192, max_model_len=32768
+        ).resolve()
     assert "--max-num-batched-tokens" in (e.value.hint or "")
 
 
@@ -64,25 +68,49 @@ def test_utilisation_outside_0_1_is_refused(util: float) -> None:
         EngineConfig(gpu_memory_utilization=util).resolve()
 
 
-@pytest.mark.parametrize("util,tp,tokens", [
-    (0.25, 1, 93_872), (0.5, 1, 464_848), (0.25, 2, 450_192), (0.5, 2, 1_192_160),
-])
+@pytest.mark.parametrize(
+    "util,tp,tokens",
+    [
+        (0.25, 1, 93_872),
+        (0.5, 1, 464_848),
+        (0.25, 2, 450_192),
+        (0.5, 2, 1_192_160),
+    ],
+)
 def test_kv_cache_tokens_within_5_percent_of_vllm_logs(util: float, tp: int, tokens: int) -> None:
     # published_cases.json kv-dl-qwen2-7b-* (vLLM 0.10.1.1 start-up logs, A100 80GB)
-    mem = plan_memory(EngineConfig(model="Qwen/Qwen2-7B-Instruct", gpu_memory_utilization=util,
-                                   tensor_parallel_size=tp, max_model_len=16384))
+    mem = plan_memory(
+        EngineConfig(
+            model="Qwen/Qwen2-7B-Instruct",
+            gpu_memory_utilization=util,
+            tensor_parallel_size=tp,
+            max_model_len=16384,
+        )
+    )
     assert abs(mem.kv_cache_tokens - tokens) / tokens < 0.05
     assert "Maximum concurrency for 16,384 tokens per request" in mem.log_lines()[4]
 
 
 def test_the_seeds_oom_row_is_reproduced() -> None:
     # kv-3090-llama31-8b: max_model_len 20000 starts with ~1952 blocks, 29000 refuses
-    ok = plan_memory(EngineConfig(gpu="RTX-3090", model="Llama-3.1-8B-Instruct",
-                                  max_model_len=20000, enable_chunked_prefill=False))
+    ok = plan_memory(
+        EngineConfig(
+            gpu="RTX-3090",
+            model="Llama-3.1-8B-Instruct",
+            max_model_len=20000,
+            enable_chunked_prefill=False,
+        )
+    )
     assert abs(ok.num_gpu_blocks - 1952) / 1952 < 0.05
     with pytest.raises(SimError, match="max seq len \\(29000\\)") as e:
-        plan_memory(EngineConfig(gpu="RTX-3090", model="Llama-3.1-8B-Instruct",
-                                 max_model_len=29000, enable_chunked_prefill=False))
+        plan_memory(
+            EngineConfig(
+                gpu="RTX-3090",
+                model="Llama-3.1-8B-Instruct",
+                max_model_len=29000,
+                enable_chunked_prefill=False,
+            )
+        )
     assert "--max-model-len" in (e.value.hint or "")
 
 

@@ -14,8 +14,14 @@ from servetune.sim.offline import OfflineRun, run_offline
 from servetune.workload.plan import Plan
 from servetune.workload.spec import RequestSpec
 
-SEED = EngineConfig(gpu="A100-80GB", model="Qwen2.5-7B-Instruct", max_model_len=32768,
-                    gpu_memory_utilization=0.9, max_num_seqs=256, max_num_batched_tokens=8192)
+SEED = EngineConfig(
+    gpu="A100-80GB",
+    model="Qwen2.5-7B-Instruct",
+    max_model_len=32768,
+    gpu_memory_utilization=0.9,
+    max_num_seqs=256,
+    max_num_batched_tokens=8192,
+)
 
 
 def lengths_plan(lens: list[tuple[int, int]], offsets_s: list[float]) -> Plan:
@@ -36,8 +42,9 @@ def p99(xs: list[float]) -> float:
 
 
 def test_sim_run_writes_a_run_dir_every_reader_reads(tmp_path: Path) -> None:
-    cfg = BenchConfig(num_prompts=60, request_rate=8, random_input_len=256,
-                      random_output_len=32, seed=1)
+    cfg = BenchConfig(
+        num_prompts=60, request_rate=8, random_input_len=256, random_output_len=32, seed=1
+    )
     res = run_offline(cfg, SEED, tmp_path)
     back = read_run_result(tmp_path)
     assert back.summary.completed == 60 == res.summary.completed
@@ -57,8 +64,9 @@ def test_sim_run_writes_a_run_dir_every_reader_reads(tmp_path: Path) -> None:
 def test_throughput_plateaus_while_p99_turns_up(tmp_path: Path) -> None:
     thr, p99s = [], []
     for rate in (2, 6, 24, 48):
-        res = run_offline(BenchConfig(num_prompts=150, request_rate=rate, seed=3), SEED,
-                          tmp_path / str(rate))
+        res = run_offline(
+            BenchConfig(num_prompts=150, request_rate=rate, seed=3), SEED, tmp_path / str(rate)
+        )
         thr.append(res.summary.output_throughput)
         p99s.append(res.summary.ttft.p99 or 0.0)
     assert thr[1] > 2.5 * thr[0]  # below the knee throughput follows the offered load
@@ -86,10 +94,16 @@ def test_chunked_prefill_cuts_p99_ttft_under_mixed_prompts() -> None:
         lens.append((12000 if i % 8 == 0 else 64, 64))
         offs.append(i * 0.25)
     plan = lengths_plan(lens, offs)
-    off = SEED.model_copy(update={"max_model_len": 16384, "max_num_batched_tokens": None,
-                                  "enable_chunked_prefill": False})
-    on = off.model_copy(update={"enable_chunked_prefill": True,
-                                "long_prefill_token_threshold": 512})
+    off = SEED.model_copy(
+        update={
+            "max_model_len": 16384,
+            "max_num_batched_tokens": None,
+            "enable_chunked_prefill": False,
+        }
+    )
+    on = off.model_copy(
+        update={"enable_chunked_prefill": True, "long_prefill_token_threshold": 512}
+    )
     ttft, itl = {}, {}
     for name, ec in (("off", off), ("on", on)):
         sim = simulate(ec, plan)
@@ -106,9 +120,14 @@ def test_fp8_kv_or_shorter_context_more_blocks_fewer_preemptions(change: dict) -
     # a KV pool too small for the load (the seed's "near 100% with frequent preemptions")
     # (without chunked prefill vLLM profiles max_model_len tokens, so a shorter context
     # leaves more memory to the KV cache)
-    tight = SEED.model_copy(update={"gpu_memory_utilization": 0.35, "max_model_len": 32768,
-                                    "enable_chunked_prefill": False,
-                                    "max_num_batched_tokens": None})
+    tight = SEED.model_copy(
+        update={
+            "gpu_memory_utilization": 0.35,
+            "max_model_len": 32768,
+            "enable_chunked_prefill": False,
+            "max_num_batched_tokens": None,
+        }
+    )
     plan = lengths_plan([(1024, 1024)] * 100, [0.0] * 100)
     before = simulate(tight, plan)
     after = simulate(tight.model_copy(update=change), plan)
@@ -123,17 +142,26 @@ def test_preempted_requests_still_get_every_token() -> None:
     sim = simulate(tight, plan)
     assert sim.eng.counters.preemptions > 0
     assert all(r.output_tokens == 1024 and len(r.chunk_ns) == 1024 for r in sim.records)
-    assert all(b >= a for r in sim.records for a, b in zip(r.chunk_ns, r.chunk_ns[1:]))
+    assert all(
+        b >= a for r in sim.records for a, b in zip(r.chunk_ns, r.chunk_ns[1:], strict=False)
+    )
     assert sim.eng.pool.used == 0  # every block came back
 
 
 def test_prefix_caching_hits_shared_prefixes(tmp_path: Path) -> None:
-    cfg = BenchConfig(dataset_name="prefix", prefix_len=512, prefix_num_groups=2,
-                      num_prompts=40, request_rate=4, random_input_len=64,
-                      random_output_len=16)
+    cfg = BenchConfig(
+        dataset_name="prefix",
+        prefix_len=512,
+        prefix_num_groups=2,
+        num_prompts=40,
+        request_rate=4,
+        random_input_len=64,
+        random_output_len=16,
+    )
     on = run_offline(cfg, SEED, tmp_path / "on")
-    off = run_offline(cfg, SEED.model_copy(update={"enable_prefix_caching": False}),
-                      tmp_path / "off")
+    off = run_offline(
+        cfg, SEED.model_copy(update={"enable_prefix_caching": False}), tmp_path / "off"
+    )
     assert on.server and on.server.summary["prefix_cache_hit_rate"] > 0.5
     assert (on.summary.ttft.mean or 0) < (off.summary.ttft.mean or 0)
 

@@ -32,8 +32,12 @@ async def _stream(url: str, body: dict) -> list[dict]:  # type: ignore[type-arg]
 
 
 def test_completions_stream_like_vllm(server: EmbeddedServer) -> None:
-    body = {"prompt": "the " * 200, "max_tokens": 8, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "prompt": "the " * 200,
+        "max_tokens": 8,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     chunks = asyncio.run(_stream(server.base_url + "/completions", body))
     assert chunks[-1] == {"done": True}
     usage = chunks[-2]
@@ -44,8 +48,11 @@ def test_completions_stream_like_vllm(server: EmbeddedServer) -> None:
 
 
 def test_chat_stream_opens_with_the_role(server: EmbeddedServer) -> None:
-    body = {"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 3,
-            "stream": True}
+    body = {
+        "messages": [{"role": "user", "content": "hello there"}],
+        "max_tokens": 3,
+        "stream": True,
+    }
     chunks = asyncio.run(_stream(server.base_url + "/chat/completions", body))
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     assert sum(1 for c in chunks[1:-1] if c["choices"][0]["delta"].get("content")) == 3
@@ -56,29 +63,37 @@ def test_models_tokenize_too_long_and_metrics(server: EmbeddedServer) -> None:
         async with aiohttp.ClientSession() as s:
             async with s.get(server.base_url + "/models") as r:
                 assert (await r.json())["data"][0]["max_model_len"] == 4096
-            async with s.post(server.url + "/tokenize",
-                              json={"model": "x", "prompt": "a b c"}) as r:
+            async with s.post(
+                server.url + "/tokenize", json={"model": "x", "prompt": "a b c"}
+            ) as r:
                 tok = await r.json()
                 assert tok["count"] == 3 and tok["max_model_len"] == 4096
                 assert len(tok["tokens"]) == 3
-            async with s.post(server.base_url + "/completions",
-                              json={"prompt": "hi", "max_tokens": 5000}) as r:
+            async with s.post(
+                server.base_url + "/completions", json={"prompt": "hi", "max_tokens": 5000}
+            ) as r:
                 assert r.status == 400
                 assert "maximum context length is 4096" in (await r.json())["message"]
             async with s.get(server.url + "/health") as r:
                 assert r.status == 200
             async with s.get(server.url + "/metrics") as r:
                 text = await r.text()
-            for name in ("vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc",
-                         "vllm:num_requests_running", "vllm:num_requests_waiting",
-                         "vllm:num_preemptions_total", "vllm:prompt_tokens_total",
-                         "vllm:generation_tokens_total", "vllm:request_success_total",
-                         "vllm:time_to_first_token_seconds_bucket",
-                         "vllm:time_per_output_token_seconds_bucket",
-                         "vllm:request_time_per_output_token_seconds_bucket",
-                         "vllm:inter_token_latency_seconds_bucket",
-                         "vllm:e2e_request_latency_seconds_bucket",
-                         "vllm:request_queue_time_seconds_bucket"):
+            for name in (
+                "vllm:gpu_cache_usage_perc",
+                "vllm:kv_cache_usage_perc",
+                "vllm:num_requests_running",
+                "vllm:num_requests_waiting",
+                "vllm:num_preemptions_total",
+                "vllm:prompt_tokens_total",
+                "vllm:generation_tokens_total",
+                "vllm:request_success_total",
+                "vllm:time_to_first_token_seconds_bucket",
+                "vllm:time_per_output_token_seconds_bucket",
+                "vllm:request_time_per_output_token_seconds_bucket",
+                "vllm:inter_token_latency_seconds_bucket",
+                "vllm:e2e_request_latency_seconds_bucket",
+                "vllm:request_queue_time_seconds_bucket",
+            ):
                 assert name in text, name
 
     asyncio.run(go())
@@ -95,9 +110,12 @@ def test_disconnect_aborts_in_the_engine(server: EmbeddedServer) -> None:
             async with aiohttp.ClientSession() as s, s.get(server.url + "/metrics") as r:
                 text = await r.text()
             for line in text.splitlines():
-                if line.startswith("vllm:request_success_total") and '"abort"' in line:
-                    if float(line.split()[-1]) >= 1:
-                        return float(line.split()[-1])
+                if (
+                    line.startswith("vllm:request_success_total")
+                    and '"abort"' in line
+                    and float(line.split()[-1]) >= 1
+                ):
+                    return float(line.split()[-1])
         return 0.0
 
     assert asyncio.run(go()) >= 1
@@ -106,8 +124,7 @@ def test_disconnect_aborts_in_the_engine(server: EmbeddedServer) -> None:
 def test_tokens_leave_on_the_simulated_clock(server: EmbeddedServer) -> None:
     async def go() -> dict:  # type: ignore[type-arg]
         body = {"prompt": "w " * 100, "max_tokens": 20, "stream": True}
-        await asyncio.gather(*[_stream(server.base_url + "/completions", body)
-                               for _ in range(16)])
+        await asyncio.gather(*[_stream(server.base_url + "/completions", body) for _ in range(16)])
         async with aiohttp.ClientSession() as s, s.get(server.url + "/sim/stats") as r:
             return await r.json()  # type: ignore[no-any-return]
 

@@ -83,8 +83,13 @@ def add_engine_arguments(p: Any) -> None:
     )
     _add(p, "--kv-cache-dtype", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"], default="auto")
     _add(p, "--block-size", type=int, default=16)
-    _add(p, "--long-prefill-token-threshold", type=int, default=0,
-         help="cap on one request's prefill chunk per step (0 = none; V1 default)")
+    _add(
+        p,
+        "--long-prefill-token-threshold",
+        type=int,
+        default=0,
+        help="cap on one request's prefill chunk per step (0 = none; V1 default)",
+    )
     _add(p, "--served-model-name", default=None)
     _add(
         p,

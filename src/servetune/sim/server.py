@@ -146,7 +146,7 @@ class Stream:
             "total_tokens": self.req.prompt_len + self.sent,
             "completion_tokens": self.sent,
         }
-        body = {
+        body: dict[str, Any] = {
             "id": self.rid,
             "object": "chat.completion.chunk" if self.chat else "text_completion",
             "created": self.created,
