@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from servetune.workload.tokens import TokenCounter
+from servetune.workload.tokens import ApproxTokenizer, TokenCounter
 
 _MAX_FIX_ROUNDS = 8
 
@@ -19,7 +19,10 @@ def exact_prompt(tok: TokenCounter, length: int, rng: np.random.Generator) -> tu
     if length <= 0:
         return "", 0
     pool = tok.sample_ids()
-    ids = [pool[i] for i in rng.integers(0, len(pool), size=length)]
+    draws = rng.integers(0, len(pool), size=length)
+    if isinstance(tok, ApproxTokenizer):  # one word = one token by construction: no re-count
+        return tok.decode(draws.tolist()), length
+    ids = [pool[i] for i in draws]
     text = tok.decode(ids)
     n = tok.count(text)
     for _ in range(_MAX_FIX_ROUNDS):

@@ -74,8 +74,8 @@ class ApproxTokenizer:
         return [self._index.get(p, n) for p in _PIECE.findall(text)]
 
     def decode(self, ids: list[int]) -> str:
-        n = len(self._words)
-        return " ".join(self._words[i % n] for i in ids)
+        words, n = self._words, len(self._words)
+        return " ".join([words[i % n] for i in ids])
 
     def sample_ids(self) -> list[int]:
         return list(range(len(self._words)))
