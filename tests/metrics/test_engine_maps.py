@@ -95,8 +95,10 @@ def test_llamacpp_versions() -> None:
     new, _, _ = _extract("llamacpp_b11434.txt")
     assert old[ss.KV_CACHE_USAGE] == pytest.approx(0.416992)
     assert ss.KV_CACHE_USAGE not in new
-    assert new[ss.WAITING] == 4.0
-    assert new[ss.GENERATION_TOKENS_TOTAL] == 23210.0
+    # the real capture: 4 slots busy, 4 requests deferred, nothing finished yet
+    assert (new[ss.RUNNING], new[ss.WAITING]) == (4.0, 4.0)
+    assert new[ss.PROMPT_TOKENS_TOTAL] == 40.0
+    assert new[ss.GENERATION_TOKENS_TOTAL] == 0.0
 
 
 def test_every_map_names_its_engine_prefix() -> None:
