@@ -11,6 +11,7 @@ ENGINE_FIXTURES = {
     # file: (engine, version, concepts the map has but the page lacks)
     "vllm_v1_0.10.txt": ("vllm", "V1 (>=0.10)", ["tpot_seconds"]),
     "vllm_cpu_0.32_dp2.txt": ("vllm", "V1 (>=0.10)", []),
+    "vllm_cpu_0.32_capture.txt": ("vllm", "V1 (>=0.10)", []),
     "vllm_0.8_v0.txt": ("vllm", "0.8-0.9 (V0 engine)", []),
     "sglang_recent.txt": ("sglang", "2025+", []),
     "sglang_2024.txt": ("sglang", "2024", []),

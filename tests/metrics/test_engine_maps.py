@@ -53,6 +53,19 @@ def test_vllm_v1_finished_and_aborted_come_from_request_success() -> None:
     assert ss.TPOT_SECONDS not in hists  # no per-request TPOT histogram before 0.11
 
 
+def test_vllm_032_capture() -> None:
+    p = parse(load("vllm_cpu_0.32_capture.txt"))
+    values, hists, used = _extract("vllm_cpu_0.32_capture.txt")
+    assert (values[ss.RUNNING], values[ss.WAITING]) == (4.0, 6.0)
+    # finished = every reason, including 0.32's "error" and "repetition"
+    reasons = {s.labels["finished_reason"] for s in p.series("vllm:request_success_total")}
+    assert {"stop", "length", "abort", "error", "repetition"} <= reasons
+    assert values[ss.REQUESTS_FINISHED_TOTAL] == 4.0
+    assert values[ss.REQUESTS_ABORTED_TOTAL] == 0.0
+    assert hists[ss.TTFT_SECONDS].count == 8.0  # at first token: the 4 running count too
+    assert used[ss.TPOT_SECONDS] == "vllm:request_time_per_output_token_seconds"
+
+
 def test_vllm_dp_engines_sum_counts_and_average_kv() -> None:
     p = parse(load("vllm_cpu_0.32_dp2.txt"))
     values, _, used = _extract("vllm_cpu_0.32_dp2.txt")
