@@ -118,3 +118,12 @@ def test_confirmation_level_that_misses_moves_the_answer_down() -> None:
     assert (sm.offered or 0) < 7.9
     assert sm.bracket == ("rate-7", "confirm-rate-7.9")
     assert any(e.startswith("not confirmed") for e in sm.evidence)
+
+
+def test_only_the_probe_so_far() -> None:
+    # After an auto sweep's probe, the one row has an unbounded rate: suggestions stay finite.
+    rows = make_rows([math.inf], [10.8], [34000.0])
+    sm = find_slo_max(rows, Slo(ttft=1000), "rate")
+    assert sm is not None and sm.status == "none_meet"
+    assert sm.suggested_loads and all(math.isfinite(v) for v in sm.suggested_loads)
+    assert max(sm.suggested_loads) < 10.8

@@ -213,3 +213,25 @@ def test_server_started_once_or_per_level(tmp_path: Path) -> None:
     with pytest.raises(TargetError):
         run_sweep(config(), tmp_path / "c", Recorder(fail_at="rate-4"), server=failing, echo=quiet)
     assert failing.events == ["start:c", "stop"]
+
+
+def test_repeats_run_each_level_with_other_seeds(tmp_path: Path) -> None:
+    rec = Recorder()
+    result = run_sweep(
+        config(request_rates=[2.0, 8.0, 16.0, 32.0], repeats=2), tmp_path, rec, echo=quiet
+    )
+    assert rec.ran == [
+        "rate-2",
+        "rate-2-r2",
+        "rate-8",
+        "rate-8-r2",
+        "rate-16",
+        "rate-16-r2",
+        "rate-32",
+        "rate-32-r2",
+    ]
+    seeds = {read_run_result(tmp_path / "levels" / x).config.seed for x in ("rate-8", "rate-8-r2")}
+    assert seeds == {0, 1}
+    knee = result.knee
+    assert knee is not None and knee.status == "found"
+    assert any("run-to-run spread" in r for r in knee.confidence_reasons)

@@ -47,6 +47,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--auto-levels", type=int, default=8, help="levels placed by --request-rates auto"
     )
     g.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs per level with different seeds; their spread goes into the knee's confidence",
+    )
+    g.add_argument(
         "--resume",
         action="store_true",
         help="continue the sweep in --result-dir: keep finished levels, re-run the rest",
@@ -152,6 +158,8 @@ def sweep_config_from_args(args: argparse.Namespace) -> SweepConfig:
         raise ConfigError(
             "--restart-per-level needs --server-cmd (servetune can only restart what it started)"
         )
+    if args.repeats < 1:
+        raise ConfigError(f"--repeats must be ≥ 1 (got {args.repeats})")
     if args.auto_levels < 2:
         raise ConfigError(f"--auto-levels must be ≥ 2 (got {args.auto_levels})")
     if not args.knee_k > 0:
@@ -167,6 +175,7 @@ def sweep_config_from_args(args: argparse.Namespace) -> SweepConfig:
             bench=bench,
             mode="concurrency",
             concurrencies=concs,
+            repeats=args.repeats,
             target=target,  # type: ignore[arg-type]
             engine=engine,
             server_cmd=args.server_cmd,
@@ -181,6 +190,7 @@ def sweep_config_from_args(args: argparse.Namespace) -> SweepConfig:
         mode="rate",
         request_rates=rates,  # type: ignore[arg-type]
         auto_levels=args.auto_levels,
+        repeats=args.repeats,
         target=target,  # type: ignore[arg-type]
         engine=engine,
         server_cmd=args.server_cmd,

@@ -88,23 +88,51 @@ def _finite_rows(sweep: SweepResult) -> list[LevelRow]:
     return [r for r in sweep.measured_rows() if math.isfinite(r.load) and r.completed > 0]
 
 
+def _by_load(rows: Sequence[LevelRow]) -> list[list[LevelRow]]:
+    """Rows grouped by load (``--repeats`` runs of one level together), in load order."""
+    groups: dict[float, list[LevelRow]] = {}
+    for r in rows:
+        groups.setdefault(r.load, []).append(r)
+    return [groups[k] for k in sorted(groups)]
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(np.median(vals)) if vals else None
+
+
 # --- sweep-level plots -------------------------------------------------------------------
 def throughput_plot(sweep: SweepResult) -> Plot | None:
     rows = _finite_rows(sweep)
     if not rows:
         return None
     mode = sweep.config.mode
-    x = [r.load for r in rows]
+    groups = _by_load(rows)
+    x = [g[0].load for g in groups]
+
+    def med(attr: str) -> list[float]:
+        vals = [_median([getattr(r, attr) for r in g]) for g in groups]
+        return [math.nan if v is None else v for v in vals]
+
     fig = _figure(8.0, 4.2, left=0.09, right=0.89, bottom=0.13, top=0.95)
     ax = fig.add_subplot()
     _style(ax)
-    ax.plot(x, [r.request_throughput for r in rows], "o-", color=TTFT, lw=2, label="achieved req/s")
+    ax.plot(x, med("request_throughput"), "o-", color=TTFT, lw=2, label="achieved req/s")
+    if len(groups) < len(rows):
+        ax.plot(
+            [r.load for r in rows],
+            [r.request_throughput for r in rows],
+            ".",
+            color=TTFT,
+            alpha=0.5,
+            label="each run (--repeats)",
+        )
     if mode == "rate":
         ax.plot(x, x, "--", color=GREY, lw=1, label="offered (ideal)")
     if any(r.request_goodput is not None for r in rows):
         ax.plot(
             x,
-            [r.request_goodput or 0.0 for r in rows],
+            [0.0 if math.isnan(v) else v for v in med("request_goodput")],
             "^-",
             color=E2E,
             lw=1.5,
@@ -139,9 +167,7 @@ def throughput_plot(sweep: SweepResult) -> Plot | None:
             label=f"SLO-max: {fmt.load(slo.offered, mode)}",
         )
     ax2 = ax.twinx()
-    ax2.plot(
-        x, [r.output_throughput for r in rows], "s:", color=TOKENS, alpha=0.8, label="output tok/s"
-    )
+    ax2.plot(x, med("output_throughput"), "s:", color=TOKENS, alpha=0.8, label="output tok/s")
     ax2.set_ylabel("output tokens/s", color=TOKENS)
     ax2.tick_params(axis="y", colors=TOKENS)
     ax2.set_ylim(bottom=0)
@@ -174,17 +200,30 @@ def latency_plot(sweep: SweepResult) -> Plot | None:
     for ax, m in zip(axes, metrics, strict=True):
         _style(ax)
         colour = METRIC_COLOURS[m]
-        pts: list[tuple[float, float, float | None]] = [
-            (r.request_throughput, p99, getattr(r, f"{m}_p50"))
-            for r in rows
-            if (p99 := r.p99(m)) is not None
-        ]
+        groups = [[r for r in g if r.p99(m) is not None] for g in _by_load(rows)]
+        groups = [g for g in groups if g]
+        pts: list[tuple[float, float, float | None]] = []
+        for g in groups:
+            x = _median([r.request_throughput for r in g])
+            p99 = _median([r.p99(m) for r in g])
+            if x is not None and p99 is not None:
+                pts.append((x, p99, _median([getattr(r, f"{m}_p50") for r in g])))
         if not pts:
             ax.set_title(f"{METRIC_TITLES[m]}: no data", fontsize=10)
             continue
         xs = [p[0] for p in pts]
         ax.plot(xs, [p[1] for p in pts], "o-", color=colour, lw=2, label="P99")
         ax.plot(xs, [p[2] for p in pts], "o--", color=colour, lw=1, alpha=0.5, ms=4, label="P50")
+        if sum(len(g) for g in groups) > len(groups):
+            each = [r for g in groups for r in g]
+            ax.plot(
+                [r.request_throughput for r in each],
+                [r.p99(m) for r in each],
+                ".",
+                color=colour,
+                alpha=0.5,
+                label="P99, each run",
+            )
         for r in rows:
             v = r.p99(m)
             if v is not None and r.role != "level":

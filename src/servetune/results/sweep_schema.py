@@ -56,6 +56,8 @@ class PlannedLevel(BaseModel):
     value: float
     """req/s (``inf`` allowed for the probe) or the concurrency cap."""
     role: LevelRole = "level"
+    repeat: int = 0
+    """0 for the first run of a load; 1, 2, … for ``--repeats`` (seed + repeat)."""
 
     @field_validator("value", mode="before")
     @classmethod
@@ -78,6 +80,8 @@ class SweepConfig(BaseModel):
     request_rates: list[float] | Literal["auto"] | None = None
     concurrencies: list[int] | None = None
     auto_levels: int = 8
+    repeats: int = 1
+    """Runs per load level (different seeds): their spread feeds the knee's confidence."""
     target: TargetKind = "url"
     engine: dict[str, Any] | None = None
     """The simulated engine's configuration when the target is the embedded or offline sim."""

@@ -7,9 +7,10 @@ For each latency metric m (P99 TTFT, TPOT, E2E) against achieved throughput X:
 2. the *frontier*: levels that raise throughput by more than ``tol`` over every lower level;
    levels past the last one only add latency (the *wall*), kept as one node just right of it;
 3. a monotone PCHIP fit of ln P99 against ln X through the frontier nodes;
-4. the knee is the lowest X where the elasticity E = d ln P99 / d ln X reaches ``k``, i.e. the
-   marginal latency cost dP99/dX exceeds k × P99/X. With k = 1 that is where 1% more throughput
-   costs 1% more latency, the maximum of Kleinrock's power X/P99;
+4. the knee is where X^k / P99 peaks on the fit. There the elasticity
+   E = d ln P99 / d ln X equals k, i.e. the marginal latency cost dP99/dX equals k × P99/X;
+   with k = 1 it is the maximum of Kleinrock's power X/P99: the point past which 1% more
+   throughput costs more than 1% more latency;
 5. it counts only if P99 then keeps rising at least ``min_rise``× by the top of the sweep.
 
 The overall knee is the first metric's (lowest throughput). The comfortable concurrency comes
@@ -44,15 +45,13 @@ THROUGHPUT_TOL = 0.03
 MIN_RISE = 1.5
 """P99 must grow at least 1.5× beyond the knee (else the crossing is noise or a gentle slope)."""
 MIN_LEVELS = 3
-DIP = 0.5
-"""Between the crossing and the min_rise× point the elasticity may not fall below k × DIP."""
 METRICS: tuple[MetricName, ...] = ("ttft", "tpot", "e2el")
 _GRID = 4001
 _RANK: dict[Confidence, int] = {"high": 2, "medium": 1, "low": 0}
 
 METHOD = (
-    "elasticity: lowest throughput X where d ln P99 / d ln X reaches k on a monotone PCHIP fit "
-    "(ln P99 vs ln X, P99 made monotone in load); P99 must then rise ≥ {min_rise}×"
+    "power: X where X^k / P99 peaks (d ln P99 / d ln X = k) on a monotone PCHIP fit of ln P99 "
+    "against ln X (P99 made monotone in load); P99 must then rise ≥ {min_rise}×"
 )
 
 
@@ -199,29 +198,19 @@ class MetricCurve:
 
 
 def _crossing(curve: MetricCurve, k: float, min_rise: float) -> tuple[float, int] | None:
-    """(ln X at the knee, grid index) of the first upward crossing of k that is sustained.
+    """(ln X, grid index) where X^k / P99 peaks on the fit, if P99 then rises ``min_rise``×.
 
-    Sustained: from the crossing to where the fitted P99 has grown ``min_rise``×, the secant
-    elasticity ln(min_rise) / Δ ln X is still ≥ k. A noise blip flattens out again and fails
-    this; a real knee (latency that keeps turning up) passes.
+    At the peak d ln P99 / d ln X = k (the elasticity crosses k upward); taking the global
+    peak rather than the first crossing keeps a bump in a gently rising curve (or a noise
+    blip) from passing for the knee when the curve goes on to pay off more throughput.
     """
     assert curve.fit is not None
     grid = np.linspace(float(curve.nodes_u[0]), float(curve.nodes_u[-1]), _GRID)
-    e = curve.elasticity(grid)
     v = np.maximum.accumulate(curve.fit(grid))
-    target = math.log(min_rise)
-    above = e >= k
-    for i in np.flatnonzero(above):
-        if i > 0 and above[i - 1]:
-            continue
-        reached = np.flatnonzero(v[i:] - v[i] >= target - 1e-12)
-        if reached.size == 0:
-            continue
-        j = i + int(reached[0])
-        du = float(grid[j] - grid[i])
-        if (du <= 0 or target / du >= k) and bool(np.all(e[i:j] >= k * DIP)):
-            return float(grid[i]), int(i)
-    return None
+    i = int(np.argmax(k * grid - v))
+    if float(curve.log_p99.max()) - float(v[i]) < math.log(min_rise) - 1e-12:
+        return None
+    return float(grid[i]), i
 
 
 def metric_knee(
@@ -305,8 +294,8 @@ def metric_knee(
     gain = x_max / x_k - 1.0
     top_i = int(np.argmax(curve.log_p99))
     evidence = [
-        f"d ln P99 {name} / d ln X reaches k = {k:g} at {fmt.num(x_k)} req/s "
-        f"(P99 {name} {fmt.ms(l_k)})",
+        f"X{'' if k == 1 else f'^{k:g}'} / P99 {name} peaks at {fmt.num(x_k)} req/s "
+        f"(P99 {name} {fmt.ms(l_k)}): past it d ln P99 / d ln X exceeds k = {k:g}",
         f"beyond it P99 {name} rises {rise:.1f}× to {fmt.ms(float(lat.max()))} "
         f"({pts[top_i].label}) while throughput gains {gain:.0%} (max {fmt.num(x_max)} req/s)",
     ]
@@ -318,7 +307,7 @@ def metric_knee(
         )
     status = "below_range" if idx == 0 else "found"
     if status == "below_range":
-        evidence.insert(0, f"the slope already exceeds k at the lowest level ({pts[0].label})")
+        evidence.insert(0, f"the elasticity already exceeds k at the lowest level ({pts[0].label})")
     mk = MetricKnee(
         metric=metric,
         status=status,

@@ -32,13 +32,13 @@ def format_value(v: float) -> str:
     return text or "0"
 
 
-def level_label(mode: LoadMode, value: float, role: LevelRole = "level") -> str:
+def level_label(mode: LoadMode, value: float, role: LevelRole = "level", repeat: int = 0) -> str:
     base = f"rate-{format_value(value)}" if mode == "rate" else f"conc-{format_value(value)}"
     if role == "probe":
         return PROBE_LABEL
     if role == "confirm":
         return f"confirm-{base}"
-    return base
+    return base if repeat == 0 else f"{base}-r{repeat + 1}"
 
 
 def parse_rates(text: str) -> list[float] | str:
@@ -111,10 +111,18 @@ def auto_rates(saturation_rps: float, n: int = len(AUTO_FRACTIONS)) -> list[floa
     return [r for r in rates if r > 0]
 
 
-def plan_levels(mode: LoadMode, values: list[float] | list[int]) -> list[PlannedLevel]:
+def plan_levels(
+    mode: LoadMode, values: list[float] | list[int], repeats: int = 1
+) -> list[PlannedLevel]:
+    """Levels in rising load; with ``repeats`` > 1 each load runs that many times in a row."""
+    if repeats < 1:
+        raise ConfigError(f"--repeats must be ≥ 1 (got {repeats})")
     return [
-        PlannedLevel(label=level_label(mode, float(v)), mode=mode, value=float(v))
+        PlannedLevel(
+            label=level_label(mode, float(v), repeat=r), mode=mode, value=float(v), repeat=r
+        )
         for v in sorted(values)
+        for r in range(repeats)
     ]
 
 
@@ -148,4 +156,6 @@ def level_config(base: BenchConfig, level: PlannedLevel) -> BenchConfig:
             "max_concurrency": int(level.value),
             "label": level.label,
         }
+    if level.repeat:
+        update["seed"] = base.seed + level.repeat
     return base.model_copy(update=update)

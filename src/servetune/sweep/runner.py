@@ -228,11 +228,11 @@ class SweepRunner:
     def _plan(self) -> list[PlannedLevel]:
         cfg = self.config
         if cfg.mode == "concurrency":
-            return plan_levels("concurrency", cfg.concurrencies or [])
+            return plan_levels("concurrency", cfg.concurrencies or [], cfg.repeats)
         rates = cfg.request_rates
         if rates == "auto":
             return []  # planned after the probe
-        return plan_levels("rate", list(rates or []))
+        return plan_levels("rate", list(rates or []), cfg.repeats)
 
     def run(self) -> SweepResult:
         self.result = self._open()
@@ -248,7 +248,7 @@ class SweepRunner:
                     f"saturation ≈ {fmt.num(row.request_throughput)} req/s → levels "
                     f"{fmt.loads(rates)} req/s"
                 )
-                levels = plan_levels("rate", rates)
+                levels = plan_levels("rate", rates, self.config.repeats)
                 result.planned = [probe, *levels]
             else:
                 levels = self._plan()

@@ -91,7 +91,7 @@ def find_slo_max(rows: Sequence[LevelRow], slo: Slo, mode: LoadMode) -> SloMax |
         )
     if not meets[0]:
         first = points[0]
-        low = first.load
+        low = first.load if math.isfinite(first.load) else first.throughput
         suggest = [round_sig(low * f) for f in (0.1, 0.25, 0.5, 0.75)]
         if mode == "concurrency":
             suggest = sorted({float(max(1, int(v))) for v in suggest if v >= 1} - {low})
