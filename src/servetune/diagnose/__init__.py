@@ -1,1 +1,91 @@
-"""servetune.diagnose"""
+"""Diagnose: name the bottleneck from the evidence, and say which knob to turn.
+
+The rules of the seed are data (:mod:`servetune.diagnose.rules`, the config doctor's in
+:mod:`servetune.diagnose.doctor`), evaluated over figures computed once per run
+(:mod:`servetune.diagnose.figures`); actions come from :mod:`servetune.diagnose.actions` in
+the seed's cost order. Entry points::
+
+    diagnose_path(RUN_OR_SWEEP_DIR) -> Diagnosis        # .headline: one line for a person
+    diagnose_config("vllm serve MODEL …", gpu="A100-80GB", input_len=…, output_len=…)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from servetune.diagnose.model import Action, Diagnosis, Finding, LevelDiagnosis
+
+if TYPE_CHECKING:
+    from servetune.diagnose.knobs import KnownConfig
+
+__all__ = [
+    "Action",
+    "Diagnosis",
+    "Finding",
+    "LevelDiagnosis",
+    "diagnose_config",
+    "diagnose_path",
+]
+
+
+def _known_from_options(
+    command: str | None, gpu: str | None, model: str | None
+) -> KnownConfig | None:
+    """A KnownConfig from --config / --gpu / --model, or None to use the run's own record."""
+    from servetune.diagnose.doctor import engine_config_from_command
+    from servetune.diagnose.knobs import KnownConfig, from_engine_config
+
+    if command:
+        cfg, _ignored, _unsupported = engine_config_from_command(command, gpu or "A100-80GB", model)
+        return from_engine_config(cfg, gpu_known=gpu is not None)
+    if gpu or model:
+        return KnownConfig(source="--gpu/--model", gpu=gpu, model=model)
+    return None
+
+
+def diagnose_path(
+    path: str | Path,
+    *,
+    config: str | None = None,
+    gpu: str | None = None,
+    model: str | None = None,
+) -> Diagnosis:
+    """Diagnose a RUN_DIR or a SWEEP_DIR (which one is told by its files).
+
+    ``config``: the command line the server was started with (``vllm serve MODEL …``), so
+    that actions quote the current knob values and the config doctor checks it against the
+    run's own lengths; ``gpu``/``model``: for the compute-load estimate of a real server.
+    """
+    from servetune.diagnose.evaluate import diagnose_run, rank
+    from servetune.diagnose.sweep import diagnose_sweep
+    from servetune.results.io import detect_dir
+
+    p = Path(path).expanduser()
+    kind = detect_dir(p)
+    known = _known_from_options(config, gpu, model)
+    if kind == "sweep":
+        return diagnose_sweep(p, known)
+    diag = diagnose_run(p, known)
+    if config and gpu:
+        from servetune.diagnose.doctor import diagnose_config as doctor
+
+        extra = doctor(config, gpu, model, run_dir=p)
+        more = [f for f in extra.findings if f.kind not in ("healthy", "cannot_tell")]
+        diag.findings = rank([*diag.findings, *more])
+        diag.notes += [n for n in extra.notes if n.startswith("vLLM would print")]
+    return diag
+
+
+def diagnose_config(
+    command: str | list[str],
+    gpu: str,
+    model: str | None = None,
+    input_len: int | None = None,
+    output_len: int | None = None,
+    run_dir: str | Path | None = None,
+) -> Diagnosis:
+    """The config doctor: warnings before launch (see :mod:`servetune.diagnose.doctor`)."""
+    from servetune.diagnose.doctor import diagnose_config as doctor
+
+    return doctor(command, gpu, model, input_len, output_len, run_dir)

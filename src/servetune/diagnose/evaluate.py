@@ -1,0 +1,266 @@
+"""The rule engine: figures + the rules table → ranked findings, and one run's Diagnosis."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from servetune.client.record import RequestRecord
+from servetune.diagnose.actions import PROCEDURE, build_action
+from servetune.diagnose.conditions import Condition, render, template_fields
+from servetune.diagnose.figures import MIN_SAMPLES, Figures, compute_figures, read_series_tolerant
+from servetune.diagnose.knobs import KnownConfig, known_config
+from servetune.diagnose.model import KIND_ORDER, Diagnosis, Finding
+from servetune.diagnose.rules import CAUSES, RULES, SPARE_COMPUTE, Rule
+from servetune.errors import ServetuneError
+from servetune.results.io import read_records, read_run_result
+from servetune.results.schema import RunResult
+from servetune.results.server_series import ServerSample
+
+
+def _extra(fig: Figures) -> dict[str, Any]:
+    """Knob values as words, for templates that name them."""
+    cfg = fig.config
+    return {
+        "quantization": cfg.get("quantization") or "bf16",
+        "kv_cache_dtype": cfg.get("kv_cache_dtype") or "auto",
+    }
+
+
+def needs(rule: Rule) -> list[str]:
+    """Every figure a rule reads (its conditions and its evidence)."""
+    names: list[str] = []
+    for c in (*rule.when, *rule.unless):
+        names += list(c.figures())
+    names += list(rule.only_if) + list(rule.require_any)
+    for t in (rule.verdict, *rule.evidence):
+        names += template_fields(t)
+    return list(dict.fromkeys(n for n in names if n in _known_figures()))
+
+
+def _known_figures() -> set[str]:
+    from servetune.diagnose.figures import FIGURES
+
+    return set(FIGURES)
+
+
+def _cond_line(c: Condition, state: bool | None, fig: Figures, extra: dict[str, Any]) -> str:
+    mark = {True: "✓", False: "✗", None: "?"}[state]
+    text = render(c.text, fig, extra) if c.text else None
+    if text is None:
+        text = c.describe()
+    if state is None:
+        why = "; ".join(
+            dict.fromkeys(fig.missing.get(f, f"{f} unknown") for f in c.figures() if not fig.has(f))
+        )
+        return f"{mark} {c.describe()}: {why}"
+    return f"{mark} {text}"
+
+
+def _validity_low(fig: Figures) -> bool:
+    if fig.get("client_behind"):
+        return True
+    samples = fig.get("server_samples")
+    return samples is not None and 0 < samples < MIN_SAMPLES
+
+
+def evaluate_rule(rule: Rule, fig: Figures) -> Finding | None:
+    """The rule's finding on these figures: fired, cannot tell, or None (does not apply)."""
+    if any(not fig.has(name) for name in rule.only_if):
+        return None
+    if any(c.evaluate(fig) is True for c in rule.unless):
+        return None
+    states = [(c, c.evaluate(fig)) for c in rule.when]
+    if any(s is False for _, s in states):
+        return None
+    extra = _extra(fig)
+    unknown_required = [c for c, s in states if s is None and c.if_missing == "cannot_tell"]
+    unknown_noted = [c for c, s in states if s is None and c.if_missing == "note"]
+    need_any_unmet = bool(rule.require_any) and not any(fig.has(n) for n in rule.require_any)
+    missing: list[str] = []
+    for c in unknown_required + unknown_noted:
+        for f in c.figures():
+            if not fig.has(f) and f in fig.missing:
+                missing.append(fig.missing[f])
+    if need_any_unmet:
+        missing += [fig.missing[n] for n in rule.require_any if n in fig.missing]
+    missing = list(dict.fromkeys(missing))
+    evidence = [e for e in (render(t, fig, extra) for t in rule.evidence) if e]
+    used = {n: fig.values[n] for n in needs(rule) if n in fig.values}
+    conditions = [_cond_line(c, s, fig, extra) for c, s in states]
+    if unknown_required or need_any_unmet:
+        so_far = render(rule.cannot_tell, fig, extra) if rule.cannot_tell else None
+        title = f"{rule.id.replace('_', ' ')}: cannot tell"
+        if so_far:
+            title = f"{so_far}: cannot tell"
+        return Finding(
+            rule=rule.id,
+            kind="cannot_tell",
+            title=f"{title} — {missing[0]}" if missing else title,
+            seed=rule.seed,
+            confidence="low",
+            priority=rule.priority,
+            evidence=evidence,
+            conditions=conditions,
+            missing=missing,
+            needs=needs(rule),
+            figures=used,
+        )
+    verdict = render(rule.verdict, fig, extra) or rule.verdict.split("{")[0].rstrip(" :(")
+    confidence = "medium" if unknown_noted else "high"
+    if _validity_low(fig) and rule.id != "client_behind":
+        confidence = "low"
+    actions = [a for a in (build_action(a, fig) for a in rule.actions) if a is not None]
+    return Finding(
+        rule=rule.id,
+        kind=rule.kind,
+        title=verdict,
+        seed=rule.seed,
+        confidence=confidence,
+        priority=rule.priority,
+        evidence=evidence,
+        conditions=conditions,
+        missing=missing,
+        needs=needs(rule),
+        actions=actions,
+        figures=used,
+    )
+
+
+def _limiter(found: dict[str, Finding], fig: Figures) -> str:
+    """What limits a saturated server, in words, from the other findings and the figures."""
+    for rule in CAUSES:
+        if rule in found and found[rule].kind == "bottleneck":
+            return {
+                "kv_pool_full": "the KV pool (see: KV pool full)",
+                "batch_capped": "the --max-num-seqs cap (see: batch capped)",
+                "prefill_blocked": "long prefills (see: long prompts block)",
+            }[rule]
+    util = fig.get("gpu_utilization_mean")
+    est = fig.get("compute_use_est")
+    if (util is not None and util >= 0.9) or (est is not None and est >= SPARE_COMPUTE):
+        if est is not None:
+            return (
+                f"the engine's step time: compute is near its ceiling (estimated compute load "
+                f"{est:.0%} of peak)"
+            )
+        return f"the engine's step time (GPU utilisation {util:.0%})"
+    return "not identified from the metrics available"
+
+
+def rank(findings: Sequence[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (KIND_ORDER.get(f.kind, 9), -f.priority))
+
+
+def evaluate(fig: Figures, rules: Sequence[Rule] = RULES) -> list[Finding]:
+    """Every rule on one run's figures, ranked; a ``healthy`` finding when no verdict fires."""
+    found: dict[str, Finding] = {}
+    for rule in rules:
+        f = evaluate_rule(rule, fig)
+        if f is not None:
+            found[rule.id] = f
+    over = found.get("overloaded")
+    if over is not None and over.kind == "bottleneck":
+        over.cause = _limiter(found, fig)
+        over.title += f"; limited by {over.cause}"
+        if any(found.get(c) is not None and found[c].kind == "bottleneck" for c in CAUSES):
+            # The cause's finding carries the cost-ordered fixes; here only what is left.
+            over.actions = [a for a in over.actions if a.cost_step >= 3]
+    findings = rank(list(found.values()))
+    if not any(f.kind in ("bottleneck", "warning") for f in findings):
+        findings.insert(0, healthy_finding(fig, findings))
+    return findings
+
+
+def healthy_finding(fig: Figures, others: Sequence[Finding]) -> Finding:
+    parts = []
+    for name, text in (
+        ("kv_mean", "KV-cache use mean {kv_mean:pct}"),
+        ("preemptions", "{preemptions:int} preemptions"),
+        ("served_sent_ratio", "kept up with the offered load"),
+        ("ttft_p99_ms", "P99 TTFT {ttft_p99_ms:ms}"),
+        ("tpot_p99_ms", "P99 TPOT {tpot_p99_ms:ms}"),
+    ):
+        if fig.has(name):
+            line = render(text, fig)
+            if line:
+                parts.append(line)
+    unknown = [f for f in others if f.kind == "cannot_tell"]
+    title = "Healthy: no bottleneck found"
+    if unknown:
+        title += f" (but {len(unknown)} rule(s) could not be evaluated)"
+    return Finding(
+        rule="healthy",
+        kind="healthy",
+        title=title + (" — " + ", ".join(parts) if parts else ""),
+        seed="find the bottleneck before you tune: none of the seed's rules fired",
+        evidence=parts,
+        confidence="high" if not unknown else "medium",
+    )
+
+
+def headline(findings: Sequence[Finding]) -> str:
+    if not findings:
+        return "no finding"
+    top = findings[0]
+    line = top.title
+    if top.kind in ("bottleneck", "warning") and top.actions:
+        line += f" → {top.actions[0].title}"
+    return line
+
+
+def diagnose_loaded(
+    run: RunResult,
+    records: Sequence[RequestRecord],
+    samples: Sequence[ServerSample],
+    config: KnownConfig | None = None,
+    series_error: str | None = None,
+    path: str | None = None,
+) -> Diagnosis:
+    """Diagnose one run already in memory."""
+    known = known_config(run, config)
+    fig = compute_figures(run, records, samples, known, series_error)
+    findings = evaluate(fig)
+    notes = []
+    if series_error:
+        notes.append(series_error)
+    if known.defaults_assumed:
+        notes.append(
+            "knobs not on the command line taken at vLLM's defaults for the GPU: "
+            + ", ".join(f"{k}={v}" for k, v in known.defaults_assumed.items())
+        )
+    if known.known:
+        notes.append(f"engine configuration from {known.source}")
+    healthy = findings[0].kind == "healthy"
+    return Diagnosis(
+        kind="run",
+        path=path,
+        headline=headline(findings),
+        healthy=healthy,
+        findings=findings,
+        figures=dict(fig.values),
+        missing=dict(fig.missing),
+        knobs=dict(known.values),
+        procedure=list(PROCEDURE),
+        notes=notes,
+    )
+
+
+def load_run(
+    run_dir: Path,
+) -> tuple[RunResult, list[RequestRecord], list[ServerSample], str | None]:
+    run = read_run_result(run_dir)
+    try:
+        records = read_records(run_dir)
+    except ServetuneError:
+        records = []
+    samples, err = read_series_tolerant(run_dir)
+    return run, records, samples, err
+
+
+def diagnose_run(run_dir: str | Path, config: KnownConfig | None = None) -> Diagnosis:
+    """Diagnose one RUN_DIR."""
+    d = Path(run_dir).expanduser()
+    run, records, samples, err = load_run(d)
+    return diagnose_loaded(run, records, samples, config, err, path=str(d))

@@ -1,0 +1,112 @@
+"""A Diagnosis as text for a person: the headline, the ranked verdicts with their evidence and
+the actions in cost order, then what could not be told — short by default, all with
+``verbose``."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from servetune.diagnose.model import COST_STEPS, Action, Diagnosis, Finding
+
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI", "llama.cpp": "llama.cpp"}
+
+
+def _action_lines(a: Action, letter: str, verbose: bool) -> list[str]:
+    step = f"[cost order {COST_STEPS[a.cost_step]}] " if a.cost_step else ""
+    out = [f"     {letter}. {step}{a.title}"]
+    if a.flags:
+        if verbose:
+            for engine, text in a.flags.items():
+                out.append(f"          {ENGINE_NAMES.get(engine, engine)}: {text}")
+        else:
+            others = " · ".join(
+                f"{ENGINE_NAMES.get(e, e)} {t.split('  [')[0]}"
+                for e, t in a.flags.items()
+                if e != "vllm" and not t.startswith("no equivalent")
+            )
+            if others:
+                out.append(f"          elsewhere: {others}")
+    out.append(f"          expect: {a.expected}")
+    out.append(f"          risk: {a.risk}")
+    if verbose and a.verify:
+        out.append(f"          verify: {a.verify}")
+    return out
+
+
+def _finding_lines(i: int, f: Finding, verbose: bool) -> list[str]:
+    where = f" ({f.level})" if f.level and f.scope != "level" else ""
+    out = [f"{i}. [{f.kind} · confidence {f.confidence}]{where} {f.title}"]
+    evidence = f.evidence if verbose else f.evidence[:4]
+    out += [f"   - {e}" for e in evidence]
+    if verbose and f.conditions:
+        out.append("   rule:")
+        out += [f"     {c}" for c in f.conditions]
+    if f.missing:
+        out += [f"   ? cannot tell: {m}" for m in f.missing]
+    actions = f.actions if verbose else f.actions[:3]
+    if actions:
+        out.append("   do (one knob at a time, in this order):")
+        for j, a in enumerate(actions):
+            out += _action_lines(a, "abcdefghij"[j], verbose)
+        if len(f.actions) > len(actions):
+            out.append(f"     … {len(f.actions) - len(actions)} more (--verbose)")
+    return out
+
+
+def _cannot_tell_block(findings: list[Finding]) -> list[str]:
+    by_reason: dict[str, list[str]] = defaultdict(list)
+    for f in findings:
+        reason = f.missing[0] if f.missing else "a metric is missing"
+        by_reason[reason].append(f.rule.replace("_", " "))
+    return [f"  cannot tell ({', '.join(rules)}): {reason}" for reason, rules in by_reason.items()]
+
+
+def render_findings(findings: list[Finding], verbose: bool) -> list[str]:
+    shown = [f for f in findings if f.kind in ("bottleneck", "warning", "healthy")]
+    advisories = [f for f in findings if f.kind == "advisory"]
+    unknown = [f for f in findings if f.kind == "cannot_tell"]
+    out: list[str] = []
+    for i, f in enumerate(shown, 1):
+        out += _finding_lines(i, f, verbose)
+        out.append("")
+    for f in advisories:
+        out.append(f"  note: {f.title}")
+        for a in f.actions[:1]:
+            out.append(f"        → {a.title}")
+    if unknown:
+        if verbose:
+            for i, f in enumerate(unknown, len(shown) + 1):
+                out += _finding_lines(i, f, verbose)
+        else:
+            out += _cannot_tell_block(unknown)
+    return out
+
+
+def render(diag: Diagnosis, verbose: bool = False) -> str:
+    what = {"run": "run", "sweep": "sweep", "config": "config (before launch)"}[diag.kind]
+    lines = [f"servetune diagnose — {what}" + (f": {diag.path}" if diag.path else "")]
+    lines.append(f"▶ {diag.headline}")
+    lines.append("")
+    if diag.kind == "sweep":
+        lines.append("The curve:")
+    lines += render_findings(diag.findings, verbose)
+    if diag.levels:
+        lines.append("")
+        lines.append("Per level:")
+        for lv in diag.levels:
+            mark = " [past the knee]" if lv.past_knee else ""
+            lines.append(f"  {lv.label}{mark}: {lv.headline}")
+            if verbose:
+                for f in lv.findings:
+                    if f.kind in ("bottleneck", "warning"):
+                        lines.append(f"      · {f.title}")
+    if verbose and diag.notes:
+        lines.append("")
+        lines += [f"  note: {n}" for n in diag.notes]
+    elif diag.notes:
+        lines += [f"  note: {n}" for n in diag.notes if not n.startswith("vLLM would print")]
+    if any(f.actions for f in diag.findings):
+        lines.append("")
+        lines.append("Before changing anything (the seed's procedure):")
+        lines += [f"  - {p}" for p in diag.procedure]
+    return "\n".join(line.rstrip() for line in lines).rstrip() + "\n"
