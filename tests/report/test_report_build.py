@@ -15,7 +15,7 @@ from servetune.errors import ResultError
 from servetune.report import build as build_mod
 from servetune.report.build import build_report
 from servetune.report.csv_export import COLUMNS
-from servetune.report.findings import Finding
+from servetune.report.findings import view_of
 from servetune.results.sweep_schema import read_sweep_result, write_sweep_result
 
 EXTERNAL = re.compile(
@@ -25,7 +25,7 @@ EXTERNAL = re.compile(
 
 @pytest.fixture
 def no_findings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(build_mod, "diagnose_findings", lambda _p: [])
+    monkeypatch.setattr(build_mod, "diagnose_view", lambda _p: None)
 
 
 def test_sweep_report_writes_html_pngs_and_csv(
@@ -96,16 +96,55 @@ def test_run_without_server_metrics(sweep_dir: Path, tmp_path: Path, no_findings
 def test_diagnose_findings_fill_their_slot(
     sweep_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    finding = Finding(
-        title="Past the knee: waiting grows without bound",
-        severity="warning",
-        evidence=["waiting 84 at rate-32"],
-        actions=["rate-limit at 7 req/s"],
-    )
-    monkeypatch.setattr(build_mod, "diagnose_findings", lambda _p: [finding])
+    diagnosis = {
+        "headline": "Past the knee from rate-16: the queue grows without bound",
+        "findings": [
+            {
+                "kind": "bottleneck",
+                "title": "Past the knee: waiting grows without bound",
+                "level": "rate-32",
+                "evidence": ["waiting 84 at rate-32"],
+                "actions": [
+                    {
+                        "title": "rate-limit at 7 req/s",
+                        "expected": "P99 TTFT < 1 s",
+                        "risk": "lower throughput",
+                    }
+                ],
+            },
+            {"kind": "cannot_tell", "title": "GPU idle?", "missing": ["gpu_utilization"]},
+        ],
+        "levels": [{"label": "rate-32", "headline": "saturated"}],
+    }
+    monkeypatch.setattr(build_mod, "diagnose_view", lambda _p: view_of(diagnosis))
     html = build_report(sweep_dir, tmp_path, png=False).html.read_text()
     assert 'id="diagnose"' in html
-    assert "waiting grows without bound" in html and "rate-limit at 7 req/s" in html
+    assert "the queue grows without bound" in html and "waiting 84 at rate-32" in html
+    assert "rate-limit at 7 req/s — P99 TTFT &lt; 1 s (risk: lower throughput)" in html
+    assert "Could not evaluate: GPU idle? (gpu_utilization)" in html
+
+
+def test_failing_diagnose_is_a_note_not_a_crash(
+    sweep_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import servetune.diagnose as diag
+
+    def broken(_path: object) -> object:
+        raise RuntimeError("rule table corrupt")
+
+    monkeypatch.setattr(diag, "diagnose_path", broken, raising=False)
+    html = build_report(sweep_dir, tmp_path, png=False).html.read_text()
+    assert 'id="diagnose"' not in html
+    assert "diagnose failed" in html and "rule table corrupt" in html
+
+
+def test_real_diagnose_when_it_is_there(sweep_dir: Path, tmp_path: Path) -> None:
+    diag = pytest.importorskip("servetune.diagnose")
+    if not hasattr(diag, "diagnose_path"):
+        pytest.skip("servetune.diagnose has no diagnose_path yet")
+    html = build_report(sweep_dir, tmp_path, png=False).html.read_text()
+    assert 'id="diagnose"' in html
+    assert "diagnose failed" not in html
 
 
 def test_missing_level_dir_is_noted_not_fatal(

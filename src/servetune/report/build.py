@@ -11,7 +11,7 @@ from servetune.errors import ResultError
 from servetune.report.csv_export import write_levels_csv
 from servetune.report.data import ReportData, load
 from servetune.report.figures import Plot, run_plots, sweep_plots
-from servetune.report.findings import diagnose_findings
+from servetune.report.findings import diagnose_view
 from servetune.report.html import Figure, render_html
 from servetune.report.render import save_png, svg_element
 
@@ -54,7 +54,10 @@ def build_report(
         figures.append(Figure(p.name, p.title, p.caption, svg, png_name))
     rows = data.sweep.measured_rows() if data.sweep else [data.levels[0].row]
     csv_path = write_levels_csv(rows, out / CSV_FILE)
-    html = render_html(data, figures, diagnose_findings(data.path), CSV_FILE)
+    diagnosis = diagnose_view(data.path)
+    if diagnosis is not None and diagnosis.error:
+        data.notes.append(diagnosis.error)
+    html = render_html(data, figures, diagnosis, CSV_FILE)
     html_path = out / HTML_FILE
     html_path.write_text(html, encoding="utf-8")
     return ReportFiles(html=html_path, csv=csv_path, pngs=pngs, data=data)

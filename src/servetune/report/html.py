@@ -12,7 +12,7 @@ from markupsafe import Markup
 
 from servetune import __version__
 from servetune.report.data import ReportData
-from servetune.report.findings import Finding
+from servetune.report.findings import DiagnoseView
 from servetune.results.sweep_schema import LevelRow
 from servetune.sweep import fmt
 
@@ -94,7 +94,10 @@ def _title(data: ReportData) -> str:
 
 
 def render_html(
-    data: ReportData, figures: list[Figure], findings: list[Finding], csv_name: str | None
+    data: ReportData,
+    figures: list[Figure],
+    diagnosis: DiagnoseView | None,
+    csv_name: str | None,
 ) -> str:
     sweep = data.sweep
     run = data.first_run if data.levels else None
@@ -126,7 +129,7 @@ def render_html(
         "rows": rows,
         "bracket": bracket,
         "figures": figures,
-        "findings": findings,
+        "diagnosis": diagnosis if diagnosis is not None and not diagnosis.error else None,
         "csv_name": csv_name,
         "config": _config_rows(config),
         "sweep_settings": sweep_settings,

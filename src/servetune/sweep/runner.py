@@ -183,7 +183,11 @@ class SweepRunner:
 
     def _ensure_server(self, log_path: Path) -> None:
         if self.server is not None and not self._server_up:
-            self.echo(f"starting the server (log: {log_path})")
+            self.echo(
+                f"starting the server (log: {log_path})"
+                if getattr(self.server, "logs", True)
+                else "starting the server"
+            )
             self.server.start(log_path)
             self._server_up = True
 

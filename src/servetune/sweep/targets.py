@@ -59,6 +59,9 @@ def offline_runner(engine_cfg: Any, *, progress: bool = False) -> LevelRunner:
 class EmbeddedEngine:
     """The embedded simulated engine as a :class:`~servetune.sweep.runner.ServerControl`."""
 
+    logs = False
+    """The embedded engine runs in this process: it writes no log of its own."""
+
     def __init__(self, engine_cfg: Any) -> None:
         self.engine_cfg = engine_cfg
         self._server: Any = None
