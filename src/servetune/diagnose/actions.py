@@ -36,6 +36,9 @@ PROCEDURE = [
     "samples) before rollout.",
 ]
 
+RATE_LIMIT_SHARE = 0.75
+"""A single saturated run's rate limit: 75% of what it completed (a sweep finds the knee)."""
+
 Target = Callable[[Figures], tuple[Any, Any] | None]
 """(from, to) for the knob, or None when the action does not apply to this run."""
 
@@ -51,6 +54,8 @@ class ActionSpec:
     knob: str | None = None
     target: Target | None = None
     verify: str = ""
+    also: Callable[[Figures], dict[str, Any]] | None = None
+    """Knobs that change together with ``knob`` (one logical change)."""
 
 
 # --- targets -------------------------------------------------------------------------------
@@ -170,6 +175,28 @@ def _chunked_on(fig: Figures) -> tuple[Any, Any] | None:
     return (False if fig.has("chunked_prefill") else None, True)
 
 
+def _chunk_budget(fig: Figures) -> dict[str, Any]:
+    """With chunked prefill on, the step budget can drop to vLLM's default for the GPU
+    (2048 on A100-class and smaller): without it, it had to hold a whole max-model-len."""
+    old = fig.get("max_num_batched_tokens")
+    budget = 2048
+    gpu = fig.config.gpu
+    if gpu:
+        from servetune.sim.catalog import find_gpu
+        from servetune.sim.config import batch_defaults
+
+        try:
+            budget = batch_defaults(find_gpu(gpu), "openai_api_server")[0]
+        except ServetuneError:
+            pass
+    seqs = fig.get("max_num_seqs")
+    if seqs is not None:
+        budget = max(budget, int(seqs))
+    if old is not None and old <= budget:
+        return {}
+    return {"max_num_batched_tokens": budget}
+
+
 def _tp_up(fig: Figures) -> tuple[Any, Any] | None:
     tp = fig.get("tensor_parallel_size")
     if tp is None:
@@ -181,8 +208,9 @@ def _served_rate(fig: Figures) -> tuple[Any, Any] | None:
     thr = fig.get("request_throughput")
     if thr is None:
         return (None, None)
-    # 90% of what the saturated server completed: the knee lies below the saturation rate.
-    return (None, round(thr * 0.9, 2))
+    # The knee lies well below the saturation throughput (queueing delay grows like
+    # 1 / (1 − utilisation)); a quarter below it is a safe start until a sweep finds the knee.
+    return (None, round(thr * RATE_LIMIT_SHARE, 2))
 
 
 def _mnbt_down(fig: Figures) -> tuple[Any, Any] | None:
@@ -410,7 +438,8 @@ ACTIONS: dict[str, ActionSpec] = {
             id="enable_chunked_prefill",
             knob="chunked_prefill",
             target=_chunked_on,
-            title="enable chunked prefill: {flag} (with --max-num-batched-tokens 2048–8192)",
+            also=_chunk_budget,
+            title="enable chunked prefill: {flag}{also_flags}",
             expected="a long prompt is split into chunks that run beside the decodes: running "
             "streams stall for at most one chunk step instead of the whole prefill "
             "(longest stall now {itl_max_ms:ms})",
@@ -432,7 +461,8 @@ ACTIONS: dict[str, ActionSpec] = {
             id="rate_limit",
             target=_served_rate,
             cost_step=3,
-            title="rate-limit at the gateway to ≤ {new} req/s (90% of what this server served)",
+            title="rate-limit at the gateway to ≤ {new} req/s (75% of what the saturated "
+            "server completed; the knee of a sweep gives the exact limit)",
             expected="the queue stops growing: TTFT returns to what the server does below "
             "capacity; excess requests are refused early (429) instead of waiting minutes",
             risk="refused requests must be retried or routed elsewhere; find the real knee "
@@ -517,18 +547,31 @@ def build_action(spec_id: str, fig: Figures, extra: dict[str, Any] | None = None
             pool_note = f"KV pool {fmt_num(a)} → {fmt_num(b)} tokens, {pct:+.0%}"
         elif isinstance(change, str):
             pool_note = change
+    also = spec.also(fig) if spec.also is not None else {}
+    values["also_flags"] = "".join(
+        f" {KNOB_FLAG_NAMES[k]} {_show(v)}" for k, v in also.items() if k in KNOB_FLAG_NAMES
+    )
     values["pool_change"] = pool_note
     values["quant_effect"] = _quant_effect(new)
     title = render(spec.title, fig, _as_extra(values)) or spec.title.split("{")[0].strip()
     expected = render(spec.expected, fig, _as_extra(values)) or spec.expected
     risk = render(spec.risk, fig, _as_extra(values)) or spec.risk
     flags = engine_flags(spec.knob, old, new) if spec.knob else {}
+    for k, v in also.items():
+        for engine, text in engine_flags(k, fig.get(k), v).items():
+            main = flags.get(engine, "")
+            if main and not main.startswith("no equivalent") and not text.startswith("no "):
+                flags[engine] += f" + {text}"
+    if spec.knob == "chunked_prefill" and "max_num_batched_tokens" in also:
+        # SGLang's chunk size is the per-step prefill budget itself.
+        flags["sglang"] = f"--chunked-prefill-size {also['max_num_batched_tokens']}"
     return Action(
         id=spec.id,
         title=title,
         knob=spec.knob,
         from_value=old,
         to_value=new,
+        also=also,
         flags=flags,
         expected=expected,
         risk=risk,
@@ -568,5 +611,6 @@ def apply_action(cfg: EngineConfig, action: Action) -> EngineConfig:
     """``cfg`` with the action's knob set to its new value (for re-running a scenario)."""
     if action.knob is None or action.to_value is None:
         raise ValueError(f"action {action.id} changes no knob to a known value")
-    field = KNOB_TO_ENGINE_FIELD[action.knob]
-    return EngineConfig.model_validate({**cfg.model_dump(), field: action.to_value})
+    changes = {KNOB_TO_ENGINE_FIELD[action.knob]: action.to_value}
+    changes.update({KNOB_TO_ENGINE_FIELD[k]: v for k, v in action.also.items()})
+    return EngineConfig.model_validate({**cfg.model_dump(), **changes})

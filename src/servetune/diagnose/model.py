@@ -51,6 +51,9 @@ class Action(BaseModel):
     """Engine-neutral knob name (servetune.engines.knobs), None for an operational step."""
     from_value: Any = None
     to_value: Any = None
+    also: dict[str, Any] = Field(default_factory=dict)
+    """Knobs that must change with this one (engine-neutral name → value), e.g. chunked
+    prefill on with a token budget of 2048: one change in vLLM's sense."""
     flags: dict[str, str] = Field(default_factory=dict)
     """engine → the exact flag change (vllm first; sglang, tgi, llama.cpp equivalents)."""
     expected: str

@@ -457,7 +457,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         id="burst",
-        kind="advisory",
+        kind="warning",
         priority=15,
         seed="(measurement validity) the seed sweeps fixed rates; a burst measures throughput",
         verdict="All requests were sent at once (rate inf): the latencies are queueing by "

@@ -156,7 +156,15 @@ def _limit_finding(
     status: list[str] = []
     quantized = diag.figures.get("quantized")
     if quantized is not None:
-        status.append("step 1 quantize: " + ("done" if quantized else "open (weights are bf16)"))
+        line = "step 1 quantize: " + ("done" if quantized else "open (weights are bf16)")
+        compute_limited = over is not None and bool(over.cause) and "compute" in str(over.cause)
+        no_quant = not any(a.knob == "quantization" for a in base_actions)
+        if not quantized and compute_limited and cause is None and no_quant:
+            line += (
+                " — but on this GPU (no fp8 tensor cores) int4 weights would not lift a "
+                "compute limit"
+            )
+        status.append(line)
     if kv is not None:
         line = f"step 2 push KV use to 80%+: KV mean {kv:.0%} at {row.label}"
         if kv >= KV_TARGET:
