@@ -180,6 +180,29 @@ def test_concurrency_sweep_closed_loop() -> None:
     assert all(16 < v < 32 and v == int(v) for v in knee.suggested_loads)
 
 
+def test_p99_growing_with_throughput_from_the_start_is_no_knee() -> None:
+    # A closed loop's start-up burst: P99 TTFT ∝ concurrency while throughput grows slower
+    # (the offline simulator's numbers). E2E has the real knee; TTFT must not claim one.
+    conc = np.array([1, 4, 16, 32, 64, 128, 256.0])
+    x = np.array([0.593, 2.2, 7.01, 10.66, 14.31, 17.08, 18.38])
+    ttft = np.array([39.3, 155, 620, 1241, 2487, 5008, 10819.0])
+    e2e = np.array([1687, 1817, 2725, 3985, 6538, 11743, 20029.0])
+    knee = find_knee(rows_of(conc, x, ttft, e2el=e2e, mode="concurrency"), "concurrency")
+    per = {mk.metric: mk for mk in knee.per_metric}
+    assert per["ttft"].status == "below_range"
+    assert any("no flat part" in e for e in per["ttft"].evidence)
+    assert knee.status == "found" and knee.binding_metric == "e2el"
+    assert 16 <= (knee.offered or 0) <= 32
+
+
+def test_a_thin_flat_part_still_counts() -> None:
+    # M/M/1 swept from ρ = 0.3: only a little below the knee at ρ = ½, but it is there.
+    lam = MU * np.array([0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95])
+    knee = find_knee(rows_of(lam, lam, mm1_ms(lam)), "rate")
+    assert knee.status == "found"
+    assert knee.throughput == pytest.approx(MU / 2, rel=0.1)
+
+
 def test_littles_law_and_its_cross_checks() -> None:
     lam = MU * np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95])
     e2e = mm1_ms(lam, fixed_ms=2000)

@@ -45,6 +45,10 @@ THROUGHPUT_TOL = 0.03
 MIN_RISE = 1.5
 """P99 must grow at least 1.5× beyond the knee (else the crossing is noise or a gentle slope)."""
 MIN_LEVELS = 3
+FLAT_BELOW = 0.75
+"""Below a knee the curve must be flatter: secant elasticity from the lowest level to the knee
+≤ FLAT_BELOW × k. A latency that grows about as fast as throughput all along (a closed loop's
+start-up burst in P99 TTFT, say) has no comfortable part to leave, hence no knee."""
 METRICS: tuple[MetricName, ...] = ("ttft", "tpot", "e2el")
 _GRID = 4001
 _RANK: dict[Confidence, int] = {"high": 2, "medium": 1, "low": 0}
@@ -291,6 +295,25 @@ def metric_knee(
     l_k = math.exp(float(curve.fit(u_k))) if curve.fit is not None else float(lat[0])
     rise = float(lat.max()) / l_k
     lo, hi = curve.bracket(x_k)
+    u_0 = float(curve.nodes_u[0])
+    if idx > 0 and u_k > u_0:
+        below = (math.log(l_k) - float(curve.nodes_v[0])) / (u_k - u_0)
+        if below > FLAT_BELOW * k:
+            n_below = sum(1 for i in curve.frontier if pts[i].throughput < x_k)
+            ev = [
+                f"P99 {name} grows about as fast as throughput from the lowest level on "
+                f"(elasticity {below:.2f} up to {fmt.num(x_k)} req/s): no flat part to leave",
+            ]
+            if n_below <= 1:
+                ev.append(f"the lowest level ({pts[0].label}) is already at or near its knee")
+                return (
+                    MetricKnee(metric=metric, status="below_range", rise=rise_total, evidence=ev),
+                    curve,
+                )
+            return (
+                MetricKnee(metric=metric, status="no_clear_knee", rise=rise_total, evidence=ev),
+                curve,
+            )
     gain = x_max / x_k - 1.0
     top_i = int(np.argmax(curve.log_p99))
     evidence = [
