@@ -51,7 +51,9 @@ def serving(
 
 def vllm_options(python: Path) -> EngineOptions:
     # --enforce-eager: ready in ~25 s instead of ~42 s; the tiny model gains nothing from graphs.
-    return EngineOptions(executable=str(python), enforce_eager=True)
+    # One OMP thread: with two, vLLM's spinning workers and the client fight over the 2 cores
+    # and whole batches stall for seconds (the same as llama.cpp's -t 2 in REAL_ENGINES.md).
+    return EngineOptions(executable=str(python), enforce_eager=True, threads=1)
 
 
 def llama_options(exe: Path) -> EngineOptions:
@@ -110,3 +112,38 @@ def series(samples: dict[str, float], name: str, **labels: str) -> float:
         if all(f'{k}="{v}"' in rest for k, v in labels.items()):
             total += value
     return total
+
+
+# llama-server (build 11434) closes the connection right after every streamed response, while
+# announcing "Keep-Alive: timeout=5, max=100". A client that returns the connection to its
+# keep-alive pool can pick it again before it has read the FIN — on a starved 2-core box it
+# does — and the request dies at once with "server disconnected", nothing received. That is a
+# client-side race (the fix: retry once on a fresh connection when a *reused* connection fails
+# before any response byte), reported to the client's owner. Until it lands these tests
+# tolerate exactly that failure on llama.cpp, a few of them, and nothing else.
+RECONNECT_RACE = "server disconnected"
+
+
+def unexpected_failures(run_dir: Path, engine: str, tolerate: float = 0.1) -> list[str]:
+    """Reasons of failed requests in RUN_DIR that are not the known reconnect race; also
+    fails when the race itself hit more than TOLERATE of the requests."""
+    from servetune.results.io import read_records
+
+    records = read_records(run_dir)
+    bad: list[str] = []
+    raced = 0
+    for r in records:
+        if r.status == "ok":
+            continue
+        if (
+            engine == "llama.cpp"
+            and r.error == RECONNECT_RACE
+            and r.first_ns is None
+            and r.http_status is None
+        ):
+            raced += 1
+            continue
+        bad.append(f"request {r.id}: {r.status}: {r.error}")
+    if raced > tolerate * max(1, len(records)):
+        bad.append(f"{raced} of {len(records)} requests hit the reconnect race")
+    return bad

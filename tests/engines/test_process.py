@@ -164,3 +164,34 @@ def test_does_not_touch_other_processes(tmp_path: Path) -> None:
     finally:
         os.killpg(bystander.pid, 9)
         bystander.wait(10)
+
+
+def test_engine_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """A test run or tuner killed outright (SIGKILL) leaves no engine running."""
+    import subprocess
+
+    spec = fake_spec("hang")
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from servetune.engines import LaunchSpec, start\n"
+            "eng = start(LaunchSpec.model_validate_json(sys.argv[1]), sys.argv[2])\n"
+            "print(eng.pid, flush=True)\n"
+            "time.sleep(600)\n",
+            spec.model_dump_json(),
+            str(tmp_path / "engine.log"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert parent.stdout is not None
+    engine_pid = int(parent.stdout.readline())
+    assert group_members(engine_pid) == [engine_pid]
+    parent.kill()
+    parent.wait(10)
+    deadline = time.monotonic() + 15
+    while group_members(engine_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert group_members(engine_pid) == []

@@ -161,7 +161,8 @@ def _start(args: argparse.Namespace) -> int:
     log = args.log or state.state_path(name, args.state_dir).with_suffix(".log")
     print(f"starting {spec.engine}: {spec.shell()}", flush=True)
     print(f"log: {log}", flush=True)
-    eng = asyncio.run(launch(spec, log, args.ready_timeout))
+    # Detached unless --foreground: the engine must outlive this command.
+    eng = asyncio.run(launch(spec, log, args.ready_timeout, die_with_parent=args.foreground))
     st = state.record(name, eng, args.state_dir)
     print(f"ready: {eng.base_url}  (model {spec.served_model_name!r}, process group {eng.pgid})")
     if not args.foreground:

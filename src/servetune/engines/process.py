@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -256,8 +257,25 @@ def _wait_group_empty(pgid: int, timeout_s: float, reap: Callable[[], None]) -> 
         time.sleep(0.05)
 
 
-def start(spec: LaunchSpec, log_path: Path | str) -> EngineProcess:
-    """Start SPEC's process now (not waiting for readiness), its output into LOG_PATH."""
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM this process when the thread that started it dies
+    (Linux prctl PR_SET_PDEATHSIG), so a killed test run or tuner leaves no engine behind."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the caller's stop() is the only guard
+
+
+def start(spec: LaunchSpec, log_path: Path | str, *, die_with_parent: bool = True) -> EngineProcess:
+    """Start SPEC's process now (not waiting for readiness), its output into LOG_PATH.
+
+    ``die_with_parent`` (Linux): the engine gets SIGTERM if the thread that started it dies
+    without stopping it — call from a long-lived thread (the main one, or the event loop's);
+    `servetune engine start`, which leaves the engine running on purpose, turns it off.
+    """
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **spec.env}
@@ -272,6 +290,7 @@ def start(spec: LaunchSpec, log_path: Path | str) -> EngineProcess:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
+            preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None,
         )
     except FileNotFoundError as exc:
         raise EngineError(
@@ -287,11 +306,15 @@ def start(spec: LaunchSpec, log_path: Path | str) -> EngineProcess:
 
 
 async def launch(
-    spec: LaunchSpec, log_path: Path | str, ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S
+    spec: LaunchSpec,
+    log_path: Path | str,
+    ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+    *,
+    die_with_parent: bool = True,
 ) -> EngineProcess:
     """Start SPEC and wait until it serves. On any failure the process group is stopped
     before the error propagates."""
-    eng = start(spec, log_path)
+    eng = start(spec, log_path, die_with_parent=die_with_parent)
     try:
         await eng.wait_ready(ready_timeout_s)
     except BaseException:
