@@ -191,3 +191,18 @@ def test_report_cli_prints_paths(
     assert "The knee is at" in out
     assert f"report: {tmp_path / 'report.html'}" in out
     assert not list(tmp_path.glob("*.png"))
+
+
+def test_stale_knee_is_recomputed_and_said(
+    sweep_dir: Path, tmp_path: Path, no_findings: None
+) -> None:
+    sweep = read_sweep_result(sweep_dir)
+    assert sweep.knee is not None
+    sweep.knee.verdict = "The knee is at ≈1 req/s (an older servetune's answer)."
+    copy = tmp_path / "sweep"
+    shutil.copytree(sweep_dir, copy)
+    write_sweep_result(copy, sweep)
+    html = build_report(copy, png=False).html.read_text()
+    assert "recomputed from the levels" in html and "an older servetune" in html
+    fresh = read_sweep_result(sweep_dir).knee
+    assert fresh is not None and fresh.verdict.split(":")[0] in html

@@ -26,6 +26,7 @@ from servetune.results.sweep_schema import (
     SweepResult,
     read_sweep_result,
 )
+from servetune.sweep.analysis import analyse
 from servetune.sweep.curve import row_from_run
 
 
@@ -117,10 +118,27 @@ def load_run(path: Path, with_requests: bool = True) -> ReportData:
     return ReportData(kind="run", path=path, levels=[level])
 
 
+def _reanalysed(sweep: SweepResult, notes: list[str]) -> SweepResult:
+    """The knee and SLO-max recomputed from the rows by this servetune: the rows are the
+    measurements, the conclusions are code. A changed answer is said, not hidden."""
+    fresh = sweep.model_copy(deep=True)
+    analyse(fresh)
+    old_knee = sweep.knee.verdict if sweep.knee else None
+    new_knee = fresh.knee.verdict if fresh.knee else None
+    old_slo = sweep.slo_max.verdict if sweep.slo_max else None
+    new_slo = fresh.slo_max.verdict if fresh.slo_max else None
+    if (old_knee, old_slo) != (new_knee, new_slo) and sweep.rows:
+        notes.append(
+            "the knee and SLO-max were recomputed from the levels by this servetune; "
+            f"sweep.json holds the earlier answer: {old_knee or '–'}"
+        )
+    return fresh
+
+
 def load_sweep(path: Path, with_requests: bool = True) -> ReportData:
-    sweep = read_sweep_result(path)
-    levels: list[LevelData] = []
     notes: list[str] = []
+    sweep = _reanalysed(read_sweep_result(path), notes)
+    levels: list[LevelData] = []
     for row in sweep.measured_rows():
         d = path / row.level_dir
         if not (d / RUN_FILE).is_file():
