@@ -123,6 +123,8 @@ DOCTOR_RULES: tuple[Rule, ...] = (
                 "the pool holds {pool_per_seq:x} of --max-num-seqs average requests (rule: < 1×)",
             ),
         ),
+        # Requests that do not fit max-model-len are refused, not preempted.
+        unless=(Cond("mml_over_workload", "<", 1.0, ""),),
         evidence=(
             "KV pool {kv_pool_tokens:tok} tokens; a request of the workload's mean size "
             "(prompt {workload_input_len:tok} + output {workload_output_len:tok}) holds "
@@ -230,7 +232,7 @@ DOCTOR_RULES: tuple[Rule, ...] = (
     Rule(
         id="workload_too_long",
         kind="warning",
-        priority=85,
+        priority=92,
         seed="--max-model-len too small truncates",
         verdict="Requests of up to {workload_request_max:tok} tokens exceed --max-model-len "
         "{max_model_len:tok}: vLLM refuses them (HTTP 400)",
@@ -392,8 +394,13 @@ def _fix_candidates(
         if v > util:
             out.append(("gpu_memory_utilization", v, 2))
     if "max seq len" in msg and mml:
-        est = [int(x) for x in msg.replace(",", "").split() if x.rstrip(".").isdigit()]
-        for cand in (est[-1] if est else None, mml // 2, mml // 4):
+        # vLLM's "estimated maximum model length": what the pool holds (it does not depend
+        # on max_model_len itself).
+        try:
+            pool = plan_memory(cfg.model_copy(update={"max_model_len": 1024})).kv_cache_tokens
+        except ServetuneError:
+            pool = 0
+        for cand in (pool, mml // 2, mml // 4):
             if cand and cand < mml:
                 out.append(("max_model_len", (int(cand) // 1024) * 1024 or int(cand), 2))
     if "No available memory" in msg and r is not None:
