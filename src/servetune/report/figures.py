@@ -77,11 +77,22 @@ def _log_if_wide(ax: Axes, values: Sequence[float], axis: str, ratio: float = 8.
 
 
 def _level_ticks(ax: Axes, xs: Sequence[float]) -> None:
-    """Ticks at the swept loads themselves (when there are few enough to read)."""
+    """Ticks at the swept loads themselves, thinned so that labels do not collide."""
     uniq = sorted({x for x in xs if math.isfinite(x) and x > 0})
-    if 2 <= len(uniq) <= 10:
-        ax.set_xticks(uniq, [fmt.num(x) for x in uniq])
-        ax.xaxis.set_minor_formatter(NullFormatter())
+    if len(uniq) < 2:
+        return
+    log = ax.get_xscale() == "log"
+    pos = [math.log(x) if log else x for x in uniq]
+    gap = (pos[-1] - pos[0]) * 0.045
+    keep = [0]
+    for i in range(1, len(uniq)):
+        if pos[i] - pos[keep[-1]] >= gap:
+            keep.append(i)
+    if keep[-1] != len(uniq) - 1:
+        keep[-1] = len(uniq) - 1  # the top level is always labelled
+    ticks = [uniq[i] for i in keep]
+    ax.set_xticks(ticks, [fmt.num(x) for x in ticks])
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def _finite_rows(sweep: SweepResult) -> list[LevelRow]:
@@ -170,8 +181,9 @@ def throughput_plot(sweep: SweepResult) -> Plot | None:
     ax2.plot(x, med("output_throughput"), "s:", color=TOKENS, alpha=0.8, label="output tok/s")
     ax2.set_ylabel("output tokens/s", color=TOKENS)
     ax2.tick_params(axis="y", colors=TOKENS)
-    ax2.set_ylim(bottom=0)
-    ax.set_ylim(bottom=0)
+    top = max(r.request_throughput for r in rows)
+    ax.set_ylim(0, top * 1.35)  # the ideal line may leave the plot: the curve is what matters
+    ax2.set_ylim(0, max(r.output_throughput for r in rows) * 1.35 or 1.0)
     _log_if_wide(ax, x, "x")
     _level_ticks(ax, [r.load for r in rows if r.role == "level"])
     ax.set_xlabel("offered request rate (req/s)" if mode == "rate" else "concurrency cap")
