@@ -337,7 +337,7 @@ def config_figures(
         pool_reqs = mem.max_concurrency_for(math.ceil(per_req))
         fig.put("pool_requests", pool_reqs)
         fig.put("pool_per_seq", pool_reqs / r.max_num_seqs)
-        fig.put("kv_use_at_cap", min(1.0, r.max_num_seqs / pool_reqs) if pool_reqs else None)
+        fig.put("kv_use_at_cap", r.max_num_seqs / pool_reqs if pool_reqs else None)
     else:
         fig.miss("pool_per_seq", "the engine will not start, so it has no KV pool")
     fig.put("mml_over_workload", r.max_model_len / request_max)
