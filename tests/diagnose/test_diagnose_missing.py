@@ -138,6 +138,25 @@ def test_measured_gpu_utilisation_decides_under_load(
     assert diagnose_path(busy).finding("under_loaded") is None
 
 
+def test_a_capped_batch_without_compute_figures_is_an_experiment_not_a_verdict(
+    scenario_dir: ScenarioDir, tmp_path: Path
+) -> None:
+    """A real server with no GPU utilisation and no GPU/model: the cap's binding is shown,
+    whether raising it would help is not claimed; the finding offers the experiment."""
+    d = _copy(scenario_dir, "batch_capped", tmp_path)
+    _edit_run(d, _real_server)
+    diag = diagnose_path(d)
+    f = diag.finding("batch_capped")
+    assert f is not None and f.kind == "cannot_tell"
+    assert "sit at their cap (16)" in f.title
+    assert "GPU utilisation not measured" in f.title
+    assert f.actions[0].id == "try_max_num_seqs" and f.actions[0].to_value == 32
+    over = diag.finding("overloaded")
+    assert over is not None and over.cause is not None
+    assert "--max-num-seqs cap (16)" in over.cause and "cannot be told" in over.cause
+    assert "raise_max_num_seqs" not in {a.id for g in diag.findings for a in g.actions}
+
+
 def test_no_request_records_means_the_growth_cannot_be_told(
     scenario_dir: ScenarioDir, tmp_path: Path
 ) -> None:

@@ -18,17 +18,27 @@ from servetune.sweep.runner import run_sweep
 ENGINE = EngineConfig(**SEED_KNOBS)
 
 
-def _sweep(out: Path, rates: list[float], prompts: int = 150) -> Path:
+def _sweep(
+    out: Path,
+    rates: list[float] | None,
+    prompts: int = 150,
+    engine: EngineConfig = ENGINE,
+    concurrencies: list[int] | None = None,
+    lengths: tuple[int, int] = (1024, 128),
+) -> Path:
     def level(cfg: BenchConfig, d: Path) -> RunResult:
-        return run_offline(cfg.model_copy(update={"base_url": None}), ENGINE, d)
+        return run_offline(cfg.model_copy(update={"base_url": None}), engine, d)
 
     run_sweep(
         SweepConfig(
-            bench=BenchConfig(num_prompts=prompts, random_input_len=1024, random_output_len=128),
-            mode="rate",
+            bench=BenchConfig(
+                num_prompts=prompts, random_input_len=lengths[0], random_output_len=lengths[1]
+            ),
+            mode="concurrency" if concurrencies else "rate",
             request_rates=rates,
+            concurrencies=concurrencies,
             target="offline",
-            engine=ENGINE.model_dump(),
+            engine=engine.model_dump(),
         ),
         out,
         level,
@@ -100,3 +110,23 @@ def test_a_sweep_that_never_reaches_the_knee_says_more_load(tmp_path: Path) -> N
     assert f.actions and f.actions[0].id == "add_load"
     assert diag.finding("past_knee") is None
     assert all(lv.past_knee is None for lv in diag.levels)
+
+
+def test_a_concurrency_sweep_on_a_small_pool_names_the_pool(tmp_path: Path) -> None:
+    small = EngineConfig(max_model_len=8192, gpu_memory_utilization=0.3)
+    d = _sweep(
+        tmp_path / "conc",
+        None,
+        prompts=150,
+        engine=small,
+        concurrencies=[4, 16, 64, 128],
+        lengths=(2048, 512),
+    )
+    diag = diagnose_path(d)
+    past = diag.finding("past_knee")
+    assert past is not None and "concurrency ≈" in past.title
+    limit = diag.finding("capacity_limit")
+    assert limit is not None and "KV pool" in limit.title
+    assert limit.actions[0].id == "kv_cache_fp8"
+    assert limit.actions[-1].id == "add_gpus"
+    assert "limit: the KV pool" in diag.headline

@@ -382,6 +382,20 @@ ACTIONS: dict[str, ActionSpec] = {
             verify="request throughput and P99 TPOT at the same offered load",
         ),
         ActionSpec(
+            id="try_max_num_seqs",
+            knob="max_num_seqs",
+            target=_double_seqs,
+            cost_step=2,
+            title="find out: raise {flag} {old} → {new} on a canary and re-run the same load",
+            expected="if throughput rises and TPOT stays acceptable, the GPU had room and the "
+            "cap was the bottleneck; if throughput stays flat, compute is the limit — put it "
+            "back",
+            risk="TPOT and the tail rise with the batch; OOM at start is possible; record the "
+            "old value",
+            verify="request throughput at the same offered load (or measure GPU utilisation: "
+            "--dcgm-url)",
+        ),
+        ActionSpec(
             id="lower_max_num_seqs",
             knob="max_num_seqs",
             target=_seqs_to_pool,

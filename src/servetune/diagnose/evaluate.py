@@ -94,6 +94,7 @@ def evaluate_rule(rule: Rule, fig: Figures) -> Finding | None:
         title = f"{rule.id.replace('_', ' ')}: cannot tell"
         if so_far:
             title = f"{so_far}: cannot tell"
+        tries = [a for a in (build_action(a, fig) for a in rule.fallback_actions) if a]
         return Finding(
             rule=rule.id,
             kind="cannot_tell",
@@ -105,6 +106,7 @@ def evaluate_rule(rule: Rule, fig: Figures) -> Finding | None:
             conditions=conditions,
             missing=missing,
             needs=needs(rule),
+            actions=tries,
             figures=used,
         )
     verdict = render(rule.verdict, fig, extra) or rule.verdict.split("{")[0].rstrip(" :(")
@@ -137,6 +139,15 @@ def _limiter(found: dict[str, Finding], fig: Figures) -> str:
                 "batch_capped": "the --max-num-seqs cap (see: batch capped)",
                 "prefill_blocked": "long prefills (see: long prompts block)",
             }[rule]
+    capped = found.get("batch_capped")
+    if capped is not None and capped.kind == "cannot_tell":
+        cap = fig.get("running_cap")
+        return (
+            f"the --max-num-seqs cap ({cap:.0f}) as far as the metrics show — whether the GPU "
+            "has compute for a bigger batch cannot be told"
+            if cap is not None
+            else "the running cap, as far as the metrics show"
+        )
     util = fig.get("gpu_utilization_mean")
     est = fig.get("compute_use_est")
     if (util is not None and util >= 0.9) or (est is not None and est >= SPARE_COMPUTE):

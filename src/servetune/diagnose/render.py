@@ -54,11 +54,19 @@ def _finding_lines(i: int, f: Finding, verbose: bool) -> list[str]:
 
 
 def _cannot_tell_block(findings: list[Finding]) -> list[str]:
+    """Cannot-tells with something to say (known evidence, an experiment) one by one; the
+    rest grouped by the missing metric."""
+    out: list[str] = []
     by_reason: dict[str, list[str]] = defaultdict(list)
     for f in findings:
         reason = f.missing[0] if f.missing else "a metric is missing"
-        by_reason[reason].append(f.rule.replace("_", " "))
-    return [f"  cannot tell ({', '.join(rules)}): {reason}" for reason, rules in by_reason.items()]
+        if f.actions:
+            out.append(f"  ? {f.title}")
+            out.append(f"      → {f.actions[0].title}")
+        else:
+            by_reason[reason].append(f.rule.replace("_", " "))
+    out += [f"  cannot tell ({', '.join(rules)}): {reason}" for reason, rules in by_reason.items()]
+    return out
 
 
 def render_findings(findings: list[Finding], verbose: bool) -> list[str]:

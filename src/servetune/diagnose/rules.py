@@ -79,6 +79,8 @@ class Rule:
     """Action ids (servetune.diagnose.actions.ACTIONS) in the seed's cost order."""
     cannot_tell: str = ""
     """Template for the cannot-tell sentence (what the known evidence says so far)."""
+    fallback_actions: tuple[str, ...] = ()
+    """Actions that find out, offered when the rule cannot tell (an experiment, not a fix)."""
 
 
 OVERLOADED = Cond(
@@ -265,8 +267,9 @@ RULES: tuple[Rule, ...] = (
             "{ttft_p99_ms:ms}",
         ),
         actions=("raise_max_num_seqs",),
-        cannot_tell="Running requests sit at their cap while others wait, with room in the KV "
-        "pool; whether the GPU has compute to spare for a bigger batch cannot be told",
+        cannot_tell="Running requests sit at their cap ({running_cap:int}) while others wait, "
+        "with room in the KV pool; whether the GPU has compute to spare for a bigger batch",
+        fallback_actions=("try_max_num_seqs",),
     ),
     Rule(
         id="prefill_blocked",
@@ -433,7 +436,8 @@ RULES: tuple[Rule, ...] = (
         ),
         actions=("add_load",),
         cannot_tell="The KV pool stayed mostly empty and nothing queued, so memory is not the "
-        "limit; whether the GPU is idle cannot be told",
+        "limit; whether the GPU is idle",
+        fallback_actions=("add_load",),
     ),
     Rule(
         id="quantized_quality",

@@ -19,6 +19,9 @@ from servetune.errors import ResultError, ServetuneError
 from servetune.results.io import RUN_FILE
 from servetune.results.sweep_schema import Knee, LevelRow, SweepResult, read_sweep_result
 
+SWEEP_CAUSES = (*CAUSES, "kv_near_full")
+"""On a curve, a pool at its edge past the knee is the limit too."""
+METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2el": "E2E"}
 KV_TARGET = 0.8
 """The seed's cost order, step 2: push GPU/KV use to 80%+."""
 
@@ -66,12 +69,14 @@ def _past_knee_finding(
     knee_p99 = knee.latency_p99_ms.get(metric)
     if top_p99 is not None and knee_p99:
         what.append(
-            f"P99 {metric.upper()} {fmt_ms(knee_p99)} at the knee → {fmt_ms(top_p99)} at "
+            f"P99 {METRIC_NAMES[metric]} {fmt_ms(knee_p99)} at the knee → {fmt_ms(top_p99)} at "
             f"{_load_text(top)}"
         )
+    at = fmt_num(round(knee.offered or 0, 2))
+    offered = f"concurrency ≈ {at}" if mode == "concurrency" else f"≈ {at} req/s offered"
     title = (
-        f"Levels ≥ {_load_text(first)} are past the knee (≈ {fmt_num(knee.offered or 0)}"
-        f"{_unit(mode)} offered, {fmt_num(knee.throughput or 0)} req/s served)"
+        f"Levels ≥ {_load_text(first)} are past the knee ({offered}, "
+        f"{fmt_num(round(knee.throughput or 0, 2))} req/s served)"
     )
     if what:
         title += ": " + "; ".join(what)
@@ -117,7 +122,7 @@ def _knee_action(knee: Knee, mode: str) -> Action:
     extra: dict[str, Any] = {
         "knee_rate": fmt_num(round(knee.throughput or 0, 2)),
         "knee_conc": fmt_num(round(conc, 1)) if conc is not None else "?",
-        "knee_p99": f"{fmt_ms(p99)} ({metric.upper()})" if p99 is not None else "the knee's",
+        "knee_p99": f"{fmt_ms(p99)} ({METRIC_NAMES[metric]})" if p99 is not None else "the knee's",
     }
     action = build_action("rate_limit_at_knee", Figures(), extra)
     assert action is not None
@@ -136,12 +141,22 @@ def _limit_finding(
     seed's cost order as the plan."""
     past = [(r, d) for r, d in levels if d is not None and _past(r, knee)]
     saturated = [(r, d) for r, d in levels if d is not None and d.finding("overloaded")]
-    pick = (saturated or past or [])[:1]
-    if not pick:
+    candidates = saturated + [p for p in past if p not in saturated]
+    if not candidates:
         return None
-    row, diag = pick[0]
+
+    def cause_of(diag: Diagnosis | None) -> Finding | None:
+        if diag is None:
+            return None
+        return next(
+            (f for f in diag.findings if f.rule in SWEEP_CAUSES and f.kind != "cannot_tell"),
+            None,
+        )
+
+    # The first saturated (else past-the-knee) level that shows a cause; else the first one.
+    row, diag = next(((r, d) for r, d in candidates if cause_of(d)), candidates[0])
     assert diag is not None
-    cause = next((f for f in diag.findings if f.rule in CAUSES and f.kind == "bottleneck"), None)
+    cause = cause_of(diag)
     over = diag.finding("overloaded")
     if cause is not None:
         limiter = cause.title
@@ -182,9 +197,16 @@ def _limit_finding(
     actions = list(base_actions)
     if knee is not None and knee.status == "found":
         actions.append(_knee_action(knee, sweep.config.mode))
-    add = next((a for a in (over.actions if over else []) if a.id == "add_gpus"), None)
+    add = next(
+        (a for f in diag.findings for a in f.actions if a.id == "add_gpus"),
+        None,
+    )
     if add is None:
-        add = next((a for a in diag.findings[0].actions if a.id == "add_gpus"), None)
+        tp = diag.knobs.get("tensor_parallel_size")
+        add = build_action(
+            "add_gpus",
+            Figures(values={"tensor_parallel_size": float(tp)} if tp else {}),
+        )
     if add is not None and all(a.id != "add_gpus" for a in actions):
         actions.append(add)
     actions.sort(key=lambda a: a.cost_step or 2.5)
@@ -277,7 +299,8 @@ def _headline(findings: list[Finding], knee: Knee | None) -> str:
         )
     limit = next((f for f in findings if f.rule == "capacity_limit"), None)
     if limit is not None:
-        line = "limit: " + limit.title.split(": ", 1)[-1]
+        what = limit.title.split(": ", 1)[-1]
+        line = "limit: " + what[:1].lower() + what[1:]
         first = next((a for a in limit.actions), None)
         if first is not None:
             line += f" → {first.title}"
