@@ -36,6 +36,8 @@ FULL_SHARE = 0.2
 FULL_P95 = 0.95
 FREQUENT_PREEMPTIONS = 0.01
 """At least one preemption per 100 completed requests is "frequent"."""
+MIN_PREEMPTIONS = 3
+"""…and at least this many: one preemption in a short run is not a pattern."""
 LOW_GPU_UTIL = 0.5
 LOW_COMPUTE = 0.2
 """Estimated compute load below 20% of the GPU's peak: the GPU has compute to spare."""
@@ -184,6 +186,13 @@ RULES: tuple[Rule, ...] = (
                 FREQUENT_PREEMPTIONS,
                 "{preemptions:int} preemptions = {preemptions_per_request:num} per completed "
                 "request (rule: ≥ 0.01)",
+                if_missing="note",
+            ),
+            Cond(
+                "preemptions",
+                ">=",
+                MIN_PREEMPTIONS,
+                "at least 3 preemptions in the window",
                 if_missing="note",
             ),
         ),
@@ -372,6 +381,8 @@ RULES: tuple[Rule, ...] = (
             ),
             Cond("preemptions", "==", 0, "no preemption"),
         ),
+        # Where preemptions are not counted, kv_pool_full judges the full pool alone.
+        only_if=("preemptions",),
         evidence=(
             "KV-cache use > 90% for {kv_share_above_90:pct} of the window ({kv_above_90:win})",
         ),
