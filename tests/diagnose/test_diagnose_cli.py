@@ -24,7 +24,6 @@ def test_text_is_short_and_ranked(
     lines = out.splitlines()
     assert lines[1].startswith("▶ The KV pool is full")
     assert "1. [bottleneck · confidence high] The KV pool is full" in out
-    assert "2. [bottleneck · confidence high] Past capacity" in out
     assert "a. [cost order 1 quantize] quantize the KV cache: --kv-cache-dtype fp8" in out
     assert "llama.cpp -ctk q8_0 -ctv q8_0" in out
     assert "(--verbose)" in out

@@ -36,7 +36,7 @@ from servetune.results.server_series import ServerSample
 
 MIN_SAMPLES = 6
 """Fewer server samples than this in the window: no durations are judged."""
-MIN_SENDING_S = 5.0
+MIN_SENDING_S = 2.0
 """A sending period shorter than this shows no trend in the requests in flight."""
 STALL_FACTOR = 10.0
 STALL_MIN_MS = 250.0
@@ -96,6 +96,20 @@ FIGURES: dict[str, FigureDef] = {
     "inflight_growth_per_s": FigureDef("growth of requests in flight while sending", "per_s"),
     "served_sent_ratio": FigureDef(
         "requests finished / requests sent over the second half of the sending period", "ratio"
+    ),
+    "inflight_growth_share": FigureDef(
+        "growth of requests in flight as a share of the offered rate", "pct"
+    ),
+    "inflight_growth_late_per_s": FigureDef(
+        "growth of requests in flight over the second half of the sending period", "per_s"
+    ),
+    "inflight_growth_late_share": FigureDef(
+        "growth of requests in flight over the second half, as a share of the offered rate",
+        "pct",
+    ),
+    "served_deficit_z": FigureDef(
+        "shortfall of finished vs sent requests over the second half, in standard deviations",
+        "num",
     ),
     "served_rate": FigureDef("rate the server kept up with while sending", "req/s"),
     "server_errors_oom": FigureDef("requests failed with an out-of-memory error", "count"),
@@ -319,7 +333,13 @@ def _records(fig: Figures, run: RunResult, records: Sequence[RequestRecord]) -> 
     stream stalls, the TTFT of short prompts."""
     no_records = "requests.jsonl is missing: per-request figures cannot be computed"
     if not records:
-        for name in ("inflight_growth_per_s", "served_sent_ratio", "stalls", "sending_s"):
+        for name in (
+            "inflight_growth_per_s",
+            "inflight_growth_late_share",
+            "served_sent_ratio",
+            "stalls",
+            "sending_s",
+        ):
             fig.miss(name, no_records)
         return
     ok = [r for r in records if r.ok]
@@ -354,28 +374,56 @@ def _records(fig: Figures, run: RunResult, records: Sequence[RequestRecord]) -> 
     fig.sending = (t0, t1)
     if fig.get("burst") or fig.get("closed_loop"):
         why = "not a rate run (closed loop or all requests at once): no growth to measure"
-        fig.miss("inflight_growth_per_s", why)
-        fig.miss("served_sent_ratio", why)
+        for name in ("inflight_growth_per_s", "inflight_growth_late_share", "served_sent_ratio"):
+            fig.miss(name, why)
         return
     if t1 - t0 < MIN_SENDING_S or len(records) < 20:
         why = (
             f"the sending period ({t1 - t0:.1f} s, {len(records)} requests) is too short "
             "to see a trend"
         )
-        fig.miss("inflight_growth_per_s", why)
-        fig.miss("served_sent_ratio", why)
+        for name in ("inflight_growth_per_s", "inflight_growth_late_share", "served_sent_ratio"):
+            fig.miss(name, why)
         return
-    ts = np.arange(t0, t1, 0.5)
+    ts = np.arange(t0, t1, min(0.5, (t1 - t0) / 20))
     inflight = np.searchsorted(sends, ts, "right") - np.searchsorted(ends, ts, "right")
     fig.put("inflight_mean", float(inflight.mean()))
     tc = ts - ts.mean()
-    fig.put("inflight_growth_per_s", float((tc * (inflight - inflight.mean())).sum() / (tc @ tc)))
+    growth = float((tc * (inflight - inflight.mean())).sum() / (tc @ tc))
+    fig.put("inflight_growth_per_s", growth)
+    offered = fig.get("offered_rate")
+    late = ts >= (t0 + t1) / 2
+    tl = ts[late] - ts[late].mean()
+    late_growth = float((tl * (inflight[late] - inflight[late].mean())).sum() / (tl @ tl))
+    fig.put("inflight_growth_late_per_s", late_growth)
+    if offered:
+        fig.put("inflight_growth_share", growth / offered)
+        # After the ramp-up (the first half), a server that keeps up holds a level; one past
+        # capacity keeps piling up at (offered − served) per second.
+        fig.put("inflight_growth_late_share", late_growth / offered)
+    # Finished / sent over the second half of the sending period: ≈ 1 for a server that keeps
+    # up, once the requests sent first have had time to finish — so only when they are
+    # quicker than half the period.
+    early = [
+        r.e2e_ms / 1e3
+        for r in records
+        if r.ok and r.e2e_ms is not None and r.send_ns / 1e9 <= t0 + (t1 - t0) / 4
+    ]
+    early_e2e = float(np.median(early)) if early else None
+    if early_e2e is not None and early_e2e > (t1 - t0) / 2:
+        fig.miss(
+            "served_sent_ratio",
+            f"the sending period ({t1 - t0:.1f} s) is short next to the requests' own latency "
+            f"(median {early_e2e:.1f} s)",
+        )
+        return
     mid = (t0 + t1) / 2
     sent = int(np.count_nonzero((sends >= mid) & (sends <= t1)))
     served = int(np.count_nonzero((ends >= mid) & (ends <= t1)))
     if sent >= 5:
         fig.put("served_sent_ratio", served / sent)
-        offered = fig.get("offered_rate")
+        # How many standard deviations the shortfall is (counts are Poisson-like).
+        fig.put("served_deficit_z", (sent - served) / math.sqrt(sent + served))
         if offered is not None:
             fig.put("served_rate", offered * served / sent)
 

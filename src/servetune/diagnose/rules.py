@@ -51,9 +51,15 @@ MIXED_PROMPTS = 4.0
 TTFT_SPIKE = 5.0
 STALL_RATIO = 10.0
 STALL_MS = 250.0
-BEHIND_SERVED = 0.92
-"""The server finished < 92% of what was sent over the second half of the sending period."""
+LATE_GROWTH = 0.15
+"""Over the second half of the sending period (past the ramp-up) requests in flight grow at
+≥ 15% of the offered rate: a server that keeps up holds a level (≤ 8% in every stable
+simulated run), one past capacity piles up at offered − served (≥ 22% in every overloaded
+one)."""
+DEFICIT_Z = 3.0
+"""…or it finished fewer requests than were sent over that half by ≥ 3 standard deviations."""
 GROWTH = 0.1
+
 FAILED_SHARE = 0.05
 
 Kind = Literal["bottleneck", "warning", "advisory"]
@@ -85,12 +91,14 @@ class Rule:
     """Actions that find out, offered when the rule cannot tell (an experiment, not a fix)."""
 
 
-OVERLOADED = Cond(
-    "served_sent_ratio",
-    "<",
-    BEHIND_SERVED,
-    "the server finished {served_sent_ratio:pct} of what was sent over the second half of the "
-    "sending period (rule: < 92%)",
+OVERLOADED = AnyOf(
+    (
+        Cond("inflight_growth_late_share", ">=", LATE_GROWTH, ""),
+        Cond("served_deficit_z", ">=", DEFICIT_Z, ""),
+    ),
+    "past the ramp-up, requests in flight kept growing at {inflight_growth_late_share:pct} of "
+    "the offered rate (rule: ≥ 15%), or the server finished clearly fewer than were sent "
+    "({served_sent_ratio:pct}, {served_deficit_z:num} σ short; rule: ≥ 3 σ)",
 )
 
 RULES: tuple[Rule, ...] = (
@@ -353,8 +361,10 @@ RULES: tuple[Rule, ...] = (
         ),
         only_if=("offered_rate",),
         evidence=(
-            "offered {offered_rate:rate}; finished / sent over the second half of the sending "
-            "period {served_sent_ratio:pct}",
+            "offered {offered_rate:rate}; past the ramp-up requests in flight grew "
+            "{inflight_growth_late_per_s:per_s} ({inflight_growth_late_share:pct} of the "
+            "offered rate)",
+            "finished / sent over the second half of the sending period {served_sent_ratio:pct}",
             "requests in flight while sending: mean {inflight_mean:num}, growing "
             "{inflight_growth_per_s:per_s} ({sending_window})",
             "waiting requests trend {waiting_slope_sending:per_s} while sending, max "
