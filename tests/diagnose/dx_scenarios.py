@@ -83,6 +83,13 @@ SCENARIOS: dict[str, Scenario] = {
         {"max_model_len": 16384, "max_num_batched_tokens": 16384, "enable_chunked_prefill": False},
         "long prompts mixed with short ones without chunked prefill",
     ),
+    # The same traffic with chunked prefill on (2048-token steps): streams keep moving, but
+    # short prompts wait behind a long prompt's chunks.
+    "short_prompts_wait": Scenario(
+        {"num_prompts": 150, "request_rate": 2.0, "dataset_name": "jsonl", "dataset_path": "MIXED"},
+        {"max_model_len": 16384, "max_num_batched_tokens": 2048, "enable_chunked_prefill": True},
+        "short prompts behind long chunked prefills",
+    ),
     # Decode-heavy traffic against --max-num-seqs 16: the cap binds, KV and compute idle.
     "batch_capped": Scenario(
         {

@@ -33,6 +33,11 @@ EXPECTED = {
     "under_loaded": ("under_loaded", "add_load", None),
     "kv_pool_full": ("kv_pool_full", "kv_cache_fp8", "kv_cache_dtype"),
     "prefill_blocked": ("prefill_blocked", "enable_chunked_prefill", "chunked_prefill"),
+    "short_prompts_wait": (
+        "short_prompts_wait",
+        "long_prefill_threshold",
+        "long_prefill_token_threshold",
+    ),
     "batch_capped": ("batch_capped", "raise_max_num_seqs", "max_num_seqs"),
     "overloaded": ("overloaded", "rate_limit", None),
     "kv_near_full": ("kv_near_full", "kv_cache_fp8", "kv_cache_dtype"),
@@ -73,6 +78,7 @@ def test_healthy_run_fires_no_rule(scenario_dir: ScenarioDir) -> None:
 # rules that must stay silent on each scenario (the negative half of "fire and not fire")
 SILENT = {
     "healthy": {
+        "short_prompts_wait",
         "under_loaded",
         "kv_pool_full",
         "kv_near_full",
@@ -84,7 +90,8 @@ SILENT = {
     },
     "under_loaded": {"kv_pool_full", "batch_capped", "overloaded", "prefill_blocked"},
     "kv_pool_full": {"under_loaded", "batch_capped", "prefill_blocked", "kv_near_full"},
-    "prefill_blocked": {"overloaded", "kv_pool_full", "batch_capped"},
+    "prefill_blocked": {"overloaded", "kv_pool_full", "batch_capped", "short_prompts_wait"},
+    "short_prompts_wait": {"prefill_blocked", "overloaded", "kv_pool_full"},
     "batch_capped": {"kv_pool_full", "under_loaded", "prefill_blocked"},
     # Compute-bound saturation: raising --max-num-seqs would not help, so no batch verdict.
     "overloaded": {"batch_capped", "under_loaded", "kv_pool_full", "prefill_blocked"},
@@ -180,6 +187,19 @@ def test_chunked_prefill_ends_the_stalls(
     assert a["itl_max_ms"] < b["itl_max_ms"] / 3
     assert a["stalls"] == 0 < b["stalls"]
     assert after.finding("prefill_blocked") is None
+
+
+def test_a_per_prompt_chunk_cap_lets_short_prompts_through(
+    scenario_dir: ScenarioDir, data_dir: Path, tmp_path: Path
+) -> None:
+    before = _diag(scenario_dir, "short_prompts_wait")
+    action = _first_action(before, "short_prompts_wait")
+    assert action.to_value == 512  # a quarter of the 2048-token step
+    after = _rerun("short_prompts_wait", action, tmp_path / "after", data_dir)
+    b, a = before.figures, after.figures
+    assert a["ttft_short_p99_ms"] < b["ttft_short_p99_ms"] / 5
+    assert a["request_throughput"] == pytest.approx(b["request_throughput"], rel=0.02)
+    assert after.finding("short_prompts_wait") is None
 
 
 def test_raising_the_batch_cap_raises_throughput(

@@ -197,6 +197,15 @@ def _chunk_budget(fig: Figures) -> dict[str, Any]:
     return {"max_num_batched_tokens": budget}
 
 
+def _long_prefill_cap(fig: Figures) -> tuple[Any, Any] | None:
+    budget = fig.get("max_num_batched_tokens") or 2048.0
+    new = max(256, int(budget) // 4)
+    old = fig.get("long_prefill_token_threshold")
+    if old and old <= new:
+        return None
+    return (None if old is None else int(old), new)
+
+
 def _tp_up(fig: Figures) -> tuple[Any, Any] | None:
     tp = fig.get("tensor_parallel_size")
     if tp is None:
@@ -264,9 +273,27 @@ def what_if_pool(config: KnownConfig, knob: str, value: Any) -> tuple[int, int] 
 # --- per-engine spelling ----------------------------------------------------------------
 
 
+VLLM_ONLY: dict[str, dict[str, str | None]] = {
+    "long_prefill_token_threshold": {
+        "vllm": "--long-prefill-token-threshold",
+        "sglang": None,
+        "tgi": None,
+        "llama.cpp": None,
+    },
+}
+"""Knobs servetune.engines.knobs does not map (yet): vLLM's flag, None elsewhere."""
+VLLM_ONLY_NOTES: dict[tuple[str, str], str] = {
+    ("sglang", "long_prefill_token_threshold"): "no per-request chunk cap; a smaller "
+    "--chunked-prefill-size shortens the wait",
+    ("tgi", "long_prefill_token_threshold"): "TGI schedules prefills itself",
+    ("llama.cpp", "long_prefill_token_threshold"): "each slot's prompt is processed in -ub "
+    "micro-batches",
+}
+
+
 def _value_for(engine: str, knob: str, value: Any) -> str | None:
     """The flag and value ENGINE takes for KNOB = value, or None when it has no such knob."""
-    flag = knob_flag(engine, knob)
+    flag = VLLM_ONLY[knob].get(engine) if knob in VLLM_ONLY else knob_flag(engine, knob)
     if flag is None:
         return None
     if value is None:
@@ -294,7 +321,9 @@ def engine_flags(knob: str, old: Any, new: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     for engine in ENGINES:
         spelled = _value_for(engine, knob, new)
-        note = knob_note(engine, knob)
+        note = VLLM_ONLY_NOTES.get((engine, knob)) or (
+            None if knob in VLLM_ONLY else knob_note(engine, knob)
+        )
         if spelled is None:
             out[engine] = f"no equivalent{f': {note}' if note else ''}"
             continue
@@ -461,6 +490,18 @@ ACTIONS: dict[str, ActionSpec] = {
             "throughput; in vLLM V1 short prompts can still wait behind a long prompt's "
             "chunks — capping the input length bounds that",
             verify="the longest gap between two tokens and P99 TPOT at the same load",
+        ),
+        ActionSpec(
+            id="long_prefill_threshold",
+            knob="long_prefill_token_threshold",
+            target=_long_prefill_cap,
+            title="cap one prompt's share of each step: {flag} {new} (vLLM V1)",
+            expected="a long prompt's prefill takes at most {new} tokens of each step, so the "
+            "short prompts behind it are prefilled in the same steps instead of waiting for "
+            "all its chunks",
+            risk="the long prompt's own TTFT grows (more, smaller chunks); with a very small "
+            "cap, prefill throughput drops",
+            verify="P99 TTFT of the short prompts at the same load",
         ),
         ActionSpec(
             id="cap_input_length",

@@ -27,6 +27,7 @@ _VALUE_FLAGS: dict[str, tuple[str, type]] = {
     "--kv-cache-dtype": ("kv_cache_dtype", str),
     "--block-size": ("block_size", int),
     "--served-model-name": ("served_model_name", str),
+    "--long-prefill-token-threshold": ("long_prefill_token_threshold", int),
 }
 _BOOL_FLAGS: dict[str, str] = {
     "--enable-chunked-prefill": "enable_chunked_prefill",

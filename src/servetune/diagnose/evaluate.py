@@ -138,6 +138,7 @@ def _limiter(found: dict[str, Finding], fig: Figures) -> str:
                 "kv_pool_full": "the KV pool (see: KV pool full)",
                 "batch_capped": "the --max-num-seqs cap (see: batch capped)",
                 "prefill_blocked": "long prefills (see: long prompts block)",
+                "short_prompts_wait": "long prefills (see: short prompts wait)",
             }[rule]
     capped = found.get("batch_capped")
     if capped is not None and capped.kind == "cannot_tell":

@@ -72,6 +72,9 @@ FIGURES: dict[str, FigureDef] = {
     "ttft_p99_ms": FigureDef("P99 TTFT", "ms"),
     "ttft_max_ms": FigureDef("max TTFT", "ms"),
     "ttft_short_p99_ms": FigureDef("P99 TTFT of the shorter half of the prompts", "ms"),
+    "ttft_short_spike_ratio": FigureDef(
+        "P99 TTFT of the shorter half of the prompts / P50 TTFT", "ratio"
+    ),
     "tpot_p50_ms": FigureDef("P50 TPOT", "ms"),
     "tpot_p99_ms": FigureDef("P99 TPOT", "ms"),
     "itl_p50_ms": FigureDef("P50 ITL", "ms"),
@@ -142,6 +145,7 @@ FIGURES: dict[str, FigureDef] = {
     "quantized": FigureDef("weights quantized", "flag"),
     "kv_fp8": FigureDef("KV cache in fp8", "flag"),
     "tensor_parallel_size": FigureDef("--tensor-parallel-size", "count"),
+    "long_prefill_token_threshold": FigureDef("--long-prefill-token-threshold", "tokens"),
     "kv_pool_tokens": FigureDef("KV pool size", "tokens"),
     "pool_requests": FigureDef("requests of the mean size the KV pool holds", "count"),
     "batch_fill": FigureDef("mean running / --max-num-seqs", "pct"),
@@ -352,7 +356,11 @@ def _records(fig: Figures, run: RunResult, records: Sequence[RequestRecord]) -> 
         med = float(np.median(lens))
         short = [r.ttft_ms for r in ok if r.planned_input_len <= med and r.ttft_ms is not None]
         if short:
-            fig.put("ttft_short_p99_ms", float(np.percentile(np.array(short), 99)))
+            short_p99 = float(np.percentile(np.array(short), 99))
+            fig.put("ttft_short_p99_ms", short_p99)
+            p50 = fig.get("ttft_p50_ms")
+            if p50:
+                fig.put("ttft_short_spike_ratio", short_p99 / p50)
         itl_p50 = fig.get("itl_p50_ms")
         if itl_p50 is not None:
             limit = max(STALL_FACTOR * itl_p50, STALL_MIN_MS)
@@ -579,6 +587,7 @@ def _knobs(fig: Figures) -> None:
         "max_model_len",
         "gpu_memory_utilization",
         "tensor_parallel_size",
+        "long_prefill_token_threshold",
     ):
         value = cfg.get(knob)
         fig.put(knob, value if isinstance(value, int | float) else None, why)

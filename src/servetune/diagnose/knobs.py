@@ -28,6 +28,8 @@ KNOB_TO_ENGINE_FIELD: dict[str, str] = {
     "quantization": "quantization",
     "kv_cache_dtype": "kv_cache_dtype",
     "tensor_parallel_size": "tensor_parallel_size",
+    # vLLM V1 only (not an engine-neutral knob in servetune.engines.knobs yet)
+    "long_prefill_token_threshold": "long_prefill_token_threshold",
 }
 KNOB_FLAG_NAMES: dict[str, str] = {
     "max_num_seqs": "--max-num-seqs",
@@ -38,6 +40,7 @@ KNOB_FLAG_NAMES: dict[str, str] = {
     "quantization": "--quantization",
     "kv_cache_dtype": "--kv-cache-dtype",
     "tensor_parallel_size": "--tensor-parallel-size",
+    "long_prefill_token_threshold": "--long-prefill-token-threshold",
 }
 
 
@@ -71,7 +74,7 @@ class KnownConfig(BaseModel):
 def _engine_from_values(gpu: str, model: str, values: dict[str, Any]) -> EngineConfig | None:
     fields: dict[str, Any] = {"gpu": gpu, "model": model}
     for knob, field in KNOB_TO_ENGINE_FIELD.items():
-        if values.get(knob) is not None:
+        if values.get(knob) is not None and field in EngineConfig.model_fields:
             fields[field] = values[knob]
     try:
         return EngineConfig(**fields)
@@ -122,7 +125,7 @@ def from_engine_config(
     for knob, field in KNOB_TO_ENGINE_FIELD.items():
         if field in explicit:
             values[knob] = getattr(cfg, field)
-        elif resolved is not None:
+        elif resolved is not None and hasattr(resolved, field):
             values[knob] = getattr(resolved, field)
             assumed[knob] = values[knob]
     if resolved is not None:

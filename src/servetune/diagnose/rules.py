@@ -51,6 +51,8 @@ MIXED_PROMPTS = 4.0
 TTFT_SPIKE = 5.0
 STALL_RATIO = 10.0
 STALL_MS = 250.0
+SHORT_SPIKE = 8.0
+"""Short prompts' TTFT should not depend on the long ones: P99 ≥ 8× the P50 is a spike."""
 LATE_GROWTH = 0.15
 """Over the second half of the sending period (past the ramp-up) requests in flight grow at
 ≥ 15% of the offered rate: a server that keeps up holds a level (≤ 8% in every stable
@@ -341,6 +343,50 @@ RULES: tuple[Rule, ...] = (
         actions=("enable_chunked_prefill", "cap_input_length"),
     ),
     Rule(
+        id="short_prompts_wait",
+        kind="bottleneck",
+        priority=84,
+        seed="TTFT spikes → long prompts block: chunked prefill, cap input length per request",
+        verdict="Short prompts wait behind long ones: chunked prefill is on, but a "
+        "{input_len_max:tok}-token prompt takes each step's budget until its prefill is done, "
+        "so the shorter half of the prompts reaches {ttft_short_p99_ms:ms} P99 TTFT against "
+        "{ttft_p50_ms:ms} at P50",
+        when=(
+            Cond(
+                "input_spread",
+                ">=",
+                MIXED_PROMPTS,
+                "long and short prompts mixed: longest {input_len_max:tok} vs median "
+                "{input_len_p50:tok} tokens ({input_spread:x}; rule: ≥ 4×)",
+            ),
+            Cond("chunked_prefill", "==", 1, "chunked prefill is on"),
+            Cond(
+                "ttft_short_spike_ratio",
+                ">=",
+                SHORT_SPIKE,
+                "P99 TTFT of the short half {ttft_short_p99_ms:ms} vs P50 {ttft_p50_ms:ms} "
+                "({ttft_short_spike_ratio:x}; rule: ≥ 8×)",
+            ),
+            Cond("ttft_short_p99_ms", ">=", STALL_MS, "≥ 250 ms"),
+            Cond(
+                "long_prefill_token_threshold",
+                "==",
+                0,
+                "no per-prompt chunk cap (--long-prefill-token-threshold)",
+                if_missing="note",
+            ),
+        ),
+        only_if=("chunked_prefill",),
+        unless=(OVERLOADED,),
+        evidence=(
+            "prompts from {input_len_p50:tok} (median) to {input_len_max:tok} tokens",
+            "P99 TTFT of the shorter half of the prompts {ttft_short_p99_ms:ms}; P50 TTFT "
+            "{ttft_p50_ms:ms}; longest token gap {itl_max_ms:ms} (chunks keep streams moving)",
+            "step budget --max-num-batched-tokens {max_num_batched_tokens:tok}",
+        ),
+        actions=("long_prefill_threshold", "cap_input_length"),
+    ),
+    Rule(
         id="overloaded",
         kind="bottleneck",
         priority=80,
@@ -494,5 +540,5 @@ RULES: tuple[Rule, ...] = (
 
 RULES_BY_ID: dict[str, Rule] = {r.id: r for r in RULES}
 
-CAUSES = ("kv_pool_full", "batch_capped", "prefill_blocked")
+CAUSES = ("kv_pool_full", "batch_capped", "prefill_blocked", "short_prompts_wait")
 """Rules that name what limits a saturated server (``overloaded`` cites the one that fired)."""
