@@ -13,7 +13,9 @@ table: P99 latency shoots up → past the comfortable load   ``overloaded`` (and
                                                            ``past_knee``)
 table: OOM → lower --gpu-memory-utilization/--max-model-len ``oom`` (run) and the config
                                                            doctor's ``will_not_start``
-table: TTFT spikes → long prompts block                    ``prefill_blocked``
+table: TTFT spikes → long prompts block                    ``prefill_blocked`` (chunked
+                                                           prefill off), ``short_prompts_wait``
+                                                           (on)
 table: quality drops after quantization                    ``quantized_quality``
 cost order: quantize → 80%+ use → rate-limit → add GPUs    the order of every action list
 =========================================================  ===============================
