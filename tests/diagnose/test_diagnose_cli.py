@@ -106,3 +106,16 @@ def test_the_installed_command_runs(scenario_dir: ScenarioDir) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "▶ Healthy" in proc.stdout
+
+
+def test_the_rules_table_is_printable_data(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["diagnose", "--rules", "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    ids = {r["id"] for r in table}
+    assert {"under_loaded", "kv_pool_full", "prefill_blocked", "overloaded"} <= ids
+    assert "will_not_start" not in ids  # the refusal is the memory planner's own verdict
+    assert {"pool_below_batch", "max_model_len_oversized", "prompts_exceed_batch"} <= ids
+    kv = next(r for r in table if r["id"] == "kv_pool_full")
+    assert kv["needs"] and kv["actions"][0]["knob"] == "kv_cache_dtype"
+    assert main(["diagnose", "--rules"]) == 0
+    assert "kv_pool_full (run, bottleneck)" in capsys.readouterr().out

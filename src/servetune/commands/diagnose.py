@@ -8,6 +8,8 @@ launch.
 [--model M] [--workload-input-len N --workload-output-len N | RUN_DIR]``
     the config doctor: will it start, preemption ahead, max-model-len vs the workload,
     max-num-batched-tokens vs the prompts — from the simulated engine's memory planner.
+``servetune diagnose --rules [--json]``
+    the rules table itself.
 ``servetune diagnose RUN_DIR --config "vllm serve …" --gpu GPU``
     both: the run judged with the knob values it was served with, and the config checked
     against the run's own lengths.
@@ -29,6 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a run directory (run.json) or a sweep directory (sweep.json)",
     )
     p.add_argument("--json", action="store_true", help="the Diagnosis as JSON, for machines")
+    p.add_argument(
+        "--rules", action="store_true", help="print the rules table (conditions, actions) and exit"
+    )
     p.add_argument(
         "-v", "--verbose", action="store_true", help="every condition, action and engine"
     )
@@ -58,6 +63,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from servetune.errors import ConfigError
 
+    if args.rules:
+        import json
+
+        from servetune.diagnose.render import render_rules, rules_table
+
+        if args.json:
+            sys.stdout.write(json.dumps(rules_table(), indent=2, ensure_ascii=False) + "\n")
+        else:
+            sys.stdout.write(render_rules())
+        return 0
     if args.path is None and not args.config:
         raise ConfigError(
             "nothing to diagnose",

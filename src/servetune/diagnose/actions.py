@@ -440,7 +440,6 @@ ACTIONS: dict[str, ActionSpec] = {
             id="lower_max_model_len",
             knob="max_model_len",
             target=_max_model_len_down,
-            cost_step=2,
             title="lower {flag} {old} → {new} (the longest request × 1.25)",
             expected="bounds the blocks one request can hold; in vLLM V1 it enlarges the pool "
             "only through a smaller activation peak ({pool_change})",

@@ -132,7 +132,7 @@ def fmt_value(value: Any, unit: str) -> str:
     if unit == "per_s":
         return f"{v:+.2f}/s"
     if unit == "ratio":
-        return f"{v:.1f}×"
+        return f"{v:.2f}×" if abs(v) < 0.1 else f"{v:.1f}×"
     if unit == "flag":
         return "yes" if v else "no"
     if unit in ("count", "tokens"):

@@ -5,6 +5,7 @@ the actions in cost order, then what could not be told — short by default, all
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 from servetune.diagnose.model import COST_STEPS, Action, Diagnosis, Finding
 
@@ -118,3 +119,57 @@ def render(diag: Diagnosis, verbose: bool = False) -> str:
         lines.append("Before changing anything (the seed's procedure):")
         lines += [f"  - {p}" for p in diag.procedure]
     return "\n".join(line.rstrip() for line in lines).rstrip() + "\n"
+
+
+def rules_table() -> list[dict[str, Any]]:
+    """The rules as data, for a person or a machine (``servetune diagnose --rules``)."""
+    from servetune.diagnose.actions import ACTIONS
+    from servetune.diagnose.doctor import DOCTOR_RULES
+    from servetune.diagnose.evaluate import needs
+    from servetune.diagnose.rules import RULES
+
+    out: list[dict[str, Any]] = []
+    for scope, rules in (("run", RULES), ("config", DOCTOR_RULES)):
+        for r in rules:
+            out.append(
+                {
+                    "id": r.id,
+                    "scope": scope,
+                    "kind": r.kind,
+                    "seed": r.seed,
+                    "when": [
+                        {"condition": c.describe(), "if_missing": c.if_missing} for c in r.when
+                    ],
+                    "only_if": list(r.only_if),
+                    "unless": [c.describe() for c in r.unless],
+                    "require_any": list(r.require_any),
+                    "needs": needs(r),
+                    "verdict": r.verdict,
+                    "actions": [
+                        {"id": a, "knob": ACTIONS[a].knob, "cost_step": ACTIONS[a].cost_step}
+                        for a in r.actions
+                    ],
+                }
+            )
+    return out
+
+
+def render_rules() -> str:
+    lines: list[str] = []
+    for r in rules_table():
+        lines.append(f"{r['id']} ({r['scope']}, {r['kind']}) — the seed: {r['seed']}")
+        for c in r["when"]:
+            note = "" if c["if_missing"] == "cannot_tell" else "  (noted when unknown)"
+            lines.append(f"    when {c['condition']}{note}")
+        for c in r["unless"]:
+            lines.append(f"    unless {c}")
+        if r["require_any"]:
+            lines.append(f"    needs one of {', '.join(r['require_any'])}")
+        steps = ", ".join(
+            f"{a['id']}" + (f" [cost {a['cost_step']}]" if a["cost_step"] else "")
+            for a in r["actions"]
+        )
+        if steps:
+            lines.append(f"    then {steps}")
+        lines.append(f"    reads {', '.join(r['needs'])}")
+    return "\n".join(lines) + "\n"
