@@ -256,3 +256,23 @@ def test_without_the_workload_the_doctor_says_what_it_cannot_check() -> None:
     assert "no problem ahead that the config alone shows" in diag.headline
     with pytest.raises(ConfigError, match="both"):
         diagnose_config(SEED, "A100-80GB", input_len=1024)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        SEED,
+        "vllm serve Qwen/Qwen2.5-72B-Instruct",
+        "vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 4096 --no-enable-chunked-prefill",
+        "vllm serve Qwen/Qwen2.5-7B-Instruct --gpu-memory-utilization 0.3 --max-num-seqs 16",
+        "vllm serve Qwen/Qwen2.5-7B-Instruct --quantization fp8 --kv-cache-dtype fp8",
+    ],
+)
+def test_no_doctor_template_is_left_unfilled(command: str) -> None:
+    for lengths in ((None, None), (3000, 512)):
+        diag = diagnose_config(command, "H100-SXM", input_len=lengths[0], output_len=lengths[1])
+        for f in diag.findings:
+            texts = [f.title, *f.evidence, *f.conditions, *f.missing]
+            texts += [t for a in f.actions for t in (a.title, a.expected, a.risk)]
+            for text in texts:
+                assert "{" not in text and "}" not in text, text

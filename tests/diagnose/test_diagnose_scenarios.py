@@ -263,3 +263,35 @@ def test_more_load_uses_the_idle_server(
     assert after.figures["compute_use_est"] > 2.5 * before.figures["compute_use_est"]
     assert after.figures["request_throughput"] > 2.5 * before.figures["request_throughput"]
     assert after.finding("overloaded") is None
+
+
+def _texts(diag: Diagnosis) -> list[str]:
+    out = [diag.headline]
+    for f in [*diag.findings, *(g for lv in diag.levels for g in lv.findings)]:
+        out += [f.title, *f.evidence, *f.conditions, *f.missing]
+        for a in f.actions:
+            out += [a.title, a.expected, a.risk, *a.flags.values()]
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_no_template_is_left_unfilled(scenario_dir: ScenarioDir, name: str) -> None:
+    diag = _diag(scenario_dir, name)
+    for text in _texts(diag):
+        assert "{" not in text and "}" not in text, text
+
+
+def test_a_config_given_with_a_run_is_checked_without_repeating_the_run(
+    scenario_dir: ScenarioDir,
+) -> None:
+    diag = diagnose_path(
+        scenario_dir("prefill_blocked"),
+        config="vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 16384 "
+        "--max-num-batched-tokens 16384 --no-enable-chunked-prefill",
+        gpu="A100-80GB",
+    )
+    rules = [f.rule for f in diag.findings]
+    assert "prefill_blocked" in rules
+    assert "prefill_stall_ahead" not in rules  # the run already shows it
+    for text in _texts(diag):
+        assert "{" not in text, text

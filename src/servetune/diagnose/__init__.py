@@ -19,6 +19,13 @@ from servetune.diagnose.model import Action, Diagnosis, Finding, LevelDiagnosis
 if TYPE_CHECKING:
     from servetune.diagnose.knobs import KnownConfig
 
+SAME_TOPIC = {
+    "prefill_stall_ahead": "prefill_blocked",
+    "prompts_exceed_batch": "prefill_blocked",
+    "pool_below_batch": "kv_pool_full",
+}
+"""A doctor's prediction that the run's own verdict already shows is not said twice."""
+
 __all__ = [
     "Action",
     "Diagnosis",
@@ -71,7 +78,12 @@ def diagnose_path(
         from servetune.diagnose.doctor import diagnose_config as doctor
 
         extra = doctor(config, gpu, model, run_dir=p)
-        more = [f for f in extra.findings if f.kind not in ("healthy", "cannot_tell")]
+        seen = {f.rule for f in diag.findings if f.kind in ("bottleneck", "warning")}
+        more = [
+            f
+            for f in extra.findings
+            if f.kind not in ("healthy", "cannot_tell") and SAME_TOPIC.get(f.rule) not in seen
+        ]
         diag.findings = rank([*diag.findings, *more])
         diag.notes += [n for n in extra.notes if n.startswith("vLLM would print")]
     return diag

@@ -12,6 +12,7 @@ KV pool. The seed's rules for any change are in :data:`PROCEDURE`.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -483,8 +484,8 @@ ACTIONS: dict[str, ActionSpec] = {
             also=_chunk_budget,
             title="enable chunked prefill: {flag}{also_flags}",
             expected="a long prompt is split into chunks that run beside the decodes: running "
-            "streams stall for at most one chunk step instead of the whole prefill "
-            "(longest stall now {itl_max_ms:ms})",
+            "streams stall for at most one chunk step instead of the whole prefill"
+            "[[ (longest stall now {itl_max_ms:ms})]]",
             risk="the long prompt's own TTFT grows a little; a very small token budget lowers "
             "throughput; in vLLM V1 short prompts can still wait behind a long prompt's "
             "chunks — capping the input length bounds that",
@@ -607,9 +608,10 @@ def build_action(spec_id: str, fig: Figures, extra: dict[str, Any] | None = None
     )
     values["pool_change"] = pool_note
     values["quant_effect"] = _quant_effect(new)
-    title = render(spec.title, fig, _as_extra(values)) or spec.title.split("{")[0].strip()
-    expected = render(spec.expected, fig, _as_extra(values)) or spec.expected
-    risk = render(spec.risk, fig, _as_extra(values)) or spec.risk
+    extra = _as_extra(values)
+    title = render(spec.title, fig, extra) or spec.title.split("{")[0].strip()
+    expected = _render_optional(spec.expected, fig, extra)
+    risk = _render_optional(spec.risk, fig, extra)
     flags = engine_flags(spec.knob, old, new) if spec.knob else {}
     for k, v in also.items():
         for engine, text in engine_flags(k, fig.get(k), v).items():
@@ -632,6 +634,19 @@ def build_action(spec_id: str, fig: Figures, extra: dict[str, Any] | None = None
         cost_step=spec.cost_step,
         verify=spec.verify,
     )
+
+
+_OPTIONAL = re.compile(r"\[\[(.*?)\]\]")
+
+
+def _render_optional(template: str, fig: Figures, extra: dict[str, Any]) -> str:
+    """Render; parts in [[…]] are dropped when a figure they name is missing."""
+
+    def part(m: re.Match[str]) -> str:
+        return render(m.group(1), fig, extra) or ""
+
+    filled = _OPTIONAL.sub(part, template)
+    return render(filled, fig, extra) or filled
 
 
 def _quant_effect(new: Any) -> str:
