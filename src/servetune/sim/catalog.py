@@ -53,9 +53,15 @@ class Efficiency(BaseModel):
     step_overhead_ms: float
     """Fixed time per engine step (scheduling, launch, sampling set-up)."""
     per_seq_overhead_us: float
-    """Extra time per request in the step (input preparation, sampling, detokenising)."""
-    tp_overhead_ms: float
-    """Extra time per step when tensor_parallel_size > 1 (collectives, worker sync)."""
+    """Extra time per request in the step (input preparation, sampling, output processing)."""
+    allreduce_latency_us: float = 10.0
+    """Fixed time of one tensor-parallel all-reduce (2 per layer per step when TP > 1)."""
+    frontend_per_request_ms: float = 0.0
+    """Time of the API server's event loop per request (parsing, tokenising, handing it to the
+    engine core), serial; tokens wait while it is busy (:mod:`servetune.sim.frontend`)."""
+    frontend_latency_ms: float = 0.0
+    """Time from a token's sampling to its write to the client (the hop from the engine core
+    to the API server, detokenising, HTTP): part of TTFT and E2E, not of the gaps."""
     source: str = ""
 
 
@@ -140,10 +146,12 @@ def _efficiency_table() -> dict[str, Any]:
 
 
 def efficiency(gpu: GpuSpec) -> Efficiency:
-    """The GPU's calibrated constants, or the default set (with its provenance)."""
+    """The GPU's calibrated constants, or the default set (with its provenance); the host
+    constants (the API server's latency) are shared by every GPU."""
     table = _efficiency_table()
     entry = table["gpus"].get(gpu.name) or table["default"]
-    return Efficiency.model_validate(entry)
+    host = table.get("host") or {}
+    return Efficiency.model_validate({**{k: v for k, v in host.items() if k != "source"}, **entry})
 
 
 def _norm(s: str) -> str:

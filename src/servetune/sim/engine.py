@@ -140,6 +140,8 @@ class Engine:
         self.finished: list[SimRequest] = []
         """Requests finished since the caller last drained this list."""
         self.counters = Counters()
+        self.next_id = 0
+        """The first request id a caller may use (ids key cached blocks: keep them unique)."""
         self.h_ttft = Hist(TTFT_BUCKETS)
         self.h_tpot = Hist(TPOT_BUCKETS)
         self.h_itl = Hist(TPOT_BUCKETS)

@@ -49,6 +49,7 @@ from servetune.results.schema import (
 )
 from servetune.sim.config import EngineConfig, ResolvedConfig
 from servetune.sim.engine import Engine, SimRequest
+from servetune.sim.frontend import ApiServer
 from servetune.sim.memory import MemoryPlan, plan_memory
 from servetune.workload.plan import Plan, make_plan
 from servetune.workload.tokens import load_tokenizer
@@ -116,6 +117,17 @@ def server_sample(eng: Engine, t: float) -> dict[str, Any]:
     }
 
 
+_HASHES: dict[int, tuple[tuple[str, int, int], ...]] = {}
+
+
+def _prompt_hashes(idx: int, nblocks: int) -> tuple[tuple[str, int, int], ...]:
+    """Block keys of prompt ``idx`` (the same objects for every run that sends it)."""
+    have = _HASHES.get(idx, ())
+    if len(have) < nblocks:
+        have = _HASHES[idx] = have + tuple(("p", idx, b) for b in range(len(have), nblocks))
+    return have[:nblocks]
+
+
 def _too_long_message(prompt: int, out: int, max_len: int) -> str:
     return (
         f"This model's maximum context length is {max_len} tokens. However, you requested "
@@ -137,18 +149,32 @@ class OfflineRun:
         samples_out: LineAppender | None = None,
         progress: bool = False,
         warm_prompts: int = 0,
+        engine: Engine | None = None,
+        prompt_ids: bool = False,
+        token_times: bool = True,
     ) -> None:
         """``warm_prompts``: the first N prompts of the plan are already in the prefix cache
-        (a server that served them before, e.g. ``vllm bench serve``'s test request)."""
+        (a server that served them before, e.g. ``vllm bench serve``'s test request).
+        ``engine``: run on this engine (its clock, prefix cache and counters carry over from
+        what it ran before: a series of runs against one server); records are timed from
+        this run's start. ``prompt_ids``: prompt ``i`` of every run is the same text, so its
+        full blocks are shared across runs (vLLM's seeded random dataset does this: prompt
+        ``i`` starts with the same tokens whatever the number of prompts or their length)."""
         self.plan = plan
         self.warm_prompts = warm_prompts
+        self.prompt_ids = prompt_ids
+        self.token_times = token_times
+        """False: records keep the first and last token times only (no chunk_ns)."""
         self.cfg = cfg
         self.r = r
-        self.eng = Engine(r, mem)
+        self.eng = engine if engine is not None else Engine(r, mem)
+        self.t0 = self.eng.now
+        self.id_base = self.eng.next_id
         self.requests_out = requests_out
         self.samples_out = samples_out
         self.progress = progress
         self.records: list[RequestRecord] = []
+        self.api = ApiServer(0, 0)
         self.samples = 0
         self._buf: list[bytes] = []
 
@@ -168,8 +194,16 @@ class OfflineRun:
     def run(self) -> None:
         plan, eng, cfg = self.plan, self.eng, self.cfg
         specs = plan.requests
+        t0 = self.t0
+        t0_ns = round(t0 * NS)
+        base = self.id_base
+        eff = eng.model.eff
+        api = self.api = ApiServer(
+            round(eff.frontend_per_request_ms * 1e6), round(eff.frontend_latency_ms * 1e6)
+        )
         offsets = plan.offsets_ns
         n = len(offsets)
+        eng.next_id = base + n
         cap = cfg.max_concurrency
         max_len = self.r.max_model_len
         caching = self.r.enable_prefix_caching
@@ -192,6 +226,7 @@ class OfflineRun:
             eng.pool.prewarm(keys[-eng.pool.total :])
 
         def submit(idx: int, at_ns: int) -> None:
+            """Request ``idx`` is sent at ``at_ns`` (run clock)."""
             nonlocal inflight
             spec = specs[idx]
             eligible[idx] = at_ns
@@ -224,41 +259,58 @@ class OfflineRun:
             hashes: tuple[Any, ...] = ()
             if caching and spec.group is not None and prefix_blocks:
                 hashes = tuple(("g", spec.group, b) for b in range(prefix_blocks))
-            elif idx < self.warm_prompts:
-                hashes = tuple(("p", idx, b) for b in range(spec.input_len // B))
-            eng.add(SimRequest(idx, spec.input_len, spec.output_len, at_ns / NS, hashes))
+            elif caching and (self.prompt_ids or idx < self.warm_prompts):
+                hashes = _prompt_hashes(idx, spec.input_len // B)
+            req = SimRequest(
+                base + idx, spec.input_len, spec.output_len, (t0_ns + at_ns) / NS, hashes, idx
+            )
+            at_engine = api.accept(at_ns)
+            if at_engine > round(eng.now * NS) - t0_ns:
+                arriving.append((at_engine, req))
+            else:
+                eng.add(req)
             inflight += 1
 
+        arriving: deque[tuple[int, SimRequest]] = deque()
         while True:
-            now_ns = round(eng.now * NS)
+            now_ns = round(eng.now * NS) - t0_ns
             while i < n and offsets[i] <= now_ns + 1:  # +1 ns: float round trip
                 if cap is not None and inflight >= cap:
                     pending.append(i)
                 else:
                     submit(i, offsets[i])
                 i += 1
-            while next_sample <= eng.now:
-                samples.append(orjson.dumps(server_sample(eng, next_sample)) + b"\n")
+            while arriving and arriving[0][0] <= now_ns + 1:
+                eng.add(arriving.popleft()[1])
+            while next_sample <= eng.now - t0:
+                if self.samples_out is not None:
+                    samples.append(orjson.dumps(server_sample(eng, next_sample)) + b"\n")
                 next_sample += SAMPLE_INTERVAL_S
             if eng.idle():
+                if arriving:
+                    eng.now = max(eng.now, (t0_ns + arriving[0][0]) / NS)
+                    continue
                 if pending:
                     submit(pending.popleft(), now_ns)
                     continue
                 if i >= n:
                     break
-                eng.now = max(eng.now, offsets[i] / NS)
+                eng.now = max(eng.now, (t0_ns + offsets[i]) / NS)
                 continue
-            t_arrival = math.inf
+            t_next = math.inf
             if i < n and (cap is None or inflight < cap):
-                t_arrival = offsets[i] / NS
-            eng.advance(min(t_arrival, next_sample))
+                t_next = offsets[i]
+            if arriving:
+                t_next = min(t_next, arriving[0][0])
+            eng.advance(min(t0 + t_next / NS, t0 + next_sample))
             if eng.finished:
-                for req in eng.finished:
-                    self._finish(req, eligible, offsets)
-                    inflight -= 1
+                # a client slot frees when the last token reaches the client
+                freed = sorted(self._finish(req, eligible, offsets) for req in eng.finished)
+                inflight -= len(freed)
                 eng.finished.clear()
-                t_ns = round(eng.now * NS)
-                while pending and (cap is None or inflight < cap):
+                for t_ns in freed:
+                    if not pending:
+                        break
                     submit(pending.popleft(), t_ns)
             if self.progress and time.monotonic() - last_report > 1.0:
                 last_report = time.monotonic()
@@ -269,31 +321,37 @@ class OfflineRun:
                     file=sys.stderr,
                 )
         # a last scrape after the last request, as a scraper stopping at the end would see
-        samples.append(orjson.dumps(server_sample(eng, eng.now)) + b"\n")
+        samples.append(orjson.dumps(server_sample(eng, eng.now - t0)) + b"\n")
         self.samples = len(samples)
         self._flush()
         if self.samples_out is not None:
             self.samples_out.write(b"".join(samples))
 
-    def _finish(self, req: SimRequest, eligible: dict[int, int], offsets: list[int]) -> None:
-        times = self.eng.token_times_ns(req)
-        spec = self.plan.requests[req.id]
-        at = eligible[req.id]
-        end = times[-1] if times else int((req.finish_t or 0.0) * NS)
+    def _finish(self, req: SimRequest, eligible: dict[int, int], offsets: list[int]) -> int:
+        """Record a finished request; returns when its last token reaches the client."""
+        shift = round(self.t0 * NS)
+        idx = req.id - self.id_base
+        raw = self.eng.token_times_ns(req)
+        if not self.token_times and len(raw) > 2:
+            raw = [raw[0], raw[-1]]
+        times = self.api.deliver_all(raw, shift)
+        spec = self.plan.requests[idx]
+        at = eligible[idx]
+        end = times[-1] if times else int((req.finish_t or 0.0) * NS) - shift
         self._record(
             RequestRecord.model_construct(
-                id=req.id,
+                id=idx,
                 worker=0,
                 status="ok",
                 error=None,
                 http_status=200,
-                scheduled_ns=offsets[req.id],
+                scheduled_ns=offsets[idx],
                 eligible_ns=at,
                 send_ns=at,
                 first_ns=times[0] if times else None,
                 last_ns=times[-1] if times else None,
                 end_ns=end,
-                chunk_ns=times,
+                chunk_ns=times if self.token_times else [],
                 chunk_tokens=None,
                 planned_input_len=spec.input_len,
                 planned_output_len=spec.output_len,
@@ -303,6 +361,7 @@ class OfflineRun:
                 finish_reason=req.finish_reason,
             )
         )
+        return end
 
 
 def simulated_info(r: ResolvedConfig, mem: MemoryPlan) -> dict[str, Any]:

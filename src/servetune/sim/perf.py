@@ -1,26 +1,45 @@
-"""Step time: how long one engine step takes on the simulated GPU (a roofline).
+"""Step time: how long one engine step takes on the simulated GPU.
 
-    t = max(FLOPs / (peak × mfu), bytes / (bandwidth × mbu))
-        + step_overhead + per_seq_overhead × requests + tp_overhead (TP > 1)
+One vLLM V1 step runs its kernels one after another, so the model is a sum of parts, each a
+roofline of its own::
 
-FLOPs: 2 × linear weights per token (q, k, v, o, gated MLP, all layers) for every token in the
-step, the lm_head for every sampled token, and attention — 4 × layers × q_dim × context per
-decode token, 4 × layers × q_dim × c × (offset + c/2) per prefill chunk of c tokens (causal).
-Bytes: the weights once per step, the KV cache read by attention (decode contexts, and the
-earlier chunks of a chunked prefill), the KV written for every token. All divided by the
-tensor-parallel size (each GPU holds 1/tp of the weights and heads). With TP > 1 each layer
-adds two all-reduces of the step's activations (tokens × hidden × 2 bytes), a ring moving
-2(tp−1)/tp of them over the GPU's interconnect (catalog ``interconnect_gb_s``), plus a fixed
-``tp_overhead`` per step (collective latency, worker synchronisation). The constants mfu, mbu
-and the overheads come from ``catalog.efficiency`` (calibrated per GPU, with their source).
+    t = linear + attention + all-reduce + cpu
+
+    linear    = max(linear FLOPs / (peak × mfu), weight bytes / (HBM × mbu))
+    attention = max(attention FLOPs / (peak × mfu), KV bytes / (HBM × mbu))
+    all-reduce (TP > 1) = 2 × layers × (latency + activation bytes × 2(tp−1)/tp / link)
+    cpu       = step_overhead + per_seq_overhead × requests in the step
+
+Linear FLOPs are 2 × the linear weights per token (q, k, v, o and the gated MLP of every
+layer) plus the lm_head for every sampled token; a step of at most the largest CUDA-graph
+capture size is padded up to the next captured size (vLLM V1 captures piecewise graphs for
+1, 2, 4, then multiples of 8 below 256 and of 16 up to min(2 × max_num_seqs, 512) tokens, and
+replays the smallest that fits). Weight bytes are read once per step. Attention FLOPs are
+4 × layers × q_dim × context per decode token and the causal 4 × layers × q_dim × c × (offset
++ c/2) per prefill chunk; KV bytes are the cache read by decodes and by later prefill chunks
+plus the KV written for every token. The GEMMs and the attention kernel do not overlap, which
+is why the parts add: a step that is compute-bound in its GEMMs still pays for streaming the
+KV cache in its attention. Everything is per GPU (1/tp of the weights and heads).
+
+The constants (mfu, mbu, the two CPU overheads, the all-reduce latency) come from
+``catalog.efficiency``: calibrated per GPU against published vLLM measurements, each with its
+source (``data/efficiency.json``).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from servetune.sim.catalog import Efficiency, efficiency
 from servetune.sim.config import ResolvedConfig
+
+
+def capture_sizes(max_num_seqs: int) -> tuple[int, ...]:
+    """The batch sizes vLLM V1 captures CUDA graphs for (its default rule)."""
+    top = min(2 * max_num_seqs, 512)
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16)]
+    return tuple(s for s in sizes if s <= top) or (1,)
 
 
 @dataclass(frozen=True)
@@ -49,6 +68,8 @@ class StepModel:
         use_fp8 = r.quantization == "fp8" and r.gpu.fp8_tflops is not None
         peak = (r.gpu.fp8_tflops if use_fp8 and r.gpu.fp8_tflops else r.gpu.bf16_tflops) * 1e12
         self.flops_per_s = peak * self.eff.mfu
+        # attention runs in BF16 whatever the weights are
+        self.attn_flops_per_s = r.gpu.bf16_tflops * 1e12 * self.eff.mfu
         self.bytes_per_s = r.gpu.hbm_gb_s * 1e9 * self.eff.mbu
         L = m.num_hidden_layers
         self.linear_flops_per_token = 2.0 * L * m.layer_linear_params / tp
@@ -62,15 +83,24 @@ class StepModel:
             linear_bytes + other_bytes - (0 if m.tie_word_embeddings else emb)
         ) / tp
         self.kv_bytes_per_token = m.kv_bytes_per_token(r.kv_dtype_bytes, tp)
-        self.fixed_s = self.eff.step_overhead_ms / 1e3 + (
-            self.eff.tp_overhead_ms / 1e3 if tp > 1 else 0.0
-        )
+        self.graph_sizes = capture_sizes(r.max_num_seqs)
+        self.fixed_s = self.eff.step_overhead_ms / 1e3
         self.per_seq_s = self.eff.per_seq_overhead_us / 1e6
-        # seconds of all-reduce traffic per token in the step (0 without TP)
+        # all-reduce: a fixed latency per collective and the ring's bytes over the link
+        self.comm_fixed_s = 0.0
         self.comm_per_token = 0.0
         if tp > 1:
-            volume = 2 * L * m.hidden_size * 2.0 * 2 * (tp - 1) / tp
+            n_coll = 2 * L
+            self.comm_fixed_s = n_coll * self.eff.allreduce_latency_us / 1e6
+            volume = n_coll * m.hidden_size * 2.0 * 2 * (tp - 1) / tp
             self.comm_per_token = volume / (r.interconnect_gb_s * 1e9)
+
+    def padded(self, num_tokens: int) -> int:
+        """Tokens the GPU computes: a captured CUDA-graph size when the step fits one."""
+        sizes = self.graph_sizes
+        if num_tokens > sizes[-1]:
+            return num_tokens
+        return sizes[bisect_left(sizes, num_tokens)]
 
     def step_time(
         self,
@@ -88,26 +118,34 @@ class StepModel:
         prefills that complete); ``decode_ctx``: summed context of the decode tokens;
         ``prefill_attn``: Σ c·(offset + c/2) over prefill chunks; ``prefill_kv_read``: Σ offset.
         """
-        flops = (
-            self.linear_flops_per_token * num_tokens
-            + self.head_flops_per_sample * num_sampled
-            + self.attn_flops_per_ctx * (decode_ctx + prefill_attn)
-        )
-        nbytes = self.weight_bytes + self.kv_bytes_per_token * (
-            decode_ctx + prefill_kv_read + num_tokens
-        )
+        padded = self.padded(num_tokens)
+        lin_flops = self.linear_flops_per_token * padded + self.head_flops_per_sample * num_sampled
+        linear = max(lin_flops / self.flops_per_s, self.weight_bytes / self.bytes_per_s)
+        attn_flops = self.attn_flops_per_ctx * (decode_ctx + prefill_attn)
+        kv_bytes = self.kv_bytes_per_token * (decode_ctx + prefill_kv_read + num_tokens)
+        attention = max(attn_flops / self.attn_flops_per_s, kv_bytes / self.bytes_per_s)
         return (
-            max(flops / self.flops_per_s, nbytes / self.bytes_per_s)
+            linear
+            + attention
             + self.fixed_s
+            + self.comm_fixed_s
             + self.per_seq_s * num_seqs
-            + self.comm_per_token * num_tokens
+            + self.comm_per_token * padded
         )
 
     def decode_coeffs(self, n: int) -> DecodeCoeffs:
         """Coefficients of a decode-only step of ``n`` requests (see :class:`DecodeCoeffs`)."""
-        f0 = (self.linear_flops_per_token + self.head_flops_per_sample) * n / self.flops_per_s
-        f1 = self.attn_flops_per_ctx / self.flops_per_s
-        m0 = (self.weight_bytes + self.kv_bytes_per_token * n) / self.bytes_per_s
+        padded = self.padded(n)
+        lin_flops = self.linear_flops_per_token * padded + self.head_flops_per_sample * n
+        linear = max(lin_flops / self.flops_per_s, self.weight_bytes / self.bytes_per_s)
+        k = (
+            linear
+            + self.fixed_s
+            + self.comm_fixed_s
+            + self.per_seq_s * n
+            + self.comm_per_token * padded
+        )
+        f1 = self.attn_flops_per_ctx / self.attn_flops_per_s
+        m0 = self.kv_bytes_per_token * n / self.bytes_per_s
         m1 = self.kv_bytes_per_token / self.bytes_per_s
-        c = self.fixed_s + (self.per_seq_s + self.comm_per_token) * n
-        return DecodeCoeffs(f0, f1, m0, m1, c)
+        return DecodeCoeffs(k, f1, k + m0, m1, 0.0)

@@ -27,12 +27,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import itertools
 import json
 import math
 import sys
 import time
 from array import array
+from collections import deque
 from typing import Any
 
 import orjson
@@ -45,9 +47,12 @@ from servetune.sim.memory import MemoryPlan, plan_memory
 from servetune.workload.tokens import _PIECE, ApproxTokenizer
 
 _WORDS = [(" " + w).encode() for w in ApproxTokenizer()._words]
-_SPIN_S = 0.0015
-"""Wake this long before a step ends and sleep the rest precisely (timer slack)."""
+_SPIN_S = 0.002
+"""Wake this long before a step ends and sleep the rest precisely (uvloop's timers fire in
+whole milliseconds)."""
 _MAX_LAG_SAMPLES = 2_000_000
+_INTAKE_S = 0.002
+"""Parse requests for at most this long at a time between steps."""
 
 
 def _chunk(data: bytes) -> bytes:
@@ -210,11 +215,23 @@ class SimServer:
         self.lag = Hist(LAG_BUCKETS)
         self.lag_samples = array("d")
         self.started = int(time.time())
+        self.worst: dict[str, float] = {}
+        """The longest time seen per phase of the engine loop (seconds): where lag comes from."""
+        self._gc_t = 0.0
+        gc.callbacks.append(self._gc_pause)
+        self.writes = 0
+        self.write_s = 0.0
+        self.wake_lag_s = 0.0
+        self.batches = 0
+        self.intake: deque[Conn] = deque()
+        """Connections holding a generation request not parsed yet: the engine loop takes
+        them in between steps, so that parsing never delays a token's write."""
 
     # --- life ----------------------------------------------------------------------------
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         loop = asyncio.get_running_loop()
-        self.t0 = loop.time()
+        # uvloop's loop.time() counts whole milliseconds: the engine runs on perf_counter
+        self.t0 = time.perf_counter()
         self._wake = asyncio.Event()
         self._server = await loop.create_server(
             lambda: Conn(self), host, port, backlog=4096, reuse_address=True
@@ -233,7 +250,7 @@ class SimServer:
             await self._server.wait_closed()
 
     def clock(self) -> float:
-        return asyncio.get_running_loop().time() - self.t0
+        return time.perf_counter() - self.t0
 
     # --- requests ------------------------------------------------------------------------
     def prompt_tokens(self, body: dict[str, Any], chat: bool) -> tuple[int, list[str]]:
@@ -256,7 +273,7 @@ class SimServer:
                     return len(p), [str(x) for x in p]
             text = str(p)
         pieces = _PIECE.findall(text)
-        return self.tok.count(text), pieces
+        return sum(1 + (len(p) - 1) // 7 for p in pieces), pieces
 
     def block_hashes(self, pieces: list[str]) -> tuple[int, ...]:
         if not self.r.enable_prefix_caching:
@@ -269,8 +286,11 @@ class SimServer:
             out.append(h)
         return tuple(out)
 
-    def submit(self, conn: Conn, body: dict[str, Any], chat: bool) -> bytes | None:
-        """Queue a generation request; returns an error response, or None when accepted."""
+    def submit(
+        self, conn: Conn, body: dict[str, Any], chat: bool, arrival: float | None = None
+    ) -> bytes | None:
+        """Queue a generation request; returns an error response, or None when accepted.
+        ``arrival``: when its bytes came in (engine clock; default now)."""
         model = body.get("model")
         if model is not None and model not in self.names:
             return _error(404, f"The model `{model}` does not exist.", "NotFoundError")
@@ -305,7 +325,11 @@ class SimServer:
         include_usage = bool(opts.get("include_usage", False)) if stream else False
         rid_n = next(self._ids)
         req = SimRequest(
-            rid_n, max(1, n_prompt), max_tokens, self.clock(), self.block_hashes(pieces)
+            rid_n,
+            max(1, n_prompt),
+            max_tokens,
+            self.clock() if arrival is None else arrival,
+            self.block_hashes(pieces),
         )
         rid = ("chatcmpl-" if chat else "cmpl-") + f"{rid_n:x}"
         s = Stream(conn, req, rid, self.model, chat, stream, include_usage)
@@ -324,70 +348,129 @@ class SimServer:
     def abort(self, s: Stream) -> None:
         if s.req.state != DONE:
             self.eng.abort(s.req)
+        s.req.tag = None
 
     # --- the engine loop -------------------------------------------------------------------
+    def take_intake(self, until: float = math.inf) -> None:
+        """Parse the generation requests that came in, while ``perf_counter() < until``."""
+        perf = time.perf_counter
+        while self.intake and perf() < until:
+            conn = self.intake.popleft()
+            conn.queued = False
+            conn.parse()
+
     async def _engine_loop(self) -> None:
+        """Step, then wait for the step's simulated end, then write its tokens.
+
+        Requests are parsed in the wait (they join the next step, as in vLLM) or, when the
+        engine has nothing to do, at once. After each step's writes the objects alive are
+        frozen out of the garbage collector (``gc.freeze`` is O(1)), so that a collection
+        never scans the server's whole state in the middle of a step; the full collection
+        runs when the engine goes idle.
+        """
         eng = self.eng
         assert self._wake is not None
         wake = self._wake
-        loop = asyncio.get_running_loop()
+        perf = time.perf_counter
         while True:
             if eng.idle():
+                if self.intake:
+                    self.take_intake()
+                    continue
+                gc.unfreeze()
+                gc.collect()
+                gc.freeze()
                 wake.clear()
                 await wake.wait()
-            now = loop.time() - self.t0
+                continue
+            if self.intake:
+                # a backlog is taken in a little at a time: the engine keeps stepping
+                self.take_intake(perf() + _INTAKE_S)
+            now = perf() - self.t0
             if eng.now < now:
                 eng.now = now
+            t = perf()
             emitted = eng.advance(collect=True)
-            target = self.t0 + eng.now
-            delay = target - loop.time()
-            if delay > _SPIN_S:
-                await asyncio.sleep(delay - _SPIN_S)
-            rest = target - loop.time()
-            if rest > 0:
-                time.sleep(rest)
-            self._emit(emitted, target)
             if eng.finished:
                 eng.finished.clear()
-            if not emitted:
+            # Build every write of this step while its simulated time runs, so that at the
+            # step's end only the writes are left.
+            writes = self._build(emitted)
+            self._worst("step_and_build", perf() - t)
+            target = self.t0 + eng.now
+            if self.intake:
+                self.take_intake(target - _SPIN_S - _INTAKE_S)
+            delay = target - perf()
+            if delay > _SPIN_S:
+                await asyncio.sleep(delay - _SPIN_S)
+                self._worst("coarse_sleep_late", perf() - (target - _SPIN_S))
+            rest = target - perf()
+            if rest > 0:
+                time.sleep(rest)
+                self._worst("fine_sleep_late", perf() - target)
+            if writes:
+                self._write(writes, target)
+                gc.freeze()
+            else:
                 await asyncio.sleep(0)
 
-    def _emit(self, emitted: list[SimRequest], target: float) -> None:
-        perf = time.perf_counter
-        loop_time = asyncio.get_running_loop().time
-        # loop.time() is time.monotonic(); convert once to the finer perf_counter clock
-        offset = perf() - loop_time()
-        lag_add = self.lag_samples.append
-        observe = self.lag.observe
-        full = len(self.lag_samples) >= _MAX_LAG_SAMPLES
+    def _build(self, emitted: list[SimRequest]) -> list[tuple[Conn, bytes, Stream | None]]:
+        """(connection, bytes, stream that ends with them) for every token of a step."""
+        out: list[tuple[Conn, bytes, Stream | None]] = []
         for req in emitted:
-            s: Stream = req.tag  # type: ignore[assignment]
-            if s.closed:
+            s: Stream | None = req.tag  # type: ignore[assignment]
+            if s is None or s.closed:
                 continue
             last = req.state == DONE
             if not s.stream:
                 s.sent += 1
                 if last:
                     req.out = s.sent
-                    s.conn.write(s.full_body(self.model))
-                    s.conn.done(s)
+                    out.append((s.conn, s.full_body(self.model), s))
                 continue
-            data = b""
-            if s.chat and s.sent == 0:
-                data = s.opening()
-            data += s.token_bytes(last)
+            data = s.token_bytes(last)
+            if s.chat and s.sent == 1:
+                data = s.opening() + data
             if last:
                 if s.include_usage:
                     data += s.usage_bytes()
-                data += b"data: [DONE]\n\n"
-                s.conn.write(_chunk(data) + b"0\r\n\r\n")
-                s.conn.done(s)
+                out.append((s.conn, _chunk(data + b"data: [DONE]\n\n") + b"0\r\n\r\n", s))
             else:
-                s.conn.write(_chunk(data))
-            lag = perf() - offset - target
+                out.append((s.conn, _chunk(data), None))
+        return out
+
+    def _worst(self, what: str, seconds: float) -> None:
+        if seconds > self.worst.get(what, 0.0):
+            self.worst[what] = seconds
+
+    def _gc_pause(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_t = time.perf_counter()
+        else:
+            self._worst(f"gc_gen{info.get('generation', 0)}", time.perf_counter() - self._gc_t)
+
+    def _write(self, writes: list[tuple[Conn, bytes, Stream | None]], t_target: float) -> None:
+        perf = time.perf_counter
+        lags = array("d")
+        add = lags.append
+        t_start = perf()
+        for conn, data, ending in writes:
+            t = conn.transport
+            if t is not None:
+                t.write(data)
+                add(perf() - t_target)
+            if ending is not None:
+                conn.done(ending)
+        self.write_s += perf() - t_start
+        self.writes += len(lags)
+        self.wake_lag_s += t_start - t_target
+        self.batches += 1
+        observe = self.lag.observe
+        for lag in lags:
             observe(lag)
-            if not full:
-                lag_add(lag)
+        room = _MAX_LAG_SAMPLES - len(self.lag_samples)
+        if room > 0:
+            self.lag_samples.extend(lags[:room])
 
     # --- read-outs -----------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -408,6 +491,10 @@ class SimServer:
                 "p999": pct(0.999),
                 "max": lags[-1] * 1e3 if lags else None,
             },
+            "write_us_per_token": self.write_s / self.writes * 1e6 if self.writes else None,
+            "wake_lag_ms_mean": self.wake_lag_s / self.batches * 1e3 if self.batches else None,
+            "tokens_per_step_written": self.writes / self.batches if self.batches else None,
+            "worst_ms": {k: v * 1e3 for k, v in sorted(self.worst.items())},
             "steps": c.steps,
             "generation_tokens": c.generation_tokens,
             "preemptions": c.preemptions,
@@ -432,6 +519,9 @@ class Conn(asyncio.Protocol):
         self.buf = bytearray()
         self.transport: asyncio.Transport | None = None
         self.active: Stream | None = None
+        self.queued = False
+        self.arrival = 0.0
+        """When the first byte of the request in ``buf`` came in (engine clock)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
@@ -450,17 +540,32 @@ class Conn(asyncio.Protocol):
 
     def done(self, s: Stream) -> None:
         s.closed = True
+        s.req.tag = None  # no cycle request <-> stream left for the GC
         if self.active is s:
             self.active = None
         if self.buf:
-            self._parse()
+            self.arrival = self.server.clock()
+            self._queue()
 
     def data_received(self, data: bytes) -> None:
+        if not self.buf:
+            self.arrival = self.server.clock()
         self.buf += data
         if self.active is None:
-            self._parse()
+            if self.buf.startswith(b"GET"):
+                self.parse()  # read-outs answer at once (they never touch the engine)
+            else:
+                self._queue()
 
-    def _parse(self) -> None:
+    def _queue(self) -> None:
+        if not self.queued:
+            self.queued = True
+            srv = self.server
+            srv.intake.append(self)
+            if srv._wake is not None and srv.eng.idle():
+                srv._wake.set()
+
+    def parse(self) -> None:
         while self.active is None and self.buf:
             end = self.buf.find(b"\r\n\r\n")
             if end < 0:
@@ -552,7 +657,7 @@ class Conn(asyncio.Protocol):
                 )
             )
         elif path in ("/v1/completions", "/v1/chat/completions"):
-            err = srv.submit(self, payload, path.endswith("chat/completions"))
+            err = srv.submit(self, payload, path.endswith("chat/completions"), self.arrival)
             if err is not None:
                 self.write(err)
         else:
@@ -568,6 +673,10 @@ async def serve(
 ) -> None:
     srv = SimServer(cfg)
     real_port = await srv.start(host, port)
+    # Everything built so far lives as long as the server: keep it out of every collection,
+    # so that a collection never scans it in the middle of a step's writes.
+    gc.collect()
+    gc.freeze()
     if announce:
         print(
             f"servetune sim: {srv.model} on {srv.r.gpu.name} (TP={srv.r.tensor_parallel_size})"
