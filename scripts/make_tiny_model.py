@@ -9,7 +9,8 @@ writes, from one seeded set of weights and one locally trained tokenizer:
                     that vLLM loads as LlamaForCausalLM
     DIR/tiny.gguf   the same model for llama.cpp (llama architecture, F32, gpt2-style BPE vocab
                     with its merges, the same chat template)
-    DIR/small.gguf  a ~20x larger model with the same tokenizer, for llama.cpp (see SMALL_SHAPE)
+    DIR/hf-small/, DIR/small.gguf
+                    a ~20x larger model (SMALL_SHAPE), same tokenizer, in both formats
     DIR/model.json  what was made (shape, vocab size, special token ids), for tests to read
 
 Needs numpy, tokenizers, safetensors and gguf — not torch: the HF folder is plain safetensors.
@@ -52,9 +53,10 @@ SHAPE: dict[str, Any] = {
     "rms_norm_eps": 1e-5,
     "rope_theta": 10000.0,
 }
-# small: the same tokenizer in a model ~20x larger, for llama.cpp only. llama-server runs the
-# tiny one at ~0.2 ms a token, so fast that the HTTP client, not the engine, is what saturates;
-# on this one a token costs a few ms and -np visibly decides throughput.
+# small: the same tokenizer in a model ~20x larger. llama-server runs the tiny one at ~0.2 ms
+# a token and vLLM's CPU build at ~5 ms a step, so fast that on 2 cores the HTTP client, not
+# the engine, saturates first; on this one both spend ~7-12 ms a step (one thread), and
+# max_num_seqs / -np visibly decides throughput.
 SMALL_SHAPE: dict[str, Any] = {
     **SHAPE,
     "hidden_size": 512,
@@ -192,14 +194,16 @@ def random_weights(vocab: int, shape: dict[str, Any]) -> dict[str, np.ndarray]:
     return w
 
 
-def write_hf(out: Path, tok: Any, weights: dict[str, np.ndarray], ids: dict[str, int]) -> None:
+def write_hf(
+    out: Path, tok: Any, weights: dict[str, np.ndarray], ids: dict[str, int], shape: dict[str, Any]
+) -> None:
     from safetensors.numpy import save_file
 
     vocab = tok.get_vocab_size()
     config = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
-        **SHAPE,
+        **shape,
         "hidden_act": "silu",
         "vocab_size": vocab,
         "bos_token_id": ids["<|endoftext|>"],
@@ -220,7 +224,7 @@ def write_hf(out: Path, tok: Any, weights: dict[str, np.ndarray], ids: dict[str,
         "add_bos_token": False,
         "add_eos_token": False,
         "clean_up_tokenization_spaces": False,
-        "model_max_length": SHAPE["max_position_embeddings"],
+        "model_max_length": shape["max_position_embeddings"],
         "chat_template": CHATML,
         "added_tokens_decoder": {
             str(ids[s]): {
@@ -342,11 +346,13 @@ def main(argv: list[str] | None = None) -> int:
     ids = {s: tok.token_to_id(s) for s in SPECIALS}
     vocab = tok.get_vocab_size()
     weights = random_weights(vocab, SHAPE)
-    write_hf(tmp / "hf", tok, weights, ids)
+    write_hf(tmp / "hf", tok, weights, ids, SHAPE)
     write_gguf(tmp / "tiny.gguf", tok, weights, ids, SHAPE, "tiny")
-    write_gguf(
-        tmp / "small.gguf", tok, random_weights(vocab, SMALL_SHAPE), ids, SMALL_SHAPE, "small"
-    )
+    small = random_weights(vocab, SMALL_SHAPE)
+    (tmp / "hf-small").mkdir()
+    shutil.copy(tmp / "hf" / "tokenizer.json", tmp / "hf-small" / "tokenizer.json")
+    write_hf(tmp / "hf-small", tok, small, ids, SMALL_SHAPE)
+    write_gguf(tmp / "small.gguf", tok, small, ids, SMALL_SHAPE, "small")
     info = {
         "shape": SHAPE,
         "small_shape": SMALL_SHAPE,
@@ -354,7 +360,12 @@ def main(argv: list[str] | None = None) -> int:
         "special_ids": ids,
         "seed": SEED,
         "served_model_name": "tiny",
-        "files": {"hf": "hf", "gguf": "tiny.gguf", "small_gguf": "small.gguf"},
+        "files": {
+            "hf": "hf",
+            "gguf": "tiny.gguf",
+            "small_hf": "hf-small",
+            "small_gguf": "small.gguf",
+        },
     }
     (tmp / "model.json").write_text(json.dumps(info, indent=2))
     shutil.rmtree(out, ignore_errors=True)

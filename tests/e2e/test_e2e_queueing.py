@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,8 @@ from servetune.sweep.targets import bench_runner
 
 pytestmark = pytest.mark.real_engine
 
-N = 32  # requests per level, at most
-LEVEL_S = 10.0  # and at most this long: the low levels stop early
+N = 24  # requests per level, at most
+LEVEL_S = 12.0  # and at most this long: the low levels stop early
 # Of the saturation throughput with 2 slots. It is measured on a busy 2-core box, within
 # ±30%: the ends sit far enough out to be under- and over-loaded whatever the error.
 FRACTIONS = (0.15, 0.5, 0.9, 1.4, 3.0)
@@ -78,7 +79,7 @@ def describe(rows: list[LevelRow]) -> str:
     )
 
 
-def check_curve(engine: str, result: SweepResult, x_sat: float, sweep_dir: Path) -> None:
+def check_curve(engine: str, result: SweepResult, sweep_dir: Path) -> None:
     rows = result.measured_rows()
     assert len(rows) == len(FRACTIONS)
     for r in rows:
@@ -93,10 +94,13 @@ def check_curve(engine: str, result: SweepResult, x_sat: float, sweep_dir: Path)
     # TTFT rises with rate: the queue is in front of the first token.
     assert low.ttft_p50 is not None and high.ttft_p50 is not None
     assert high.ttft_p50 > 3 * low.ttft_p50 and high.ttft_p50 - low.ttft_p50 > 100, why
-    # And servetune names the knee, at or below what 2 slots can serve.
+    # And servetune names the knee, below the plateau 2 slots reach (the all-at-once probe
+    # that placed the levels can under-read the plateau by a third: judge by the curve).
     knee = result.knee
     assert knee is not None and knee.status == "found", (knee, why)
-    assert knee.throughput is not None and knee.throughput <= 1.3 * x_sat, (knee, why)
+    plateau = max(r.request_throughput for r in rows)
+    assert knee.throughput is not None, (knee, why)
+    assert 0.3 * plateau <= knee.throughput <= 1.05 * plateau, (knee, why)
 
 
 @pytest.fixture(scope="module")
@@ -115,25 +119,67 @@ def llama2(
         yield eng
 
 
-@pytest.mark.parametrize(
-    ("engine", "two", "eight"),
-    [
-        ("vllm-cpu", "vllm2", "vllm8"),
-        ("llama.cpp", "llama2", "llama8"),
-    ],
-)
-def test_queueing_curve_and_one_knob(
-    engine: str,
-    two: str,
-    eight: str,
-    tiny: provisioned.TinyModel,
-    tmp_path: Path,
+@dataclass
+class Curve:
+    engine: str
+    x_sat: float
+    sweep_dir: Path
+    result: SweepResult
+
+
+TWO = {"vllm-cpu": "vllm2", "llama.cpp": "llama2"}
+EIGHT = {"vllm-cpu": "vllm8", "llama.cpp": "llama8"}
+# What the engine was started with, told to diagnose so its actions quote the current value.
+CONFIG = {"vllm-cpu": "vllm serve tiny --max-num-seqs 2", "llama.cpp": None}
+
+
+@pytest.fixture(scope="module", params=["vllm-cpu", "llama.cpp"])
+def curve(
     request: pytest.FixtureRequest,
+    tiny: provisioned.TinyModel,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Curve:
+    """One sweep per engine with 2 slots, shared by the tests below."""
+    engine: str = request.param
+    eng2: EngineProcess = request.getfixturevalue(TWO[engine])
+    out = tmp_path_factory.mktemp(f"curve-{engine}")
+    x2 = saturation(engine, eng2, tiny, out / "sat-2")
+    return Curve(engine, x2, out / "sweep-2", sweep(eng2, tiny, x2, out / "sweep-2"))
+
+
+def test_queueing_curve_has_a_knee(curve: Curve) -> None:
+    check_curve(curve.engine, curve.result, curve.sweep_dir)
+
+
+def test_diagnose_names_under_load_and_the_batch_cap(curve: Curve) -> None:
+    """Diagnose on the lowest level (nothing queued) and the highest (two running, the rest
+    waiting). With no GPU here, the rules that would also read GPU utilisation say "cannot
+    tell" for that part — but they must name the cause and the knob."""
+    from servetune.diagnose import diagnose_path
+
+    rows = curve.result.measured_rows()
+    low = diagnose_path(curve.sweep_dir / rows[0].level_dir, config=CONFIG[curve.engine])
+    high = diagnose_path(curve.sweep_dir / rows[-1].level_dir, config=CONFIG[curve.engine])
+    low_rules = {f.rule for f in low.findings}
+    high_rules = {f.rule: f for f in high.findings}
+    assert "under_loaded" in low_rules, low.headline
+    assert "batch_capped" not in low_rules, low.headline
+    assert "under_loaded" not in high_rules, high.headline
+    capped = high_rules.get("batch_capped")
+    assert capped is not None, [f.title for f in high.findings]
+    knob = next(a for a in capped.actions if a.knob == "max_num_seqs")
+    assert knob.to_value is not None and knob.to_value > 2
+    if curve.engine == "vllm-cpu":
+        assert knob.from_value == 2
+    # The llama.cpp spelling of the same change comes from the engine knob map.
+    assert knob.flags["llama.cpp"].startswith("-np "), knob.flags
+
+
+def test_raising_the_knob_to_8_raises_throughput(
+    curve: Curve, tiny: provisioned.TinyModel, request: pytest.FixtureRequest
 ) -> None:
-    eng2: EngineProcess = request.getfixturevalue(two)
-    x2 = saturation(engine, eng2, tiny, tmp_path / "sat-2")
-    result = sweep(eng2, tiny, x2, tmp_path / "sweep-2")
-    check_curve(engine, result, x2, tmp_path / "sweep-2")
-    x8 = saturation(engine, request.getfixturevalue(eight), tiny, tmp_path / "sat-8")
-    print(f"{engine}: saturation {x2:.2f} req/s with 2 slots, {x8:.2f} with 8")
-    assert x8 >= GAIN[engine] * x2, f"{engine}: {x2:.2f} req/s with 2 slots, {x8:.2f} with 8"
+    eng8: EngineProcess = request.getfixturevalue(EIGHT[curve.engine])
+    x8 = saturation(curve.engine, eng8, tiny, curve.sweep_dir.parent / "sat-8")
+    x2 = curve.x_sat
+    print(f"{curve.engine}: saturation {x2:.2f} req/s with 2 slots, {x8:.2f} with 8")
+    assert x8 >= GAIN[curve.engine] * x2, f"{curve.engine}: {x2:.2f} req/s with 2, {x8:.2f} with 8"
