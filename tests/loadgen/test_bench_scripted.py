@@ -162,3 +162,20 @@ def test_prompt_lengths_aligned_with_the_servers_tokenize(
     # the server counts 3 tokens a word: prompts were resized to 30 words = 90 tokens
     assert {x.prompt_tokens for x in recs} == {90}
     assert {x.planned_input_len for x in recs} == {90}
+
+
+@pytest.mark.parametrize("transport", ["fast", "aiohttp"])
+def test_keep_alive_closed_by_the_server_is_retried_on_a_fresh_connection(
+    scripted: Factory, tmp_path: Path, transport: str
+) -> None:
+    srv = scripted({"drop_reused_connections": True, "tpot_ms": 1})
+    # sequential requests: every one after the first would reuse a kept-alive connection
+    c = cfg(
+        srv.base_url,
+        num_prompts=15,
+        request_rate=float("inf"),
+        max_concurrency=1,
+        http_client=transport,
+    )
+    r = bench(c, tmp_path, progress=False)
+    assert r.summary.completed == 15 and r.summary.failed == 0, r.summary.errors

@@ -52,6 +52,7 @@ class _Conn(asyncio.Protocol):
         self.sink: Sink | None = None
         self.resp = Response()
         self.closed = False
+        self.received = False  # any response byte for the current request
         self._reset()
 
     def _reset(self) -> None:
@@ -89,6 +90,7 @@ class _Conn(asyncio.Protocol):
         now = time.perf_counter_ns()
         if self.waiter is None:
             return  # unsolicited bytes on an idle connection: ignore
+        self.received = True
         if self.in_head:
             data = self._head(data)
             if not data:
@@ -193,6 +195,7 @@ class _Conn(asyncio.Protocol):
         w, resp = self.waiter, self.resp
         self.waiter, self.sink = None, None
         self.resp = Response()
+        self.received = False
         self._reset()
         if keep_alive and not self.closed:
             self.pool.release(self)
@@ -243,13 +246,30 @@ class Pool:
         return conn
 
     async def request(self, raw: bytes, sink: Sink | None) -> Response:
-        """Send pre-assembled request bytes; stream 2xx body pieces to ``sink``."""
+        """Send pre-assembled request bytes; stream 2xx body pieces to ``sink``.
+
+        A kept-alive connection the server closed just as we reused it (its idle timeout
+        racing our send) fails before any response byte: the server never saw the request,
+        so it is sent once more on a fresh connection.
+        """
+        conn = self._idle_conn()
+        if conn is None:
+            return await self._send(await self._connect(), raw, sink)
+        try:
+            return await self._send(conn, raw, sink)
+        except HTTPError:
+            if conn.received:
+                raise
+        return await self._send(await self._connect(), raw, sink)
+
+    def _idle_conn(self) -> _Conn | None:
         while self._idle:
             conn = self._idle.pop()
-            if not conn.closed and conn.transport is not None:
-                break
-        else:
-            conn = await self._connect()
+            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
+                return conn
+        return None
+
+    async def _send(self, conn: _Conn, raw: bytes, sink: Sink | None) -> Response:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Response] = loop.create_future()
         conn.waiter, conn.sink = fut, sink

@@ -78,7 +78,13 @@ class AiohttpTransport:
         url: str = prepared[0]
         body: bytes = prepared[1]
         clock = time.perf_counter_ns
-        async with self.session.post(url, data=body) as resp:
+        try:
+            resp = await self.session.post(url, data=body)
+        except aiohttp.ServerDisconnectedError:
+            # A kept-alive connection closed by the server as we reused it: the request was
+            # never seen (no response byte), so it goes once more on a fresh connection.
+            resp = await self.session.post(url, data=body)
+        async with resp:
             if resp.status >= 300:
                 return resp.status, await resp.content.read(4096)
             content = resp.content

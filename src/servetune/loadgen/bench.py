@@ -189,12 +189,19 @@ async def run_bench(
         enabled=progress,
     )
     outcome = await run_load(items, setup, workers, line, on_start=started)
-    server: ServerInfo | None = None
     if scraper is not None:
-        server = await scraper.stop()
+        await scraper.stop()
 
     records = read_records(out)
     summary = summarize(records, cfg.warmup_s, cfg.cooldown_s, cfg.goodput)
+    server: ServerInfo | None = None
+    if scraper is not None:
+        # The server's figures over the same seconds as the client's (warm-up/cool-down out).
+        server = scraper.info(summary.window_start_s, summary.window_end_s)
+        from servetune.metrics.scraper import describe_info
+
+        for note in describe_info(server):
+            say(note)
     health = client_health(records, cfg.request_rate, cfg.max_concurrency, workers)
     health.cpu_s = outcome.cpu_s
     health.cpu_per_request_ms = 1000 * outcome.cpu_s / len(records) if records else None

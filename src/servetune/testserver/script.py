@@ -36,5 +36,8 @@ class Script(BaseModel):
     """Every Nth request streams half its tokens, then the connection is cut."""
     tokens_per_word: int = 1
     """How many tokens the server's tokenizer counts per whitespace-separated word."""
+    drop_reused_connections: bool = False
+    """Close a kept-alive connection, unanswered, when a second request arrives on it: the
+    keep-alive race of servers that time out idle connections (llama-server does)."""
     one_write: bool = False
     """Render the whole response up front and write it at once (zero-cost server)."""

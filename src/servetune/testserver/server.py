@@ -155,6 +155,7 @@ class _Conn(asyncio.Protocol):
         self.buf = b""
         self.transport: asyncio.Transport | None = None
         self.busy = False
+        self.served = 0
         self.closed = False
         self.task: asyncio.Task[None] | None = None
 
@@ -189,6 +190,11 @@ class _Conn(asyncio.Protocol):
             return
         body = self.buf[head_end + 4 : total]
         self.buf = self.buf[total:]
+        if self.served and self.srv.script.drop_reused_connections and path.startswith("/v1/"):
+            assert self.transport is not None
+            self.transport.close()
+            return
+        self.served += 1
         self.busy = True
         self.task = asyncio.get_running_loop().create_task(self._handle(method, path, body))
 
@@ -238,13 +244,13 @@ class _Conn(asyncio.Protocol):
             )
         elif path == "/metrics":
             c = self.srv.counters
-            text = (
+            page = (
                 f"scripted:requests_total {c.requests}\nscripted:completed_total {c.completed}\n"
                 f"scripted:aborted_total {c.aborted}\nscripted:running {c.running}\n"
             ).encode()
             self._write(
                 b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s"
-                % (len(text), text)
+                % (len(page), page)
             )
         elif path in ("/v1/completions", "/v1/chat/completions") and method == "POST":
             await self._generate(path.endswith("chat/completions"), body)
