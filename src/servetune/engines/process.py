@@ -192,7 +192,9 @@ class EngineProcess:
                 body = await r.json(content_type=None)
         except (TimeoutError, aiohttp.ClientError, ValueError):
             return False
-        ids = [m.get("id") for m in body.get("data", []) if isinstance(m, dict)]
+        if not isinstance(body, dict) or not isinstance(body.get("data"), list):
+            return False
+        ids = [m.get("id") for m in body["data"] if isinstance(m, dict)]
         return self.spec.served_model_name in ids
 
     # -- stopping ------------------------------------------------------------------------

@@ -1,0 +1,121 @@
+"""`servetune engine cmd|start|stop` without a real engine: what it prints and refuses."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from servetune.cli import main
+
+
+def test_cmd_prints_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "engine",
+            "cmd",
+            "llama.cpp",
+            "--model",
+            "m.gguf",
+            "--max-num-seqs",
+            "2",
+            "--max-model-len",
+            "512",
+            "--executable",
+            "/bin/llama-server",
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out.strip()
+    assert out == (
+        "/bin/llama-server -m m.gguf --host 127.0.0.1 --port 8000 --metrics -a m.gguf "
+        "-np 2 -c 1024 -t 1"
+    )
+
+
+def test_cmd_vllm_with_engine_args(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "engine",
+            "cmd",
+            "vllm",
+            "--model",
+            "org/m",
+            "--port",
+            "9000",
+            "--no-enable-chunked-prefill",
+            "--engine-arg=--seed",
+            "--engine-arg=1",
+        ]
+    )
+    assert code == 0
+    assert capsys.readouterr().out.strip() == (
+        "vllm serve org/m --host 127.0.0.1 --port 9000 --served-model-name org/m "
+        "--no-enable-chunked-prefill --seed 1"
+    )
+
+
+def test_knob_the_engine_lacks_is_a_two_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["engine", "cmd", "llama.cpp", "--model", "m.gguf", "--quantization", "awq"])
+    assert code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "servetune engine: error: engine llama.cpp has no knob quantization"
+    assert err[1].startswith("  hint: ") and "GGUF" in err[1]
+
+
+def test_invalid_value_is_a_two_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["engine", "cmd", "vllm", "--model", "m", "--gpu-memory-utilization", "1.5"])
+    assert code == 2
+    assert "invalid gpu_memory_utilization" in capsys.readouterr().err
+
+
+def test_stop_unknown_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["engine", "stop", "nothing", "--state-dir", str(tmp_path)])
+    assert code == 2
+    assert "no engine named 'nothing'" in capsys.readouterr().err
+
+
+def test_start_and_stop_a_stand_in_engine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """start returns once it serves, leaving it running; stop ends its process group."""
+    from servetune.engines.process import group_members
+
+    fake = tmp_path / "llama-server"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import sys, runpy\n"
+        "a = sys.argv\n"
+        f"sys.argv = [{str(Path(__file__).with_name('fake_engine.py'))!r}, 'serve',\n"
+        "            a[a.index('--port') + 1], a[a.index('-a') + 1]]\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    fake.chmod(0o755)
+    state = tmp_path / "state"
+    code = main(
+        [
+            "engine",
+            "start",
+            "llama.cpp",
+            "--model",
+            "x.gguf",
+            "--executable",
+            str(fake),
+            "--state-dir",
+            str(state),
+            "--ready-timeout",
+            "30",
+        ]
+    )
+    assert code == 0
+    record = json.loads((state / "llama.cpp.json").read_text())
+    try:
+        assert "ready: http://127.0.0.1:" in capsys.readouterr().out
+        assert group_members(record["pgid"])
+    finally:
+        assert main(["engine", "stop", "llama.cpp", "--state-dir", str(state)]) == 0
+    assert "stopped llama.cpp" in capsys.readouterr().out
+    assert group_members(record["pgid"]) == []
+    assert main(["engine", "stop", "llama.cpp", "--state-dir", str(state)]) == 2
