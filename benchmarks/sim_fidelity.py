@@ -700,7 +700,7 @@ def held_out(
         if not any(pod_network(c) for c in train):
             free = tuple(n for n in free if not n.startswith("pod"))
         t = time.perf_counter()
-        q = fit(train, p, free=free, max_nfev=60, quiet=True)
+        q = fit(train, p, free=free, max_nfev=40, quiet=True)
         fold_params[name] = q
         errs.update(case_errors(held, simulate_cases(cases, q, only=[c["id"] for c in held])))
         if not quiet:

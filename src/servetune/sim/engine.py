@@ -213,11 +213,14 @@ class Engine:
         req.ver += 1
 
     def _free_blocks(self, req: SimRequest, keep: bool) -> None:
+        # vLLM frees a request's blocks tail first, so eviction eats a preempted request's
+        # chain from its end: its own (later) blocks go before its shared prompt prefix,
+        # without which they could not be reused anyway.
         private = req.nblocks - len(req.held)
+        self.pool.release(private, ("r", req.id) if keep else None)
         if req.held:
             self.pool.release_shared(req.held)
             req.held = []
-        self.pool.release(private, ("r", req.id) if keep else None)
         req.nblocks = 0
 
     def _evict(self, req: SimRequest, s: int) -> None:

@@ -1,10 +1,22 @@
 """The real-time face of the simulated engine: an OpenAI-compatible server on loopback.
 
 Raw asyncio (uvloop when installed) and a minimal HTTP/1.1 (keep-alive, Content-Length
-bodies, chunked responses), so that one core serves hundreds of streams with token emission
-lagging the simulated clock by well under 2 ms. The engine core (:mod:`servetune.sim.engine`)
-runs on the wall clock: a step starts, its duration comes from the step-time model, the loop
-waits until the step's end and then writes one SSE chunk to every request that got a token.
+bodies, chunked responses), so that one core serves hundreds of streams with tokens leaving
+on the simulated clock. The engine core (:mod:`servetune.sim.engine`) runs on the wall clock
+(``perf_counter``: uvloop's ``loop.time()`` counts whole milliseconds): a step starts, its
+duration comes from the step-time model, the SSE bytes of every token of the step are built
+while its simulated time runs, and at the step's end only the writes are left — one per
+stream per step (a vLLM server too emits one chunk per request per step). Generation requests
+are parsed in the waits between steps (they could not join a running step anyway), so
+parsing a burst of prompts never delays a write; read-outs (``GET``) are answered at once.
+After each step's writes the live objects are frozen out of the garbage collector (O(1)), so
+no collection scans the whole server mid-step; the full collection runs when the engine is
+idle. ``/sim/stats`` reports the emission lag (write time − step end) and the worst time seen
+per phase of the loop (step, sleeps, parsing, collections), to tell where lag comes from.
+
+The offline face (``sim run``) also models vLLM's API server in front of the engine (serial
+intake per request, a fixed token latency: :mod:`servetune.sim.frontend`); the real-time face
+does not add it: its own HTTP front end is real.
 
 Endpoints, shaped as vLLM's: ``/v1/completions`` and ``/v1/chat/completions`` (streaming SSE
 ``data: {...}\\n\\n`` with ``stream_options.include_usage`` → a last chunk with empty
@@ -218,6 +230,7 @@ class SimServer:
         self.worst: dict[str, float] = {}
         """The longest time seen per phase of the engine loop (seconds): where lag comes from."""
         self._gc_t = 0.0
+        self._idle_gc = False
         gc.callbacks.append(self._gc_pause)
         self.writes = 0
         self.write_s = 0.0
@@ -241,6 +254,8 @@ class SimServer:
         return self.port
 
     async def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self._gc_pause)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -377,9 +392,11 @@ class SimServer:
                 if self.intake:
                     self.take_intake()
                     continue
+                self._idle_gc = True
                 gc.unfreeze()
                 gc.collect()
                 gc.freeze()
+                self._idle_gc = False
                 wake.clear()
                 await wake.wait()
                 continue
@@ -444,6 +461,8 @@ class SimServer:
             self.worst[what] = seconds
 
     def _gc_pause(self, phase: str, info: dict[str, int]) -> None:
+        if self._idle_gc:
+            return
         if phase == "start":
             self._gc_t = time.perf_counter()
         else:

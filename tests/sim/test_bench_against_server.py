@@ -1,0 +1,103 @@
+"""The project's own bench client against the real-time simulated server, over loopback.
+
+The server keeps vLLM's histograms of what it measured per request: TTFT from the request's
+arrival (its first byte) to the end of the step that sampled its first token, and time per
+output token over the decode phase, on the simulated clock. The client measures from its send
+to the chunks' arrival, so it sees the same intervals plus loopback HTTP, SSE framing and the
+server's emission lag. Their exact means are ``_sum / _count`` deltas over the run.
+
+Stated tolerance (loopback, 2 shared cores, client and server on the same box):
+    server_mean − 2 ms  ≤  client_mean  ≤  server_mean × 1.15 + 25 ms     (TTFT)
+    |client_mean − server_mean|  ≤  15% of server_mean + 2 ms              (TPOT)
+Token counts must match exactly (the client takes them from ``usage``).
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from servetune.loadgen.bench import bench
+from servetune.metrics.prometheus import parse
+from servetune.results import server_series as ss
+from servetune.results.io import read_records, read_run_result
+from servetune.results.schema import BenchConfig
+from servetune.sim.config import EngineConfig
+from servetune.sim.embedded import EmbeddedServer, start_embedded
+
+N = 24
+OUT = 32
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[EmbeddedServer]:
+    srv = start_embedded(EngineConfig(max_model_len=4096))
+    yield srv
+    srv.stop()
+
+
+def scrape(srv: EmbeddedServer) -> dict[str, float]:
+    """Sample name → the sum of its series (labels folded)."""
+    with urllib.request.urlopen(srv.metrics_url, timeout=10) as r:
+        page = parse(r.read().decode())
+    return {name: sum(s.value for s in rows) for name, rows in page.samples.items()}
+
+
+def hist_mean_ms(before: dict[str, float], after: dict[str, float], name: str) -> float:
+    d_count = after[f"{name}_count"] - before.get(f"{name}_count", 0.0)
+    assert d_count == N, f"{name}: the server counted {d_count} requests, the client sent {N}"
+    return 1000 * (after[f"{name}_sum"] - before.get(f"{name}_sum", 0.0)) / d_count
+
+
+def test_bench_client_agrees_with_the_servers_histograms(
+    server: EmbeddedServer, tmp_path: Path
+) -> None:
+    before = scrape(server)
+    cfg = BenchConfig(
+        base_url=server.base_url,
+        dataset_name="random",
+        random_input_len=128,
+        random_output_len=OUT,
+        num_prompts=N,
+        request_rate=12.0,
+        seed=7,
+        request_timeout_s=60.0,
+    )
+    result = bench(cfg, tmp_path / "run", progress=False, metrics_interval_s=0.5)
+    after = scrape(server)
+    s = result.summary
+    assert (s.completed, s.failed) == (N, 0), s.errors
+
+    records = read_records(tmp_path / "run")
+    assert all(r.output_tokens == OUT and r.tokens_source == "usage" for r in records)
+    gen = after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]
+    prompt = after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"]
+    assert gen == s.total_output_tokens == N * OUT
+    assert prompt == s.total_input_tokens
+
+    ttft = hist_mean_ms(before, after, "vllm:time_to_first_token_seconds")
+    tpot = hist_mean_ms(before, after, "vllm:request_time_per_output_token_seconds")
+    assert s.ttft.mean is not None and s.tpot.mean is not None
+    report = f"client TTFT {s.ttft.mean:.2f} / server {ttft:.2f} ms; " + (
+        f"client TPOT {s.tpot.mean:.2f} / server {tpot:.2f} ms"
+    )
+    assert ttft - 2.0 <= s.ttft.mean <= ttft * 1.15 + 25.0, report
+    assert abs(s.tpot.mean - tpot) <= 0.15 * tpot + 2.0, report
+
+    # run.json's server section: the scraper recognised the simulator as vLLM by its names
+    back = read_run_result(tmp_path / "run")
+    assert back.server is not None and back.server.error is None
+    found = back.server.names_found
+    assert found.get(ss.TTFT_SECONDS) == "vllm:time_to_first_token_seconds", found
+    assert found.get(ss.RUNNING) == "vllm:num_requests_running", found
+    assert found.get(ss.WAITING) == "vllm:num_requests_waiting", found
+    assert found.get(ss.PREEMPTIONS_TOTAL) == "vllm:num_preemptions_total", found
+    assert found.get(ss.KV_CACHE_USAGE) in (
+        "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",
+    ), found
+    assert found.get(ss.GENERATION_TOKENS_TOTAL) == "vllm:generation_tokens_total", found
+    assert back.server.samples >= 2
