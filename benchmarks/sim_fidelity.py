@@ -98,6 +98,9 @@ class Run:
     n: int
     case: str | None = None
     """The published case this run is (None: a run of the session that is not a case)."""
+    check: str | None = None
+    """A run of the README that is not a published case, kept as an out-of-sample check
+    (its figures in :data:`CHECKS`; never used in a fit)."""
 
 
 @dataclass(frozen=True)
@@ -121,9 +124,10 @@ SESSIONS: tuple[Session, ...] = (
         (
             Run(1024, 1024, 10, _dl("util025-rand1k1k-n10")),
             Run(1024, 1024, 1, _dl("util025-rand1k1k-n1")),
-            Run(1024, 1024, 20),
-            Run(1024, 1024, 30),
+            Run(1024, 1024, 20, check="7B TP1 util0.25 n20"),
+            Run(1024, 1024, 30, check="7B TP1 util0.25 n30"),
             Run(1024, 1024, 50, _dl("util025-rand1k1k-n50")),
+            Run(1024, 1024, 75, check="7B TP1 util0.25 n75"),
         ),
     ),
     Session(
@@ -142,8 +146,8 @@ SESSIONS: tuple[Session, ...] = (
         "(38.5%), n20 (50.7%), an n10 not shown (the 56.1% of n1 needs it), n1",
         (
             Run(1024, 1024, 50, _dl("util05-rand1k1k-n50")),
-            Run(1024, 1024, 30),
-            Run(1024, 1024, 20),
+            Run(1024, 1024, 30, check="7B TP1 util0.5 n30"),
+            Run(1024, 1024, 20, check="7B TP1 util0.5 n20"),
             Run(1024, 1024, 10),
             Run(1024, 1024, 1, _dl("util05-rand1k1k-n1")),
         ),
@@ -151,7 +155,10 @@ SESSIONS: tuple[Session, ...] = (
     Session(
         "7B TP1 util0.5 (pid 118)",
         f"{_R}: APIServer pid=118, 09-09 02:24: n10 on a fresh server (8.9%)",
-        (Run(1024, 1024, 10, _dl("util05-rand1k1k-n10")),),
+        (
+            Run(1024, 1024, 10, _dl("util05-rand1k1k-n10")),
+            Run(1024, 1024, 75, check="7B TP1 util0.5 n75"),
+        ),
     ),
     Session(
         "7B TP1 util0.5 (pid 2739)",
@@ -165,8 +172,16 @@ SESSIONS: tuple[Session, ...] = (
     ),
     Session(
         "7B TP2 util0.25 (pid 1423)",
-        f"{_R}: APIServer pid=1423, 09-06 21:18: n1 on a fresh server (49.2% = 1008/2048)",
-        (Run(1024, 1024, 1, "dl-qwen2-7b-a100x2tp2-util025-rand1024-1024-n1"),),
+        f"{_R}: APIServer pid=1423, 09-06 21:18-21:26: n1 on a fresh server (49.2% = "
+        "1008/2048), an n10 not shown (the 40.6% of n20 needs it, as on pid 113), n20, n30, "
+        "n75",
+        (
+            Run(1024, 1024, 1, "dl-qwen2-7b-a100x2tp2-util025-rand1024-1024-n1"),
+            Run(1024, 1024, 10),
+            Run(1024, 1024, 20, check="7B TP2 util0.25 n20"),
+            Run(1024, 1024, 30, check="7B TP2 util0.25 n30"),
+            Run(1024, 1024, 75, check="7B TP2 util0.25 n75"),
+        ),
     ),
     Session(
         "7B TP2 util0.25 (pid 2202)",
@@ -175,12 +190,14 @@ SESSIONS: tuple[Session, ...] = (
         "1024/7168 n10, 1024/1024 n50",
         (
             Run(4096, 4096, 100, "dl-qwen2-7b-a100x2tp2-util025-rand4096-4096-n100"),
-            Run(1024, 7168, 100),
+            Run(1024, 7168, 100, check="7B TP2 util0.25 1024/7168 n100"),
             Run(7168, 1024, 100, "dl-qwen2-7b-a100x2tp2-util025-rand7168-1024-n100"),
-            Run(1024, 1024, 10),
-            Run(4096, 4096, 10),
-            Run(1024, 7168, 10),
+            Run(1024, 1024, 10, check="7B TP2 util0.25 n10"),
+            Run(4096, 4096, 10, check="7B TP2 util0.25 4096/4096 n10"),
+            Run(1024, 7168, 10, check="7B TP2 util0.25 1024/7168 n10"),
             Run(1024, 1024, 50, "dl-qwen2-7b-a100x2tp2-util025-rand1024-1024-n50"),
+            Run(4096, 4096, 50, check="7B TP2 util0.25 4096/4096 n50"),
+            Run(1024, 7168, 50, check="7B TP2 util0.25 1024/7168 n50"),
         ),
     ),
     Session(
@@ -190,6 +207,7 @@ SESSIONS: tuple[Session, ...] = (
         (
             Run(1024, 1024, 100, "dl-qwen2-7b-a100x2tp2-util025-rand1024-1024-n100"),
             Run(1024, 1024, 200, "dl-qwen2-7b-a100x2tp2-util025-rand1024-1024-n200"),
+            Run(1024, 1024, 500, check="7B TP2 util0.25 n500"),
         ),
     ),
     Session(
@@ -215,6 +233,7 @@ SESSIONS: tuple[Session, ...] = (
         (
             Run(1024, 1024, 10, "dl-qwen25-32b-a100x1-rand1k1k-n10"),
             Run(1024, 1024, 50, "dl-qwen25-32b-a100x1-rand1k1k-n50"),
+            Run(1024, 1024, 75, check="32B TP1 n75"),
         ),
     ),
     Session(
@@ -229,11 +248,12 @@ SESSIONS: tuple[Session, ...] = (
         "(22.7%), n50, n100, n30, n20",
         (
             Run(1024, 1024, 1, "dl-qwen25-32b-a100x2tp2-rand1k1k-n1"),
-            Run(1024, 1024, 10),
+            Run(1024, 1024, 10, check="32B TP2 n10"),
             Run(1024, 1024, 50, "dl-qwen25-32b-a100x2tp2-rand1k1k-n50"),
-            Run(1024, 1024, 100),
-            Run(1024, 1024, 30),
+            Run(1024, 1024, 100, check="32B TP2 n100"),
+            Run(1024, 1024, 30, check="32B TP2 n30"),
             Run(1024, 1024, 20, "dl-qwen25-32b-a100x2tp2-rand1k1k-n20"),
+            Run(1024, 1024, 15, check="32B TP2 n15"),
         ),
     ),
     Session(
@@ -250,11 +270,59 @@ SESSIONS: tuple[Session, ...] = (
         f"{_R}: APIServer pid=2014, 09-07 01:25-01:29: n30 then n50 (what ran before n30 is "
         "not shown; 43,000-token cache)",
         (
-            Run(1024, 1024, 30),
+            Run(1024, 1024, 30, check="72B TP2 n30"),
             Run(1024, 1024, 50, "dl-qwen2-72b-a100x2tp2-rand1k1k-n50"),
+            Run(1024, 1024, 100, check="72B TP2 n100"),
         ),
     ),
 )
+
+
+def _m(
+    dur: float, out: float, ttft: tuple[float, float, float], tpot: tuple[float, float]
+) -> dict[str, float]:
+    return {
+        "duration_s": dur,
+        "output_tok_s": out,
+        "mean_ttft_ms": ttft[0],
+        "median_ttft_ms": ttft[1],
+        "p99_ttft_ms": ttft[2],
+        "mean_tpot_ms": tpot[0],
+        "median_tpot_ms": tpot[1],
+    }
+
+
+CHECKS: dict[str, dict[str, float]] = {
+    # The README's "Serving Benchmark Result" of runs that are not published cases:
+    # duration s, output tok/s, (mean, median, p99) TTFT ms, (mean, median) TPOT ms.
+    "7B TP1 util0.25 n20": _m(15.22, 1338.72, (463.10, 364.37, 843.99), (14.36, 14.46)),
+    "7B TP1 util0.25 n30": _m(16.74, 1830.69, (1033.68, 935.87, 1444.56), (15.19, 15.28)),
+    "7B TP1 util0.25 n75": _m(35.99, 2131.91, (1140.94, 791.30, 2675.82), (24.02, 20.90)),
+    "7B TP1 util0.5 n30": _m(15.56, 1967.90, (241.74, 240.32, 274.05), (14.93, 14.93)),
+    "7B TP1 util0.5 n20": _m(14.70, 1387.31, (195.24, 199.99, 239.46), (14.12, 14.12)),
+    "7B TP1 util0.5 n75": _m(25.64, 2991.02, (2598.85, 2543.58, 5063.67), (22.21, 22.27)),
+    "7B TP2 util0.25 n20": _m(15.10, 1349.66, (550.45, 405.39, 1038.90), (14.17, 14.30)),
+    "7B TP2 util0.25 n30": _m(16.58, 1847.17, (633.56, 729.59, 1101.59), (15.52, 15.43)),
+    "7B TP2 util0.25 n75": _m(27.52, 2787.42, (1740.61, 1217.12, 4508.35), (24.93, 25.39)),
+    "7B TP2 util0.25 1024/7168 n100": _m(
+        295.52, 2404.42, (3659.36, 4546.82, 4865.53), (32.63, 28.91)
+    ),
+    "7B TP2 util0.25 n10": _m(13.92, 735.47, (601.91, 632.50, 916.26), (12.99, 12.96)),
+    "7B TP2 util0.25 4096/4096 n10": _m(58.58, 699.24, (1676.30, 1790.69, 2613.44), (13.88, 13.85)),
+    "7B TP2 util0.25 1024/7168 n10": _m(95.04, 726.59, (111.47, 112.36, 122.76), (13.23, 13.24)),
+    "7B TP2 util0.25 4096/4096 n50": _m(
+        102.53, 1957.56, (5291.07, 5070.00, 11893.81), (27.01, 23.72)
+    ),
+    "7B TP2 util0.25 1024/7168 n50": _m(146.97, 2380.86, (279.73, 278.82, 348.43), (20.40, 20.46)),
+    "7B TP2 util0.25 n500": _m(143.45, 3515.49, (38204.56, 7941.96, 90563.28), (62.28, 59.75)),
+    "32B TP1 n75": _m(226.03, 339.77, (61850.53, 10445.43, 150225.82), (76.73, 66.38)),
+    "32B TP2 n10": _m(42.22, 242.57, (1853.66, 1965.27, 2940.46), (39.38, 39.27)),
+    "32B TP2 n100": _m(193.49, 529.23, (44143.73, 11137.92, 151305.50), (80.12, 68.97)),
+    "32B TP2 n30": _m(56.86, 540.32, (5368.61, 5441.43, 9262.94), (50.04, 49.98)),
+    "32B TP2 n15": _m(40.58, 378.49, (213.45, 218.21, 236.19), (39.44, 39.43)),
+    "72B TP2 n30": _m(148.43, 203.16, (10949.72, 11190.15, 19102.59), (104.71, 102.82)),
+    "72B TP2 n100": _m(452.91, 219.94, (142448.58, 138530.00, 381085.60), (139.24, 119.61)),
+}
 
 
 def series_of(case: dict[str, Any]) -> str:
@@ -544,8 +612,10 @@ def simulate_cases(
     p: dict[str, float],
     warm_mode: str = "logs",
     only: Iterable[str] | None = None,
+    checks: bool = False,
 ) -> dict[str, CaseResult]:
-    """Simulate the workload cases (in scope or not, no TRT sweeps); ``only``: these ids."""
+    """Simulate the workload cases (in scope or not, no TRT sweeps); ``only``: these ids.
+    ``checks``: the README's other runs too (keyed ``check:<name>``; replay mode only)."""
     by_id = {c["id"]: c for c in cases}
     wanted = set(only) if only is not None else None
     out: dict[str, CaseResult] = {}
@@ -573,14 +643,22 @@ def simulate_cases(
                 if r.case:
                     out[r.case] = CaseResult({}, 0, s.name, [f"refused: {exc.message}"], 0.0)
             continue
-        last = max(i for i, r in enumerate(s.runs) if r.case in by_id)
+        last = max(i for i, r in enumerate(s.runs) if r.case in by_id or (checks and r.check))
         for r in s.runs[: last + 1]:
             case = by_id.get(r.case) if r.case else None
+            total = measured_output_total(case)
+            if r.check:
+                m = CHECKS[r.check]
+                total = m["output_tok_s"] * m["duration_s"]
             t = time.perf_counter()
-            outs = output_lens(r.n, r.output_len, measured_output_total(case))
+            outs = output_lens(r.n, r.output_len, total)
             sim, warm = run_on(eng, r.input_len, outs, test_request=warm_mode != "cold")
             if r.case and case is not None:
                 out[r.case] = CaseResult(
+                    metrics_of(sim), warm, s.name, list(notes), time.perf_counter() - t
+                )
+            elif r.check and checks:
+                out["check:" + r.check] = CaseResult(
                     metrics_of(sim), warm, s.name, list(notes), time.perf_counter() - t
                 )
             if warm_mode != "logs":
@@ -844,9 +922,14 @@ def main() -> int:
     print(f"servetune sim fidelity: {len(cases)} cases from {args.cases}\n")
     print("constants (src/servetune/sim/data/efficiency.json):")
     print("  " + ", ".join(f"{k} {v:.4g}" for k, v in p.items()))
-    results = simulate_cases(cases, p, args.warm)
+    results = simulate_cases(cases, p, args.warm, checks=args.warm == "logs")
     mine = in_scope_workload(cases)
     errs = case_errors(mine, results)
+    check_errs = {
+        name: {k: err(results["check:" + name].sim[k], m[k]) for k, _ in METRICS if k in m}
+        for name, m in CHECKS.items()
+        if "check:" + name in results
+    }
     held: dict[str, dict[str, float]] | None = None
     if not args.no_held_out and args.warm == "logs":
         print("\n(held-out refits: leave one series out; this takes a few minutes)")
@@ -863,6 +946,17 @@ def main() -> int:
         why = scope(c)
         if why is not None and c.get("workload") and "sweep" not in c["workload"]:
             print(f"  {c['id']}: {why}")
+    if check_errs:
+        print(
+            "\nout-of-sample check: the README's other runs on the same servers (never fitted; "
+            "replayed in their sessions)"
+        )
+        for name, e in check_errs.items():
+            res = results["check:" + name]
+            print(
+                f"  {name:<32} {res.warm:>3} cached  "
+                + "  ".join(f"{lab} {e[k]:+6.1f}%" for k, lab in METRICS if k in e)
+            )
     print("\nreplayed server sessions (cache state from the runs' logs):")
     for s in SESSIONS:
         print(
@@ -890,6 +984,12 @@ def main() -> int:
             + (f"≤ {tgt:.0f}%" if tgt is not None else "")
             + f"{flag}   ({cnt} cases)"
         )
+    if check_errs:
+        chk = medians(check_errs)
+        print(
+            f"  out-of-sample README runs ({len(check_errs)}): "
+            + ", ".join(f"{lab} {chk[k][0]:.1f}%" for k, lab in METRICS if chk[k][0] is not None)
+        )
     if mem_errs:
         mm, mx = statistics.median(mem_errs), max(mem_errs)
         print(
@@ -906,6 +1006,7 @@ def main() -> int:
                     "held_out": None if hos is None else {k: v[0] for k, v in hos.items()},
                     "errors": errs,
                     "held_out_errors": held,
+                    "check_errors": check_errs,
                     "sim": {k: v.sim for k, v in results.items()},
                 },
                 indent=1,

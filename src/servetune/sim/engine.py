@@ -258,7 +258,9 @@ class Engine:
         self.running.pop(req.id, None)
         self.prefilling.pop(req.id, None)
         req.nblocks = -(-req.computed // self.B)
-        self._free_blocks(req, keep=False)
+        # vLLM keeps a finished request's full blocks cached (evictable) too: they hold their
+        # place in the eviction order, ahead of its prompt prefix
+        self._free_blocks(req, keep=True)
         req.state = DONE
         req.finish_t = self.now
         req.finish_reason = reason
