@@ -9,9 +9,16 @@ import pytest
 from scipy.optimize import brentq
 from sweep_rows import make_rows as rows_of
 
-from servetune.sweep.knee import find_knee, pav_increasing
+from servetune.sweep.knee import DEFAULT_K, pav_increasing
+from servetune.sweep.knee import find_knee as _find_knee
 
 MU = 10.0  # service rate of the M/M/1 curves (req/s)
+
+
+def find_knee(*args, **kw):  # type: ignore[no-untyped-def]
+    """These known-answer tests are written for k = 1 (Kleinrock's power, M/M/1 at ρ = ½)."""
+    kw.setdefault("k", 1.0)
+    return _find_knee(*args, **kw)
 
 
 def mm1_ms(lam: np.ndarray, mu: float = MU, fixed_ms: float = 0.0) -> np.ndarray:
@@ -262,3 +269,13 @@ def test_repeated_levels_give_run_to_run_spread() -> None:
     assert knee.status == "found"
     assert knee.confidence == "low"
     assert any("run-to-run spread" in r for r in knee.confidence_reasons)
+
+
+def test_default_k_puts_the_mm1_knee_at_two_thirds_of_capacity() -> None:
+    """The default (k = 2): d ln P99 / d ln X = 2 ⇔ ρ = 2/3 for M/M/1 — the point where one
+    more percent of throughput costs two percent of latency."""
+    assert DEFAULT_K == 2.0
+    lam = np.linspace(0.5, 9.8, 16)
+    knee = _find_knee(rows_of(lam, lam, mm1_ms(lam)), "rate")
+    assert knee.status == "found"
+    assert knee.throughput == pytest.approx(MU * 2 / 3, rel=0.05)

@@ -25,7 +25,7 @@ def test_offline_sweep_finds_the_knee_and_agrees_with_the_server(
             "--sim-offline",
             *SIM,
             "--request-rates",
-            "2,4,6,8,10,12,16",
+            "2,4,6,8,10,12,16,24,32",
             "--num-prompts",
             "300",
             "--random-input-len",
@@ -44,7 +44,7 @@ def test_offline_sweep_finds_the_knee_and_agrees_with_the_server(
     sweep = read_sweep_result(tmp_path)
     assert sweep.config.target == "offline" and sweep.config.engine is not None
     rows = sweep.measured_rows()
-    assert len(rows) == 7
+    assert len(rows) == 9
     for row in rows:
         assert (tmp_path / row.level_dir / SERVER_METRICS_FILE).exists()
         assert row.server is not None and row.server.running_mean is not None

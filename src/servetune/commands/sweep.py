@@ -65,8 +65,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--knee-k",
         type=float,
-        default=1.0,
-        help="knee threshold on d ln P99 / d ln throughput (1 = max of throughput/latency)",
+        default=2.0,
+        help="knee: where d ln P99 / d ln throughput reaches k (default 2: an M/M/1 queue at "
+        "2/3 load; 1 = Kleinrock's power, half load — more cautious)",
     )
     g.add_argument(
         "--sim-offline",

@@ -88,7 +88,7 @@ class SweepConfig(BaseModel):
     server_cmd: str | None = None
     restart_per_level: bool = False
     scrape_metrics: bool = True
-    knee_k: float = 1.0
+    knee_k: float = 2.0
     confirm: bool = False
 
     @field_validator("request_rates", mode="before")

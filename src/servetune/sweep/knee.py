@@ -39,7 +39,7 @@ from servetune.results.sweep_schema import (
 from servetune.sweep import fmt
 from servetune.sweep.levels import auto_rates, round_sig
 
-DEFAULT_K = 1.0
+DEFAULT_K = 2.0
 THROUGHPUT_TOL = 0.03
 """A level whose throughput is within 3% of the best lower level adds no throughput."""
 MIN_RISE = 1.5
