@@ -111,6 +111,8 @@ def _past_knee_finding(
             "knee_throughput": float(knee.throughput or 0),
             "past_levels": float(len(past)),
             "growing_levels": float(len(growing)),
+            "first_growing_load": float(growing[0].load) if growing else 0.0,
+            "concurrency_mode": 1.0 if mode == "concurrency" else 0.0,
         },
     )
 
@@ -294,9 +296,14 @@ def _headline(findings: list[Finding], knee: Knee | None) -> str:
     past = next((f for f in findings if f.rule == "past_knee"), None)
     if past is not None:
         parts.append(past.title.split(" are past the knee")[0].replace("Levels", "levels"))
-        parts[-1] += " past it" + (
-            " (waiting grows without bound)" if past.figures.get("growing_levels") else ""
-        )
+        parts[-1] += " past it"
+        if past.figures.get("growing_levels"):
+            # Say where the queue runs away: past the knee is not yet past capacity.
+            start = fmt_num(past.figures.get("first_growing_load", 0.0))
+            at = (
+                f"concurrency {first}" if past.figures.get("concurrency_mode") else f"{first} req/s"
+            )
+            parts[-1] += f" (waiting grows without bound from {at})"
     limit = next((f for f in findings if f.rule == "capacity_limit"), None)
     if limit is not None:
         what = limit.title.split(": ", 1)[-1]
