@@ -301,7 +301,7 @@ def _headline(findings: list[Finding], knee: Knee | None) -> str:
             # Say where the queue runs away: past the knee is not yet past capacity.
             start = fmt_num(past.figures.get("first_growing_load", 0.0))
             at = (
-                f"concurrency {first}" if past.figures.get("concurrency_mode") else f"{first} req/s"
+                f"concurrency {start}" if past.figures.get("concurrency_mode") else f"{start} req/s"
             )
             parts[-1] += f" (waiting grows without bound from {at})"
     limit = next((f for f in findings if f.rule == "capacity_limit"), None)
