@@ -170,7 +170,7 @@ def _comfortable_concurrency(sweep: Any) -> float | None:
 
 def _diagnosis(path: Path) -> str | None:
     try:
-        from servetune.diagnose import diagnose_path  # type: ignore[attr-defined]
+        from servetune.diagnose import diagnose_path
     except ImportError:
         return None
     result = diagnose_path(path)
