@@ -16,6 +16,7 @@ demo: $(STAMP)
 	$(BIN)/servetune demo
 
 test: $(STAMP)
+	bash scripts/provision_engines.sh
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
