@@ -218,6 +218,15 @@ def realtime(seconds: float, rate: float, repeat: int) -> None:
             )
             worst = ", ".join(f"{k} {v:.1f}" for k, v in st["worst_ms"].items())
             print(f"           worst ms: {worst}")
+            gcs = ", ".join(
+                f"{g} {v['count']}x {v['total_ms']:.0f} ms" for g, v in st["gc"].items()
+            )
+            print(f"           collections while serving: {gcs}")
+            wb, ws = st["write_batch_ms"], st["write_batch_size"]
+            print(
+                f"           a step's writes took p50 {wb['p50']:.2f} / p99 {wb['p99']:.2f} / max "
+                f"{wb['max']:.1f} ms for p50 {ws['p50']:.0f} / max {ws['max']:.0f} streams"
+            )
         print(
             f"    p99 over runs: median {statistics.median(p99s):.3f} ms, "
             f"min {min(p99s):.3f}, max {max(p99s):.3f} (target < 2 ms)"

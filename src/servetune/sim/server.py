@@ -67,6 +67,19 @@ _INTAKE_S = 0.002
 """Parse requests for at most this long at a time between steps."""
 
 
+def _pcts(xs: list[float] | list[int], scale: float = 1e3) -> dict[str, float] | None:
+    """p50 / p90 / p99 / max of sorted ``xs`` (× ``scale``)."""
+    if not xs:
+        return None
+    n = len(xs)
+    return {
+        "p50": xs[n // 2] * scale,
+        "p90": xs[min(n - 1, (9 * n) // 10)] * scale,
+        "p99": xs[min(n - 1, (99 * n) // 100)] * scale,
+        "max": xs[-1] * scale,
+    }
+
+
 def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
@@ -231,9 +244,14 @@ class SimServer:
         """The longest time seen per phase of the engine loop (seconds): where lag comes from."""
         self._gc_t = 0.0
         self._idle_gc = False
+        self.gc_stats: dict[int, tuple[int, float]] = {}
+        """Collections during service, per generation: (count, seconds)."""
         gc.callbacks.append(self._gc_pause)
         self.writes = 0
         self.write_s = 0.0
+        self.batch_s = array("d")
+        self.batch_n = array("l")
+        """Per step: how long its writes took, and how many."""
         self.wake_lag_s = 0.0
         self.batches = 0
         self.intake: deque[Conn] = deque()
@@ -466,7 +484,11 @@ class SimServer:
         if phase == "start":
             self._gc_t = time.perf_counter()
         else:
-            self._worst(f"gc_gen{info.get('generation', 0)}", time.perf_counter() - self._gc_t)
+            gen = info.get("generation", 0)
+            took = time.perf_counter() - self._gc_t
+            self._worst(f"gc_gen{gen}", took)
+            n, total = self.gc_stats.get(gen, (0, 0.0))
+            self.gc_stats[gen] = (n + 1, total + took)
 
     def _write(self, writes: list[tuple[Conn, bytes, Stream | None]], t_target: float) -> None:
         perf = time.perf_counter
@@ -480,7 +502,11 @@ class SimServer:
                 add(perf() - t_target)
             if ending is not None:
                 conn.done(ending)
-        self.write_s += perf() - t_start
+        took = perf() - t_start
+        self.write_s += took
+        if len(self.batch_s) < _MAX_LAG_SAMPLES:
+            self.batch_s.append(took)
+            self.batch_n.append(len(lags))
         self.writes += len(lags)
         self.wake_lag_s += t_start - t_target
         self.batches += 1
@@ -511,9 +537,15 @@ class SimServer:
                 "max": lags[-1] * 1e3 if lags else None,
             },
             "write_us_per_token": self.write_s / self.writes * 1e6 if self.writes else None,
+            "write_batch_ms": _pcts(sorted(self.batch_s)),
+            "write_batch_size": _pcts(sorted(self.batch_n), 1.0),
             "wake_lag_ms_mean": self.wake_lag_s / self.batches * 1e3 if self.batches else None,
             "tokens_per_step_written": self.writes / self.batches if self.batches else None,
             "worst_ms": {k: v * 1e3 for k, v in sorted(self.worst.items())},
+            "gc": {
+                f"gen{g}": {"count": n, "total_ms": t * 1e3}
+                for g, (n, t) in sorted(self.gc_stats.items())
+            },
             "steps": c.steps,
             "generation_tokens": c.generation_tokens,
             "preemptions": c.preemptions,
