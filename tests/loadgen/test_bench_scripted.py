@@ -138,7 +138,7 @@ def test_two_worker_processes_share_one_clock(scripted: Factory, tmp_path: Path)
     assert 15 <= r.summary.ttft.p50 <= 30
     # one clock: each worker's sends follow the shared plan (never early, rarely late)
     lags = [x.send_lag_ms for x in recs]
-    assert min(lags) >= 0 and np.percentile(lags, 50) < 5
+    assert min(lags) > -1.5 and np.percentile(lags, 50) < 5  # uvloop timers: ±1 ms
 
 
 def test_existing_run_dir_is_not_overwritten_by_accident(scripted: Factory, tmp_path: Path) -> None:

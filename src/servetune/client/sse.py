@@ -18,6 +18,19 @@ class SSEParser:
         self._buf = b""
 
     def feed(self, data: bytes) -> list[tuple[bytes, bytes]]:
+        out: list[tuple[bytes, bytes]] = []
+        for raw in self.blocks(data):
+            if raw.startswith(b"data:") and b"\n" not in raw:  # fast path
+                payload = raw[5:]
+                out.append((b"message", payload[1:] if payload[:1] == b" " else payload))
+                continue
+            event = self.parse_block(raw)
+            if event is not None:
+                out.append(event)
+        return out
+
+    def blocks(self, data: bytes) -> list[bytes]:
+        """The raw text of every event completed by ``data`` (line ends normalised to LF)."""
         buf = self._buf + data if self._buf else data
         if b"\r" in buf:
             # A CR at the very end may be the first half of a CRLF: keep it for the next read.
@@ -27,27 +40,18 @@ class SSEParser:
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + tail
         parts = buf.split(b"\n\n")
         self._buf = parts.pop()
-        out: list[tuple[bytes, bytes]] = []
-        for raw in parts:
-            if raw.startswith(b"data:") and b"\n" not in raw:  # fast path
-                payload = raw[5:]
-                out.append((b"message", payload[1:] if payload[:1] == b" " else payload))
-                continue
-            event = self._parse_block(raw)
-            if event is not None:
-                out.append(event)
-        return out
+        return parts
 
     def flush(self) -> list[tuple[bytes, bytes]]:
         """Events left when the stream closes without a final blank line."""
         rest, self._buf = self._buf.rstrip(b"\r\n"), b""
         if not rest:
             return []
-        event = self._parse_block(rest.replace(b"\r\n", b"\n"))
+        event = self.parse_block(rest.replace(b"\r\n", b"\n"))
         return [event] if event is not None else []
 
     @staticmethod
-    def _parse_block(raw: bytes) -> tuple[bytes, bytes] | None:
+    def parse_block(raw: bytes) -> tuple[bytes, bytes] | None:
         name = b"message"
         data: list[bytes] = []
         for line in raw.split(b"\n"):

@@ -50,9 +50,29 @@ class StreamState:
         self.malformed = 0
 
     def feed(self, data: bytes, now_ns: int) -> None:
-        """Process bytes read at ``now_ns`` (one stamp per read: events in it arrived together)."""
-        for name, payload in self.parser.feed(data):
-            self._event(name, payload, now_ns)
+        """Process bytes read at ``now_ns`` (one stamp per read: events in it arrived together).
+
+        The hot path: one ``data: {...}`` line carrying a plain content chunk (the bulk of
+        every stream) is handled inline; anything else goes through the general rules.
+        """
+        loads = orjson.loads
+        for raw in self.parser.blocks(data):
+            if raw[:7] == b"data: {" and b"\n" not in raw:
+                try:
+                    obj = loads(memoryview(raw)[6:])
+                except orjson.JSONDecodeError:
+                    self.malformed += 1
+                    continue
+                choices = obj.get("choices")
+                if choices and "usage" not in obj and "error" not in obj:
+                    self._content(choices[0], now_ns)
+                    self.usage_every_chunk = False
+                    continue
+                self._object(b"message", obj, now_ns)
+                continue
+            event = SSEParser.parse_block(raw)
+            if event is not None:
+                self._event(event[0], event[1], now_ns)
 
     def close(self, now_ns: int) -> None:
         for name, payload in self.parser.flush():
@@ -67,6 +87,9 @@ class StreamState:
         except orjson.JSONDecodeError:
             self.malformed += 1
             return
+        self._object(name, obj, now_ns)
+
+    def _object(self, name: bytes, obj: Any, now_ns: int) -> None:
         if not isinstance(obj, dict):
             self.malformed += 1
             return
@@ -77,17 +100,7 @@ class StreamState:
         choices = obj.get("choices")
         usage = obj.get("usage")
         if choices:
-            self.chunk_ns.append(now_ns)
-            choice = choices[0]
-            if self.chat:
-                delta = choice.get("delta") or {}
-                text = delta.get("content") or delta.get("reasoning_content")
-            else:
-                text = choice.get("text")
-            if text:
-                self.texts.append(text)
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
+            self._content(choices[0], now_ns)
             if isinstance(usage, dict) and "completion_tokens" in usage:
                 prev = self.completion_tokens or 0
                 self.chunk_tokens.append(int(usage["completion_tokens"]) - prev)
@@ -98,6 +111,19 @@ class StreamState:
                 self.completion_tokens = int(usage["completion_tokens"])
             if usage.get("prompt_tokens") is not None:
                 self.prompt_tokens = int(usage["prompt_tokens"])
+
+    def _content(self, choice: Any, now_ns: int) -> None:
+        """A content chunk: its stamp, its text (kept in case the server sends no usage)."""
+        self.chunk_ns.append(now_ns)
+        if self.chat:
+            delta = choice.get("delta") or {}
+            text = delta.get("content") or delta.get("reasoning_content")
+        else:
+            text = choice.get("text")
+        if text:
+            self.texts.append(text)
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
 
     def generated_text(self) -> str:
         return "".join(self.texts)

@@ -1,7 +1,7 @@
 """From RequestRecords to the Summary of a run (the metric contract of docs/metrics.md).
 
 The measured window starts ``warmup_s`` after the run's start and ends ``cooldown_s`` before
-the last response ended. A request counts when it was sent inside the window and, if it
+the last response ended. A request counts when it was scheduled inside the window and, if it
 succeeded, ended inside it; the others are "excluded" (kept on disk, left out of figures).
 """
 
@@ -60,7 +60,8 @@ def summarize(
     last_end = max(r.end_ns for r in records)
     end = max(start, last_end - int(cooldown_s * NS))
 
-    inside = [r for r in records if r.send_ns >= start and r.send_ns <= end]
+    # Membership by the planned time: a request planned at t0 may leave a hair before it.
+    inside = [r for r in records if start <= r.scheduled_ns <= end]
     ok = [r for r in inside if r.ok and r.last_ns is not None and r.last_ns <= end]
     failed = [r for r in inside if r.status == "failed"]
     cancelled = [r for r in records if r.status == "cancelled"]
@@ -106,9 +107,7 @@ def summarize(
         ttft_from_scheduled=describe(
             [t for r in ok if (t := r.ttft_from_scheduled_ms) is not None]
         ),
-        e2el_from_scheduled=describe(
-            [t for r in ok if (t := r.e2e_from_scheduled_ms) is not None]
-        ),
+        e2el_from_scheduled=describe([t for r in ok if (t := r.e2e_from_scheduled_ms) is not None]),
         output_tokens_per_request=describe(out_tokens, unit="tokens", ci=False),
         input_tokens_per_request=describe(in_tokens, unit="tokens", ci=False),
         tokens_source=dict(Counter(r.tokens_source or "unknown" for r in ok)),
