@@ -41,8 +41,8 @@ fitted):
 Fitted constants (``--calibrate``; least squares on the log errors of output throughput,
 mean TPOT and mean TTFT of the in-scope cases): A100 mfu and mbu, H100 mfu and mbu, the
 step and per-request CPU overheads, the API server's intake time per request and its token
-latency, the pod network's all-reduce
-latency and bandwidth — 10 numbers for 36 cases × 3 metrics.
+latency, the pod network's all-reduce latency and bandwidth — 10 numbers for 36 cases × 3
+metrics.
 """
 
 from __future__ import annotations
