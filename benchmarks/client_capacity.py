@@ -9,7 +9,9 @@ its own process, send open-loop constant-rate traffic at rising rates, in two sh
 
 For each client and shape it prints the highest rate at which achieved ≥ 97% of target and
 p99 TTFT stays within 5 ms of the server's own p99 TTFT, the client CPU per request, and the
-p99 TTFT error at half that rate against a 50 ms-TTFT server. Then the ratios.
+p99 TTFT error at half that rate against a 50 ms-TTFT server: per request, the client's
+first-token stamp minus the moment the server wrote that token (one CLOCK_MONOTONIC for both
+processes). Then the ratios.
 
     .venv/bin/python benchmarks/client_capacity.py [--quick]
 """
@@ -83,6 +85,7 @@ class Server:
         self.shape = shape
         self.ttft = ttft_ms / 1000
         self.ttfts: list[float] = []
+        self.first_writes: list[int] = []
         self.streams: list[Stream] = []
         self.done = 0
 
@@ -98,6 +101,7 @@ class Server:
             s.i = 1
             self.streams.append(s)
         self.ttfts.append(time.perf_counter() - recv)
+        self.first_writes.append(time.perf_counter_ns())
 
     async def ticker(self) -> None:
         loop = asyncio.get_running_loop()
@@ -158,8 +162,16 @@ class Conn(asyncio.Protocol):
         if path == b"/stats":
             t = sorted(self.srv.ttfts)
             p99 = t[min(len(t) - 1, int(0.99 * len(t)))] * 1000 if t else 0.0
-            body = json.dumps({"p99_ttft_ms": p99, "n": len(t), "done": self.srv.done}).encode()
+            body = json.dumps(
+                {
+                    "p99_ttft_ms": p99,
+                    "n": len(t),
+                    "done": self.srv.done,
+                    "first_writes": self.srv.first_writes,
+                }
+            ).encode()
             self.srv.ttfts = []
+            self.srv.first_writes = []
         elif path == b"/v1/models":
             body = MODELS
         else:
@@ -203,6 +215,7 @@ async def baseline(url: str, rate: float, n: int) -> dict[str, Any]:
     headers = {"Content-Type": "application/json"}
     ttfts: list[float] = []
     sends: list[float] = []
+    firsts: list[int] = []
 
     async def one() -> None:
         st = time.perf_counter()
@@ -222,6 +235,7 @@ async def baseline(url: str, rate: float, n: int) -> dict[str, Any]:
                     obj = orjson.loads(ev[6:])
                     if obj.get("choices") and ttft is None:
                         ttft = now - st
+                        firsts.append(int(now * 1e9))
         ttfts.append(ttft if ttft is not None else float("nan"))
 
     cpu0 = time.process_time()
@@ -242,6 +256,7 @@ async def baseline(url: str, rate: float, n: int) -> dict[str, Any]:
         "p99_ttft_ms": ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))] * 1000,
         "cpu_per_request_ms": 1000 * cpu / n,
         "completed": len(ttfts),
+        "firsts": firsts,
     }
 
 
@@ -259,10 +274,27 @@ def start_server(shape: str, ttft_ms: float) -> tuple[subprocess.Popen[str], str
     return p, f"http://127.0.0.1:{int(line.split()[1])}"
 
 
-def server_p99(root: str) -> float:
+def server_stats(root: str) -> dict[str, Any]:
+    """The server's TTFT record since the last call (then reset)."""
     import urllib.request
 
-    return float(json.loads(urllib.request.urlopen(root + "/stats").read())["p99_ttft_ms"])
+    stats: dict[str, Any] = json.loads(urllib.request.urlopen(root + "/stats").read())
+    return stats
+
+
+def stamp_error_ms(client_firsts: list[int], server_writes: list[int]) -> tuple[float, float]:
+    """p50 and p99 of (client's first-token stamp − server's first write), one clock.
+
+    time.perf_counter_ns is CLOCK_MONOTONIC for every process of the machine, so the gap is
+    exactly how late the client saw and stamped each first token: its TTFT error. Both lists,
+    sorted, pair up request by request (arrivals are milliseconds apart, the gaps microseconds).
+    """
+    import numpy as np
+
+    c, s = np.sort(np.array(client_firsts)), np.sort(np.array(server_writes))
+    n = min(len(c), len(s))
+    err = (c[:n] - s[:n]) / 1e6
+    return float(np.percentile(err, 50)), float(np.percentile(err, 99))
 
 
 def run_baseline(root: str, rate: float) -> dict[str, Any]:
@@ -307,8 +339,12 @@ def run_servetune(root: str, rate: float) -> dict[str, Any]:
         if out.returncode != 0:
             raise RuntimeError(out.stderr[-2000:])
         run = json.loads((Path(d) / "run.json").read_text())
+        lines = (Path(d) / "requests.jsonl").read_text().splitlines()
+        records = [json.loads(x) for x in lines if x]
     h = run["client_health"]
+    t0 = run["environment"]["clock_t0_ns"]
     return {
+        "firsts": [t0 + r["first_ns"] for r in records if r.get("first_ns") is not None],
         "achieved": h["achieved_rate"],
         "p99_ttft_ms": run["p99_ttft_ms"],
         "cpu_per_request_ms": h["cpu_per_request_ms"],
@@ -318,9 +354,11 @@ def run_servetune(root: str, rate: float) -> dict[str, Any]:
 
 
 def level(client: str, root: str, rate: float) -> dict[str, Any]:
-    server_p99(root)  # reset the server's TTFT record
+    server_stats(root)  # reset the server's record
     r = run_baseline(root, rate) if client == "baseline" else run_servetune(root, rate)
-    r["server_p99_ttft_ms"] = server_p99(root)
+    stats = server_stats(root)
+    r["server_p99_ttft_ms"] = float(stats["p99_ttft_ms"])
+    r["err_p50_ms"], r["err_p99_ms"] = stamp_error_ms(r.pop("firsts"), stats["first_writes"])
     r["rate"] = rate
     r["ok"] = bool(
         r["achieved"] >= RATE_FLOOR * rate
@@ -340,7 +378,9 @@ def sustained(client: str, shape: str, rates: list[int]) -> tuple[float, dict[st
             print(
                 f"  {client:9s} {shape:6s} {rate:5d} req/s: achieved {r['achieved']:7.1f}  "
                 f"p99 TTFT {r['p99_ttft_ms']:6.2f} ms (server {r['server_p99_ttft_ms']:.2f})  "
-                f"cpu/req {r['cpu_per_request_ms']:.3f} ms{w}  {'ok' if r['ok'] else 'MISS'}",
+                f"cpu/req {r['cpu_per_request_ms']:.3f} ms  "
+                f"stamp err p99 {r['err_p99_ms']:.2f} ms{w}  "
+                f"{'ok' if r['ok'] else 'MISS'}",
                 flush=True,
             )
             if r["ok"]:
@@ -360,12 +400,19 @@ def ttft_error(client: str, shape: str, rate: float) -> float:
         r = level(client, root, max(rate, 10))
     finally:
         proc.kill()
-    return float(r["p99_ttft_ms"] - r["server_p99_ttft_ms"])
+    print(
+        f"  {client:9s} {shape:6s} at {r['rate']:.0f} req/s vs a 50 ms-TTFT server: stamp error "
+        f"p50 {r['err_p50_ms']:.3f} ms, p99 {r['err_p99_ms']:.3f} ms; client p99 TTFT − server "
+        f"p99 TTFT {r['p99_ttft_ms'] - r['server_p99_ttft_ms']:.2f} ms",
+        flush=True,
+    )
+    return float(r["err_p99_ms"])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer, shorter levels")
+    ap.add_argument("--shape", choices=["burst", "spaced", "all"], default="all")
     args = ap.parse_args()
     global LEVEL_SECONDS
     if args.quick:
@@ -375,7 +422,8 @@ def main() -> None:
         f"{TOKENS} tokens per stream"
     )
     results: dict[tuple[str, str], dict[str, Any]] = {}
-    for shape, rates in RATES.items():
+    shapes = {k: v for k, v in RATES.items() if args.shape in (k, "all")}
+    for shape, rates in shapes.items():
         for client in ("baseline", "servetune"):
             best, row = sustained(client, shape, rates)
             err = ttft_error(client, shape, best / 2) if best else float("nan")
@@ -385,7 +433,7 @@ def main() -> None:
         f"{'shape':8s}{'client':11s}{'sustained req/s':>17s}{'cpu/req ms':>12s}"
         f"{'p99 TTFT err @ half rate':>27s}"
     )
-    for shape in RATES:
+    for shape in shapes:
         for client in ("baseline", "servetune"):
             r = results[(client, shape)]
             cpu = r["row"]["cpu_per_request_ms"] if r["row"] else float("nan")

@@ -213,6 +213,7 @@ async def run_bench(
         )
     if summary.failed:
         warnings.append(f"{summary.failed} requests failed: {summary.errors}")
+    env.clock_t0_ns = outcome.t0_ns
     result = RunResult(
         label=cfg.label,
         status="interrupted" if outcome.interrupted else "complete",

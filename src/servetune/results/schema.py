@@ -185,6 +185,9 @@ class Environment(BaseModel):
     started_at: str
     """ISO-8601 UTC wall-clock time at the run's start."""
     command: list[str] = Field(default_factory=list)
+    clock_t0_ns: int | None = None
+    """``time.perf_counter_ns()`` (CLOCK_MONOTONIC) at the run's t0: add it to a record's
+    times to line them up with other logs of this machine taken on the same clock."""
 
 
 class TargetInfo(BaseModel):
