@@ -65,8 +65,10 @@ def test_scraper_reads_the_simulated_engine(tmp_path: Path) -> None:
     assert info.summary["engine_version"] == "V1 (>=0.10)"
     assert info.names_found[ss.KV_CACHE_USAGE] == "vllm:kv_cache_usage_perc"
     assert info.names_found[ss.TPOT_SECONDS] == "vllm:request_time_per_output_token_seconds"
-    # whatever the simulator leaves out is reported, never an error
-    assert set(info.names_missing) <= {ss.PREFILL_SECONDS, ss.DECODE_SECONDS}
+    # the simulator exposes every concept vLLM V1 has, the phase histograms included
+    assert info.names_missing == []
+    assert info.names_found[ss.PREFILL_SECONDS] == "vllm:request_prefill_time_seconds"
+    assert info.names_found[ss.DECODE_SECONDS] == "vllm:request_decode_time_seconds"
     series = read_server_series(tmp_path)
     assert len(series) == info.samples
     first, last = series[0], series[-1]
@@ -76,3 +78,6 @@ def test_scraper_reads_the_simulated_engine(tmp_path: Path) -> None:
     assert done == REQUESTS
     assert info.summary["ttft_ms"]["count"] == REQUESTS
     assert info.summary["tpot_ms"]["p50"] > 0
+    assert info.summary["prefill_ms"]["count"] == REQUESTS
+    assert info.summary["decode_ms"]["count"] == REQUESTS
+    assert info.summary["decode_ms"]["mean"] > 0

@@ -175,3 +175,19 @@ def test_client_concurrency_cap_is_respected() -> None:
         level += d
         peak = max(peak, level)
     assert peak <= 4
+
+
+def test_prefill_and_decode_histograms_split_each_request_after_its_queue(
+    tmp_path: Path,
+) -> None:
+    cfg = BenchConfig(
+        num_prompts=40, request_rate=20, random_input_len=512, random_output_len=24, seed=2
+    )
+    run_offline(cfg, SEED, tmp_path)
+    last = read_server_series(tmp_path)[-1].histograms
+    e2e, queue = last["e2e_seconds"], last["queue_seconds"]
+    prefill, decode = last["prefill_seconds"], last["decode_seconds"]
+    assert prefill.count == decode.count == e2e.count == 40
+    assert prefill.sum > 0 and decode.sum > prefill.sum  # 24 decode steps outlast one prefill
+    # vLLM V1's phases: queued → scheduled → first token → last token, nothing in between
+    assert queue.sum + prefill.sum + decode.sum == pytest.approx(e2e.sum, rel=1e-9)

@@ -93,6 +93,9 @@ def test_models_tokenize_too_long_and_metrics(server: EmbeddedServer) -> None:
                 "vllm:inter_token_latency_seconds_bucket",
                 "vllm:e2e_request_latency_seconds_bucket",
                 "vllm:request_queue_time_seconds_bucket",
+                "vllm:request_prefill_time_seconds_bucket",
+                "vllm:request_decode_time_seconds_bucket",
+                "vllm:cache_config_info",
             ):
                 assert name in text, name
 

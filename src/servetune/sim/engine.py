@@ -147,6 +147,10 @@ class Engine:
         self.h_itl = Hist(TPOT_BUCKETS)
         self.h_e2e = Hist(REQUEST_LATENCY_BUCKETS)
         self.h_queue = Hist(REQUEST_LATENCY_BUCKETS)
+        # vLLM V1's phase histograms, observed when a request finishes: prefill = first
+        # scheduled → first token, decode = first token → last token (preemptions included)
+        self.h_prefill = Hist(REQUEST_LATENCY_BUCKETS)
+        self.h_decode = Hist(REQUEST_LATENCY_BUCKETS)
         self.busy_s = 0.0
 
     # --- state --------------------------------------------------------------------------
@@ -268,6 +272,9 @@ class Engine:
         self.h_e2e.observe(self.now - req.arrival)
         if req.out > 1 and req.first_token is not None:
             self.h_tpot.observe((self.now - req.first_token) / (req.out - 1))
+        if req.first_token is not None and req.first_sched is not None:
+            self.h_prefill.observe(req.first_token - req.first_sched)
+            self.h_decode.observe(self.now - req.first_token)
         self.finished.append(req)
 
     # --- the step -----------------------------------------------------------------------

@@ -125,6 +125,20 @@ def render(srv: SimServer) -> bytes:
         eng.h_queue,
         lab,
     )
+    _hist(
+        out,
+        "vllm:request_prefill_time_seconds",
+        "Histogram of time spent in PREFILL phase for request.",
+        eng.h_prefill,
+        lab,
+    )
+    _hist(
+        out,
+        "vllm:request_decode_time_seconds",
+        "Histogram of time spent in DECODE phase for request.",
+        eng.h_decode,
+        lab,
+    )
     r = srv.r
     out.append("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig")
     out.append("# TYPE vllm:cache_config_info gauge")

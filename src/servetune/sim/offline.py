@@ -5,7 +5,8 @@ the client is modelled as a perfect one (it sends on schedule; ``--max-concurren
 requests until a slot frees, first in first out). Writes the same files as a real bench:
 ``requests.jsonl`` (RequestRecord, ``tokens_source="sim"``, one chunk per token),
 ``server_metrics.jsonl`` (a scrape every 0.5 s of virtual time: KV use, running, waiting,
-preemptions, token counters and cumulative TTFT/TPOT/ITL/E2E/queue histograms) and
+preemptions, token counters and cumulative TTFT/TPOT/ITL/E2E/queue/prefill/decode
+histograms) and
 ``run.json`` (RunResult, with the engine configuration and memory plan in
 ``target.simulated``).
 """
@@ -73,6 +74,8 @@ NAMES_FOUND = {
     ss.ITL_SECONDS: "vllm:inter_token_latency_seconds",
     ss.E2E_SECONDS: "vllm:e2e_request_latency_seconds",
     ss.QUEUE_SECONDS: "vllm:request_queue_time_seconds",
+    ss.PREFILL_SECONDS: "vllm:request_prefill_time_seconds",
+    ss.DECODE_SECONDS: "vllm:request_decode_time_seconds",
 }
 
 
@@ -113,6 +116,8 @@ def server_sample(eng: Engine, t: float) -> dict[str, Any]:
             ss.ITL_SECONDS: eng.h_itl.snapshot(),
             ss.E2E_SECONDS: eng.h_e2e.snapshot(),
             ss.QUEUE_SECONDS: eng.h_queue.snapshot(),
+            ss.PREFILL_SECONDS: eng.h_prefill.snapshot(),
+            ss.DECODE_SECONDS: eng.h_decode.snapshot(),
         },
     }
 
