@@ -14,6 +14,7 @@ from dx_scenarios import SCENARIOS, run_scenario
 from servetune.diagnose import Diagnosis, diagnose_path
 from servetune.diagnose.actions import apply_action
 from servetune.diagnose.model import Action
+from servetune.results.io import read_run_result
 
 ScenarioDir = Callable[[str], Path]
 
@@ -200,6 +201,17 @@ def test_a_per_prompt_chunk_cap_lets_short_prompts_through(
     assert a["ttft_short_p99_ms"] < b["ttft_short_p99_ms"] / 5
     assert a["request_throughput"] == pytest.approx(b["request_throughput"], rel=0.02)
     assert after.finding("short_prompts_wait") is None
+    # the run records the cap it ran with: diagnose reads it, and the vllm serve line says it
+    assert a["long_prefill_token_threshold"] == 512
+    args = read_run_result(tmp_path / "after").target.simulated["vllm_serve_args"]
+    assert args[args.index("--long-prefill-token-threshold") + 1] == "512"
+
+
+def test_a_simulated_run_says_it_had_no_per_prompt_chunk_cap(scenario_dir: ScenarioDir) -> None:
+    f = _diag(scenario_dir, "short_prompts_wait").finding("short_prompts_wait")
+    assert f is not None
+    assert f.figures["long_prefill_token_threshold"] == 0
+    assert f.missing == [] and f.confidence == "high"
 
 
 def test_raising_the_batch_cap_raises_throughput(

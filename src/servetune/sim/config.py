@@ -146,6 +146,7 @@ class ResolvedConfig(BaseModel):
             "quantization": self.quantization,
             "kv_cache_dtype": self.kv_cache_dtype,
             "block_size": self.block_size,
+            "long_prefill_token_threshold": self.long_prefill_token_threshold,
             "interconnect_gb_s": self.interconnect_gb_s,
             "defaults_applied": self.defaults_applied,
         }

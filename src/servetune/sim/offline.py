@@ -452,6 +452,7 @@ def build_result(
             quantization=r.quantization,  # type: ignore[arg-type]
             kv_cache_dtype=r.kv_cache_dtype,  # type: ignore[arg-type]
             block_size=r.block_size,
+            long_prefill_token_threshold=r.long_prefill_token_threshold,
         ).vllm_args(),
     ]
     info["virtual_duration_s"] = eng.now
