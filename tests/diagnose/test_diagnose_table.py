@@ -20,6 +20,7 @@ from servetune.diagnose.figures import (
 )
 from servetune.diagnose.knobs import KnownConfig
 from servetune.diagnose.rules import RULES, Rule
+from servetune.engines.knobs import knob_flag, knob_note
 from servetune.results.schema import (
     BenchConfig,
     ClientHealth,
@@ -202,6 +203,20 @@ def test_engine_flags_speak_each_engine() -> None:
     assert kv["sglang"].startswith("--kv-cache-dtype fp8_e5m2")
     assert engine_flags("chunked_prefill", False, True)["tgi"].startswith("no equivalent")
     assert engine_flags("quantization", None, "fp8")["tgi"].startswith("--quantize fp8")
+
+
+def test_the_chunk_cap_is_spelled_from_the_engine_knob_map() -> None:
+    flags = engine_flags("long_prefill_token_threshold", 0, 512)
+    assert (
+        flags["vllm"]
+        == "--long-prefill-token-threshold 512  (was --long-prefill-token-threshold 0)"
+    )
+    for engine in ("sglang", "tgi", "llama.cpp"):
+        assert knob_flag(engine, "long_prefill_token_threshold") is None
+        assert (
+            flags[engine] == f"no equivalent: {knob_note(engine, 'long_prefill_token_threshold')}"
+        )
+    assert "--chunked-prefill-size" in flags["sglang"]
 
 
 def test_an_action_with_no_known_value_says_so() -> None:

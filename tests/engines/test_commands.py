@@ -206,3 +206,24 @@ def test_provisioned_paths_follow_servetune_cache(
     assert provisioned.llama_server_binary() is None
     assert provisioned.tiny_model() is None
     assert len(provisioned.describe_missing()) == 3
+
+
+def test_long_prefill_token_threshold_is_a_vllm_flag_the_others_lack() -> None:
+    knobs = EngineKnobs(long_prefill_token_threshold=512)
+    for engine in ("vllm", "vllm-cpu"):
+        spec = build_command(engine, "m", knobs, port=1)
+        assert pairs(spec.argv)["--long-prefill-token-threshold"] == "512"
+    sim = build_command("sim", "Qwen2.5-7B-Instruct", knobs, EngineOptions(gpu="A10G"), port=1)
+    # the simulator takes it as vLLM does: `sim serve` parses it into its engine config
+    from servetune.cli import build_parser
+    from servetune.sim.cli_args import engine_config_from_args
+
+    args = build_parser().parse_args(sim.argv[sim.argv.index("sim") :])
+    assert engine_config_from_args(args).long_prefill_token_threshold == 512
+    with pytest.raises(ConfigError) as info:
+        build_command("sglang", "org/m", knobs, port=1)
+    assert info.value.message == "engine sglang has no knob long_prefill_token_threshold"
+    assert info.value.hint is not None and "--chunked-prefill-size" in info.value.hint
+    for engine, model in (("tgi", "org/m"), ("llama.cpp", "m.gguf")):
+        with pytest.raises(ConfigError, match="has no knob long_prefill_token_threshold"):
+            build_command(engine, model, knobs, port=1)

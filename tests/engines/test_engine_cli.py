@@ -57,6 +57,12 @@ def test_cmd_vllm_with_engine_args(capsys: pytest.CaptureFixture[str]) -> None:
     )
 
 
+def test_cmd_passes_the_long_prefill_cap_to_vllm(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["engine", "cmd", "vllm", "--model", "m", "--long-prefill-token-threshold", "512"]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.split()[-2:] == ["--long-prefill-token-threshold", "512"]
+
+
 def test_knob_the_engine_lacks_is_a_two_line_error(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["engine", "cmd", "llama.cpp", "--model", "m.gguf", "--quantization", "awq"])
     assert code == 2

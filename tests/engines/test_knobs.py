@@ -31,6 +31,9 @@ def test_every_engine_maps_every_knob() -> None:
         ("tgi", "tensor_parallel_size", "--num-shard"),
         ("tgi", "quantization", "--quantize"),
         ("sim", "max_num_seqs", "--max-num-seqs"),
+        ("vllm", "long_prefill_token_threshold", "--long-prefill-token-threshold"),
+        ("vllm-cpu", "long_prefill_token_threshold", "--long-prefill-token-threshold"),
+        ("sim", "long_prefill_token_threshold", "--long-prefill-token-threshold"),
     ],
 )
 def test_knob_flag(engine: str, knob: str, flag: str) -> None:
@@ -45,6 +48,9 @@ def test_knob_flag(engine: str, knob: str, flag: str) -> None:
         ("llama.cpp", "tensor_parallel_size"),
         ("llama.cpp", "chunked_prefill"),
         ("tgi", "chunked_prefill"),
+        ("sglang", "long_prefill_token_threshold"),
+        ("tgi", "long_prefill_token_threshold"),
+        ("llama.cpp", "long_prefill_token_threshold"),
     ],
 )
 def test_a_knob_an_engine_lacks(engine: str, knob: str) -> None:

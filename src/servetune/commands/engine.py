@@ -55,6 +55,7 @@ def _add_launch_arguments(p: argparse.ArgumentParser, start: bool) -> None:
     k.add_argument("--quantization")
     k.add_argument("--kv-cache-dtype")
     k.add_argument("--tensor-parallel-size", type=int)
+    k.add_argument("--long-prefill-token-threshold", type=int, help="vLLM only")
     o = p.add_argument_group("engine options")
     o.add_argument("--executable", help="the engine's binary or Python")
     o.add_argument("--dtype")
@@ -110,6 +111,7 @@ def _spec(args: argparse.Namespace, port: int) -> LaunchSpec:
         quantization=args.quantization,
         kv_cache_dtype=args.kv_cache_dtype,
         tensor_parallel_size=args.tensor_parallel_size,
+        long_prefill_token_threshold=args.long_prefill_token_threshold,
     )
     opts = EngineOptions(
         executable=args.executable,

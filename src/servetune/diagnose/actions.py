@@ -274,27 +274,9 @@ def what_if_pool(config: KnownConfig, knob: str, value: Any) -> tuple[int, int] 
 # --- per-engine spelling ----------------------------------------------------------------
 
 
-VLLM_ONLY: dict[str, dict[str, str | None]] = {
-    "long_prefill_token_threshold": {
-        "vllm": "--long-prefill-token-threshold",
-        "sglang": None,
-        "tgi": None,
-        "llama.cpp": None,
-    },
-}
-"""Knobs servetune.engines.knobs does not map (yet): vLLM's flag, None elsewhere."""
-VLLM_ONLY_NOTES: dict[tuple[str, str], str] = {
-    ("sglang", "long_prefill_token_threshold"): "no per-request chunk cap; a smaller "
-    "--chunked-prefill-size shortens the wait",
-    ("tgi", "long_prefill_token_threshold"): "TGI schedules prefills itself",
-    ("llama.cpp", "long_prefill_token_threshold"): "each slot's prompt is processed in -ub "
-    "micro-batches",
-}
-
-
 def _value_for(engine: str, knob: str, value: Any) -> str | None:
     """The flag and value ENGINE takes for KNOB = value, or None when it has no such knob."""
-    flag = VLLM_ONLY[knob].get(engine) if knob in VLLM_ONLY else knob_flag(engine, knob)
+    flag = knob_flag(engine, knob)
     if flag is None:
         return None
     if value is None:
@@ -322,9 +304,7 @@ def engine_flags(knob: str, old: Any, new: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     for engine in ENGINES:
         spelled = _value_for(engine, knob, new)
-        note = VLLM_ONLY_NOTES.get((engine, knob)) or (
-            None if knob in VLLM_ONLY else knob_note(engine, knob)
-        )
+        note = knob_note(engine, knob)
         if spelled is None:
             out[engine] = f"no equivalent{f': {note}' if note else ''}"
             continue

@@ -28,7 +28,6 @@ KNOB_TO_ENGINE_FIELD: dict[str, str] = {
     "quantization": "quantization",
     "kv_cache_dtype": "kv_cache_dtype",
     "tensor_parallel_size": "tensor_parallel_size",
-    # vLLM V1 only (not an engine-neutral knob in servetune.engines.knobs yet)
     "long_prefill_token_threshold": "long_prefill_token_threshold",
 }
 KNOB_FLAG_NAMES: dict[str, str] = {

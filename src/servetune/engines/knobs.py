@@ -12,6 +12,12 @@ Mappings that are not one flag for one value, written down once here:
 - SGLang has chunked prefill on by default; ``chunked_prefill=False`` is
   ``--chunked-prefill-size -1``. Its per-step budget closest to ``max_num_batched_tokens`` is
   ``--max-prefill-tokens``.
+- ``long_prefill_token_threshold`` (vLLM V1: a cap on one request's prefill chunk per step,
+  so a long prompt leaves budget for the ones behind it) is vLLM's alone. SGLang's server
+  arguments (docs/advanced_features/server_arguments.md, "Memory and scheduling") have the
+  chunk size of chunked prefill (``--chunked-prefill-size``), the prefill batch's token and
+  request caps (``--max-prefill-tokens``, ``--prefill-max-requests``) and PP-only dynamic
+  chunking, but no per-request cap; TGI and llama.cpp have none either.
 - TGI's closest to ``max_num_seqs`` is ``--max-batch-size``; to ``max_model_len``,
   ``--max-total-tokens`` (prompt + output of one request).
 - vLLM's CPU build reads ``--gpu-memory-utilization`` as the fraction of CPU memory its worker
@@ -36,6 +42,7 @@ KNOB_NAMES: Final[tuple[str, ...]] = (
     "quantization",
     "kv_cache_dtype",
     "tensor_parallel_size",
+    "long_prefill_token_threshold",
 )
 
 
@@ -52,6 +59,9 @@ class EngineKnobs(BaseModel):
     quantization: str | None = None
     kv_cache_dtype: str | None = None
     tensor_parallel_size: int | None = Field(None, ge=1)
+    long_prefill_token_threshold: int | None = Field(
+        None, ge=0, description="cap on one request's prefill chunk per step (0 = none)"
+    )
 
     def given(self) -> dict[str, Any]:
         """The knobs set, in :data:`KNOB_NAMES` order."""
@@ -67,6 +77,7 @@ _VLLM: dict[str, str | None] = {
     "quantization": "--quantization",
     "kv_cache_dtype": "--kv-cache-dtype",
     "tensor_parallel_size": "--tensor-parallel-size",
+    "long_prefill_token_threshold": "--long-prefill-token-threshold",
 }
 
 # engine -> knob -> the flag a user types (None: the engine has no such knob).
@@ -83,6 +94,7 @@ KNOB_FLAGS: Final[dict[str, dict[str, str | None]]] = {
         "quantization": "--quantization",
         "kv_cache_dtype": "--kv-cache-dtype",
         "tensor_parallel_size": "--tp-size",
+        "long_prefill_token_threshold": None,
     },
     "tgi": {
         "max_num_seqs": "--max-batch-size",
@@ -93,6 +105,7 @@ KNOB_FLAGS: Final[dict[str, dict[str, str | None]]] = {
         "quantization": "--quantize",
         "kv_cache_dtype": "--kv-cache-dtype",
         "tensor_parallel_size": "--num-shard",
+        "long_prefill_token_threshold": None,
     },
     "llama.cpp": {
         "max_num_seqs": "-np",
@@ -103,6 +116,7 @@ KNOB_FLAGS: Final[dict[str, dict[str, str | None]]] = {
         "quantization": None,
         "kv_cache_dtype": "-ctk/-ctv",
         "tensor_parallel_size": None,
+        "long_prefill_token_threshold": None,
     },
 }
 
@@ -125,6 +139,11 @@ KNOB_NOTES: Final[dict[tuple[str, str], str]] = {
     ("sglang", "chunked_prefill"): "on by default; off is --chunked-prefill-size -1",
     ("tgi", "max_num_seqs"): "--max-batch-size caps the running batch",
     ("tgi", "max_model_len"): "--max-total-tokens = prompt + output of one request",
+    ("sglang", "long_prefill_token_threshold"): "no per-request chunk cap; a smaller "
+    "--chunked-prefill-size shortens the wait",
+    ("tgi", "long_prefill_token_threshold"): "TGI schedules prefills itself",
+    ("llama.cpp", "long_prefill_token_threshold"): "each slot's prompt is processed in -ub "
+    "micro-batches",
 }
 
 ENGINE_NAMES: Final[tuple[str, ...]] = tuple(KNOB_FLAGS)
