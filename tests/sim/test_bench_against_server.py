@@ -22,11 +22,13 @@ import pytest
 
 from servetune.loadgen.bench import bench
 from servetune.metrics.prometheus import parse
+from servetune.metrics.server_summary import summarize_server
 from servetune.results import server_series as ss
-from servetune.results.io import read_records, read_run_result
+from servetune.results.io import read_records, read_run_result, read_server_series
 from servetune.results.schema import BenchConfig
 from servetune.sim.config import EngineConfig
 from servetune.sim.embedded import EmbeddedServer, start_embedded
+from servetune.sim.offline import run_offline
 
 N = 24
 OUT = 32
@@ -101,3 +103,36 @@ def test_bench_client_agrees_with_the_servers_histograms(
     ), found
     assert found.get(ss.GENERATION_TOKENS_TOTAL) == "vllm:generation_tokens_total", found
     assert back.server.samples >= 2
+
+
+def test_offline_run_summarises_the_server_as_a_bench_scraping_it_does(
+    server: EmbeddedServer, tmp_path: Path
+) -> None:
+    cfg = BenchConfig(
+        base_url=server.base_url,
+        random_input_len=128,
+        random_output_len=OUT,
+        num_prompts=N,
+        request_rate=12.0,
+        seed=3,
+        request_timeout_s=60.0,
+    )
+    real = bench(cfg, tmp_path / "real", progress=False, metrics_interval_s=0.5)
+    offline = run_offline(
+        cfg.model_copy(update={"base_url": None}),
+        EngineConfig(max_model_len=4096),
+        tmp_path / "offline",
+    )
+    assert real.server is not None and offline.server is not None
+    got = offline.server.summary
+    # the same function over the same window as a real bench, on the series it wrote
+    s = offline.summary
+    series = read_server_series(tmp_path / "offline")
+    expected = summarize_server(series, s.window_start_s, s.window_end_s)
+    assert {k: v for k, v in got.items() if k not in ("engine_version", "sim")} == expected
+    assert got["window_s"] == [s.window_start_s, s.window_end_s]
+    # the same keys as the scrape of the real-time simulator, the sim's whole-run extras apart
+    assert set(got) - {"sim"} == set(real.server.summary)
+    assert got["engine_version"] == real.server.summary["engine_version"]
+    assert offline.server.names_found == real.server.names_found
+    assert got["sim"]["preemptions_total"] == 0 and got["sim"]["kv_cache_tokens"] > 0

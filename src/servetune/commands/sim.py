@@ -198,7 +198,8 @@ def _run(args: argparse.Namespace) -> int:
         if st.count:
             print(f"  {name:<5} ms    mean {st.mean:9.1f}  p50 {st.p50:9.1f}  p99 {st.p99:9.1f}")
     if result.server is not None:
-        print(f"  preemptions  {result.server.summary.get('preemptions_total', 0)}")
+        whole_run = result.server.summary.get("sim") or {}
+        print(f"  preemptions  {whole_run.get('preemptions_total', 0)}")
     if s.request_goodput is not None:
         print(f"  goodput      {s.request_goodput:8.2f} req/s")
     print(f"results in {out}")

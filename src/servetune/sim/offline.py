@@ -29,6 +29,8 @@ import orjson
 from servetune import __version__
 from servetune.client.record import RequestRecord
 from servetune.errors import ConfigError
+from servetune.metrics.engine_maps import VLLM_V1
+from servetune.metrics.server_summary import summarize_server
 from servetune.metrics.stats import describe
 from servetune.metrics.summary import METRIC_DEFINITIONS, summarize
 from servetune.results import server_series as ss
@@ -48,6 +50,7 @@ from servetune.results.schema import (
     ServerInfo,
     TargetInfo,
 )
+from servetune.results.server_series import Histogram, ServerSample
 from servetune.sim.config import EngineConfig, ResolvedConfig
 from servetune.sim.engine import Engine, SimRequest
 from servetune.sim.frontend import ApiServer
@@ -68,7 +71,8 @@ NAMES_FOUND = {
     ss.GENERATION_TOKENS_TOTAL: "vllm:generation_tokens_total",
     ss.REQUESTS_FINISHED_TOTAL: "vllm:request_success_total",
     ss.REQUESTS_ABORTED_TOTAL: 'vllm:request_success_total{finished_reason="abort"}',
-    ss.PREFIX_CACHE_HIT_RATE: "vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total",
+    ss.PREFIX_CACHE_HITS_TOTAL: "vllm:prefix_cache_hits_total",
+    ss.PREFIX_CACHE_QUERIES_TOTAL: "vllm:prefix_cache_queries_total",
     ss.TTFT_SECONDS: "vllm:time_to_first_token_seconds",
     ss.TPOT_SECONDS: "vllm:request_time_per_output_token_seconds",
     ss.ITL_SECONDS: "vllm:inter_token_latency_seconds",
@@ -91,6 +95,15 @@ def environment(command: list[str] | None = None) -> Environment:
     )
 
 
+def as_server_sample(sample: dict[str, Any]) -> ServerSample:
+    """A :func:`server_sample` dict as the object a scraper keeps (no validation: it is ours)."""
+    return ServerSample.model_construct(
+        t=sample["t"],
+        values=sample["values"],
+        histograms={k: Histogram.model_construct(**h) for k, h in sample["histograms"].items()},
+    )
+
+
 def server_sample(eng: Engine, t: float) -> dict[str, Any]:
     """One scrape of the engine's state, in the ServerSample form."""
     c = eng.counters
@@ -104,9 +117,10 @@ def server_sample(eng: Engine, t: float) -> dict[str, Any]:
         ss.GENERATION_TOKENS_TOTAL: float(c.generation_tokens),
         ss.REQUESTS_FINISHED_TOTAL: float(sum(c.finished.values())),
         ss.REQUESTS_ABORTED_TOTAL: float(c.finished.get("abort", 0)),
+        # counters, as vLLM V1 exposes them: a window's hit rate is Δhits / Δqueries
+        ss.PREFIX_CACHE_HITS_TOTAL: float(pool.hits),
+        ss.PREFIX_CACHE_QUERIES_TOTAL: float(pool.queries),
     }
-    if pool.caching and pool.queries:
-        values[ss.PREFIX_CACHE_HIT_RATE] = pool.hits / pool.queries
     return {
         "t": t,
         "values": values,
@@ -181,6 +195,8 @@ class OfflineRun:
         self.records: list[RequestRecord] = []
         self.api = ApiServer(0, 0)
         self.samples = 0
+        self.series: list[ServerSample] = []
+        """The scrapes written to ``samples_out`` (none without it), for the run's summary."""
         self._buf: list[bytes] = []
 
     def _record(self, rec: RequestRecord) -> None:
@@ -289,7 +305,7 @@ class OfflineRun:
                 eng.add(arriving.popleft()[1])
             while next_sample <= eng.now - t0:
                 if self.samples_out is not None:
-                    samples.append(orjson.dumps(server_sample(eng, next_sample)) + b"\n")
+                    samples.append(self._scrape(next_sample))
                 next_sample += SAMPLE_INTERVAL_S
             if eng.idle():
                 if arriving:
@@ -326,11 +342,17 @@ class OfflineRun:
                     file=sys.stderr,
                 )
         # a last scrape after the last request, as a scraper stopping at the end would see
-        samples.append(orjson.dumps(server_sample(eng, eng.now - t0)) + b"\n")
+        samples.append(self._scrape(eng.now - t0))
         self.samples = len(samples)
         self._flush()
         if self.samples_out is not None:
             self.samples_out.write(b"".join(samples))
+
+    def _scrape(self, t: float) -> bytes:
+        sample = server_sample(self.eng, t)
+        if self.samples_out is not None:
+            self.series.append(as_server_sample(sample))
+        return orjson.dumps(sample) + b"\n"
 
     def _finish(self, req: SimRequest, eligible: dict[int, int], offsets: list[int]) -> int:
         """Record a finished request; returns when its last token reaches the client."""
@@ -458,21 +480,29 @@ def build_result(
     info["virtual_duration_s"] = eng.now
     info["engine_busy_share"] = eng.busy_s / eng.now if eng.now > 0 else 0.0
     info["steps"] = eng.counters.steps
+    # What a real bench records: summarize_server over the client's measured window, plus
+    # what the scraper adds (the engine map's version); the simulator's own whole-run figures
+    # go under "sim", apart from the window's.
+    server_summary: dict[str, Any] = (
+        summarize_server(sim.series, summary.window_start_s, summary.window_end_s)
+        if sim.series
+        else {}
+    )
+    server_summary["engine_version"] = VLLM_V1.version
+    server_summary["sim"] = {
+        "preemptions_total": eng.counters.preemptions,
+        "num_gpu_blocks": mem.num_gpu_blocks,
+        "kv_cache_tokens": mem.kv_cache_tokens,
+        "max_concurrency": mem.max_concurrency,
+        "prefix_cache_hit_rate": (eng.pool.hits / eng.pool.queries) if eng.pool.queries else None,
+    }
     server = ServerInfo(
         engine="servetune-sim",
         metrics_url=None,
         names_found=dict(NAMES_FOUND),
         names_missing=[ss.GPU_UTILIZATION, ss.GPU_MEMORY_USED_BYTES, ss.GPU_MEMORY_TOTAL_BYTES],
         samples=sim.samples,
-        summary={
-            "preemptions_total": eng.counters.preemptions,
-            "num_gpu_blocks": mem.num_gpu_blocks,
-            "kv_cache_tokens": mem.kv_cache_tokens,
-            "max_concurrency": mem.max_concurrency,
-            "prefix_cache_hit_rate": (eng.pool.hits / eng.pool.queries)
-            if eng.pool.queries
-            else None,
-        },
+        summary=server_summary,
     )
     warnings = []
     if not exact:
