@@ -272,3 +272,28 @@ def test_many_failures_qualify_the_latencies(scenario_dir: ScenarioDir, tmp_path
     assert f is not None and f.kind == "warning"
     assert "failed" in f.title
     assert diagnose_path(scenario_dir("healthy")).finding("failures") is None
+
+
+def test_a_real_servers_pool_size_comes_from_its_own_metrics(
+    scenario_dir: ScenarioDir, tmp_path: Path
+) -> None:
+    """vllm:cache_config_info, recorded by the scraper, gives the KV pool size without
+    --config; a --config without the GPU (no memory plan) does not hide it."""
+    d = _copy(scenario_dir, "kv_pool_full", tmp_path)
+    _edit_run(d, _real_server)
+    summary = json.loads((d / RUN_FILE).read_text())["server"]["summary"]
+    pool = summary["kv_cache_blocks"] * summary["kv_block_size"]
+    assert summary["kv_cache_tokens"] == pool
+    assert diagnose_path(d).figures["kv_pool_tokens"] == pool
+    cmd = "vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 8192 --gpu-memory-utilization 0.3"
+    with_config = diagnose_path(d, config=cmd)
+    assert with_config.knobs["max_model_len"] == 8192
+    assert with_config.figures["kv_pool_tokens"] == pool
+    f = with_config.finding("kv_pool_full")
+    assert f is not None and any(f"{pool:,} tokens" in e for e in f.evidence), f.evidence
+
+    def unsaid(data: dict[str, Any]) -> None:
+        del data["server"]["summary"]["kv_cache_tokens"]
+
+    _edit_run(d, unsaid)
+    assert "kv_pool_tokens" in diagnose_path(d, config=cmd).missing

@@ -108,6 +108,13 @@ def test_vllm_live_counters_change_between_scrapes(
     assert windowed["window_s"] == [ts[1], ts[3]]
     assert windowed["ttft_ms"]["count"] == 20
     assert windowed["engine_version"] == "V1 (>=0.10)"
+    # the engine's cache config, from vllm:cache_config_info's labels, in every summary
+    for summary in (summ, windowed):
+        assert summary["kv_cache_blocks"] == 27298
+        assert summary["kv_block_size"] == 16
+        assert summary["kv_cache_tokens"] == 27298 * 16
+        assert summary["gpu_memory_utilization"] == 0.9
+        assert summary["kv_cache_dtype"] == "auto"
 
 
 def test_llamacpp_recent_build_reports_kv_missing(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from servetune.results.schema import ServerInfo
 
 sim_config = pytest.importorskip("servetune.sim.config", reason="simulated engine not built")
 sim_embedded = pytest.importorskip("servetune.sim.embedded", reason="simulated engine not built")
+plan_memory = pytest.importorskip("servetune.sim.memory").plan_memory
 
 REQUESTS = 8
 MAX_TOKENS = 16
@@ -81,3 +82,9 @@ def test_scraper_reads_the_simulated_engine(tmp_path: Path) -> None:
     assert info.summary["prefill_ms"]["count"] == REQUESTS
     assert info.summary["decode_ms"]["count"] == REQUESTS
     assert info.summary["decode_ms"]["mean"] > 0
+    # the pool the simulator's /metrics announces (vllm:cache_config_info) is its memory plan's
+    mem = plan_memory(sim_config.EngineConfig().resolve())
+    assert info.summary["kv_cache_tokens"] == mem.kv_cache_tokens
+    assert info.summary["kv_cache_blocks"] == mem.num_gpu_blocks
+    assert info.summary["kv_block_size"] == 16
+    assert info.summary["gpu_memory_utilization"] == 0.9

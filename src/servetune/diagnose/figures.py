@@ -575,7 +575,7 @@ def _server(
 # --- knobs and derived ----------------------------------------------------------------------
 
 
-def _knobs(fig: Figures) -> None:
+def _knobs(fig: Figures, run: RunResult) -> None:
     cfg = fig.config
     why = (
         'the engine configuration is unknown (pass --config "vllm serve MODEL …" with the '
@@ -602,7 +602,14 @@ def _knobs(fig: Figures) -> None:
         fig.put("kv_fp8", isinstance(dtype, str) and dtype.startswith("fp8"))
     else:
         fig.miss("kv_fp8", why)
-    fig.put("kv_pool_tokens", cfg.kv_pool_tokens, "the KV pool size is unknown")
+    pool = cfg.kv_pool_tokens
+    if pool is None and run.server is not None:
+        # what the server itself says (vLLM's cache_config_info, read by the scraper): no
+        # --config or GPU needed for a real server's pool
+        tokens = run.server.summary.get("kv_cache_tokens")
+        if isinstance(tokens, int | float) and not isinstance(tokens, bool) and tokens > 0:
+            pool = int(tokens)
+    fig.put("kv_pool_tokens", pool, "the KV pool size is unknown (the server does not say)")
 
 
 def flops_per_token(model: Any, input_len: float, output_len: float) -> tuple[float, float]:
@@ -672,7 +679,7 @@ def compute_figures(
     """All figures of one run."""
     fig = Figures(config=config, label=run.label)
     _client(fig, run)
-    _knobs(fig)
+    _knobs(fig, run)
     _records(fig, run, records)
     _server(fig, run, samples, series_error)
     _derived(fig, run)

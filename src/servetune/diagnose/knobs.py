@@ -168,9 +168,5 @@ def _recorded(run: RunResult) -> KnownConfig:
     if run.target.max_model_len:
         known.values["max_model_len"] = run.target.max_model_len
         known.source = "/v1/models (max_model_len only)"
-    server = run.server
-    if server is not None:
-        tokens = server.summary.get("kv_cache_tokens")
-        if isinstance(tokens, int | float):
-            known.kv_pool_tokens = int(tokens)
+    # the pool size the server reports (cache_config_info) is read by figures._knobs
     return known

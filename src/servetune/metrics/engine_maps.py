@@ -280,6 +280,11 @@ LLAMACPP_NEW = EngineMap(
     values=_LLAMACPP_VALUES,
 )
 
+# vLLM's CacheConfig as an info gauge (value 1, the configuration in its labels: num_gpu_blocks,
+# block_size, gpu_memory_utilization, cache_dtype, …; one series per DP engine), exposed by V0
+# and V1 alike. Static for a server's life: read once, into the summary (server_summary.py).
+VLLM_CACHE_CONFIG_INFO = "vllm:cache_config_info"
+
 # GPU figures from an NVIDIA DCGM exporter (a separate URL): utilisation in percent,
 # framebuffer in MiB, one series per GPU.
 DCGM_UTIL = "DCGM_FI_DEV_GPU_UTIL"

@@ -20,12 +20,19 @@ import logging
 import math
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import orjson
 
-from servetune.metrics.engine_maps import EngineMap, Source, all_base_names, detect
+from servetune.metrics.engine_maps import (
+    VLLM_CACHE_CONFIG_INFO,
+    EngineMap,
+    Source,
+    all_base_names,
+    detect,
+)
 from servetune.metrics.gpu import DcgmSource, GpuSource, NvmlSource, is_local_url
 from servetune.metrics.prometheus import (
     MetricsView,
@@ -35,7 +42,7 @@ from servetune.metrics.prometheus import (
     parse_lines,
     wanted_sample_names,
 )
-from servetune.metrics.server_summary import summarize_server
+from servetune.metrics.server_summary import cache_config, summarize_server
 from servetune.results.io import LineAppender
 from servetune.results.schema import ServerInfo
 from servetune.results.server_series import Histogram, ServerSample
@@ -207,7 +214,9 @@ class MetricsScraper:
         self._session = session
         self._own_session = session is None
         self._timeout = aiohttp.ClientTimeout(total=max(2.0, 2 * interval_s))
-        self._wanted = wanted_sample_names(all_base_names())
+        self._wanted = wanted_sample_names(all_base_names() | {VLLM_CACHE_CONFIG_INFO})
+        self.cache_config: dict[str, Any] = {}
+        """The engine's KV-cache configuration (:func:`cache_config`), read with the first page."""
         self._found: dict[str, str] = {}
         self._logged = False
         self._reducer: Reducer | None = None
@@ -275,6 +284,7 @@ class MetricsScraper:
         if error and self._recovered:
             error += " (later scrapes succeeded)"
         summary = summarize_server(self.samples, start_s, end_s) if self.samples else {}
+        summary.update(self.cache_config)
         if emap is not None:
             summary["engine_version"] = emap.version
         if self._gpu is not None:
@@ -406,11 +416,15 @@ class MetricsScraper:
                 await clock.yield_()
             parsed = full
         if emap is None:
-            emap = detect(parsed.names())
+            # the info gauge is configuration, not a sign of which engine this is
+            emap = detect(parsed.names() - {VLLM_CACHE_CONFIG_INFO})
             if emap is None:
                 self._report(self._why_not_mapped("\n".join(lines)))
                 return None
             self.engine_map = emap
+            if isinstance(parsed, ParsedMetrics):
+                rows = parsed.series(VLLM_CACHE_CONFIG_INFO)
+                self.cache_config = cache_config([row.labels for row in rows])
             self._wanted = wanted_sample_names(emap.base_names())
             self._reducer = reducer_for(emap)
         values, used = extract_values(parsed, emap)

@@ -27,13 +27,25 @@ ttft_ms, tpot_ms, itl_ms, e2e_ms, queue_ms, prefill_ms, decode_ms
                              and p50_bucket… = [lower, upper] of the bucket each lies in
                              (null = unbounded): how precise the percentile is
 ========================== ===============================================================
+
+From the engine's cache configuration (vLLM's ``vllm:cache_config_info`` labels, read once by
+the scraper: :func:`cache_config`):
+
+========================== ===============================================================
+kv_cache_blocks              KV blocks of the pool (``num_gpu_blocks``, summed over DP engines)
+kv_block_size                tokens per block (``block_size``)
+kv_cache_tokens              tokens the pool holds: blocks × block size (vLLM's "GPU KV cache
+                             size")
+gpu_memory_utilization       ``--gpu-memory-utilization``
+kv_cache_dtype               ``--kv-cache-dtype`` (``cache_dtype``; ``auto`` = the model's)
+========================== ===============================================================
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -195,4 +207,37 @@ def summarize_server(
         stats = hg.describe(h)
         if stats:
             out[key] = {k: _to_ms(k, v) for k, v in stats.items()}
+    return out
+
+
+def _label_number(labels: Mapping[str, str], key: str) -> float | None:
+    """A numeric label; None when absent or not a finite number (vLLM writes ``"None"``)."""
+    try:
+        v = float(labels[key])
+    except (KeyError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def cache_config(series: Sequence[Mapping[str, str]]) -> dict[str, Any]:
+    """The summary keys of the engine's KV-cache configuration, from the label sets of
+    ``vllm:cache_config_info`` (one per DP engine: their blocks add up). A label the page
+    lacks, or says ``"None"`` for, gives no key."""
+    if not series:
+        return {}
+    out: dict[str, Any] = {}
+    blocks = [_label_number(labels, "num_gpu_blocks") for labels in series]
+    size = _label_number(series[0], "block_size")
+    if all(b is not None for b in blocks):
+        out["kv_cache_blocks"] = int(sum(b for b in blocks if b is not None))
+    if size is not None and size > 0:
+        out["kv_block_size"] = int(size)
+        if "kv_cache_blocks" in out:
+            out["kv_cache_tokens"] = out["kv_cache_blocks"] * int(size)
+    util = _label_number(series[0], "gpu_memory_utilization")
+    if util is not None:
+        out["gpu_memory_utilization"] = util
+    dtype = series[0].get("cache_dtype")
+    if dtype and dtype != "None":
+        out["kv_cache_dtype"] = dtype
     return out

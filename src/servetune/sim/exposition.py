@@ -13,7 +13,21 @@ from typing import TYPE_CHECKING
 from servetune.sim.hist import Hist
 
 if TYPE_CHECKING:
+    from servetune.sim.config import ResolvedConfig
+    from servetune.sim.memory import MemoryPlan
     from servetune.sim.server import SimServer
+
+
+def cache_config_labels(r: ResolvedConfig, mem: MemoryPlan) -> dict[str, str]:
+    """The labels of ``vllm:cache_config_info`` (vLLM's CacheConfig fields, as strings)."""
+    return {
+        "block_size": str(r.block_size),
+        "cache_dtype": r.kv_cache_dtype,
+        "enable_prefix_caching": str(r.enable_prefix_caching),
+        "engine": "0",
+        "gpu_memory_utilization": str(r.gpu_memory_utilization),
+        "num_gpu_blocks": str(mem.num_gpu_blocks),
+    }
 
 
 def _fmt(v: float) -> str:
@@ -139,15 +153,10 @@ def render(srv: SimServer) -> bytes:
         eng.h_decode,
         lab,
     )
-    r = srv.r
+    info = ",".join(f'{k}="{v}"' for k, v in cache_config_labels(srv.r, srv.mem).items())
     out.append("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig")
     out.append("# TYPE vllm:cache_config_info gauge")
-    out.append(
-        f'vllm:cache_config_info{{block_size="{r.block_size}",cache_dtype="{r.kv_cache_dtype}",'
-        f'enable_prefix_caching="{r.enable_prefix_caching}",engine="0",'
-        f'gpu_memory_utilization="{r.gpu_memory_utilization}",'
-        f'num_gpu_blocks="{srv.mem.num_gpu_blocks}"}} 1.0'
-    )
+    out.append(f"vllm:cache_config_info{{{info}}} 1.0")
     _hist(
         out,
         "servetune_sim:emission_lag_seconds",

@@ -30,7 +30,7 @@ from servetune import __version__
 from servetune.client.record import RequestRecord
 from servetune.errors import ConfigError
 from servetune.metrics.engine_maps import VLLM_V1
-from servetune.metrics.server_summary import summarize_server
+from servetune.metrics.server_summary import cache_config, summarize_server
 from servetune.metrics.stats import describe
 from servetune.metrics.summary import METRIC_DEFINITIONS, summarize
 from servetune.results import server_series as ss
@@ -53,6 +53,7 @@ from servetune.results.schema import (
 from servetune.results.server_series import Histogram, ServerSample
 from servetune.sim.config import EngineConfig, ResolvedConfig
 from servetune.sim.engine import Engine, SimRequest
+from servetune.sim.exposition import cache_config_labels
 from servetune.sim.frontend import ApiServer
 from servetune.sim.memory import MemoryPlan, plan_memory
 from servetune.workload.plan import Plan, make_plan
@@ -481,13 +482,14 @@ def build_result(
     info["engine_busy_share"] = eng.busy_s / eng.now if eng.now > 0 else 0.0
     info["steps"] = eng.counters.steps
     # What a real bench records: summarize_server over the client's measured window, plus
-    # what the scraper adds (the engine map's version); the simulator's own whole-run figures
-    # go under "sim", apart from the window's.
+    # what the scraper adds (the cache config from /metrics, the engine map's version); the
+    # simulator's own whole-run figures go under "sim", apart from the window's.
     server_summary: dict[str, Any] = (
         summarize_server(sim.series, summary.window_start_s, summary.window_end_s)
         if sim.series
         else {}
     )
+    server_summary.update(cache_config([cache_config_labels(r, mem)]))
     server_summary["engine_version"] = VLLM_V1.version
     server_summary["sim"] = {
         "preemptions_total": eng.counters.preemptions,
