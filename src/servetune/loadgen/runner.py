@@ -66,11 +66,6 @@ async def _drive(
 ) -> tuple[bool, Snapshot]:
     """Run one driver until its plan is done or ``stop`` is set; returns (interrupted, final)."""
     cpu0 = time.process_time()
-    # Everything built so far (the plan, request bodies, imports) lives for the whole run: take
-    # it out of the collector's view, so no full collection stalls the loop mid-run (tens of
-    # ms with a big plan: a TTFT outlier made by the client, not the server).
-    gc.collect()
-    gc.freeze()
     transport = make_transport(setup.http_client, setup.base_url, setup.api_key)
     sink = RecordSink(setup.requests_path)
     sink.start()
@@ -113,6 +108,15 @@ async def _drive(
     return interrupted, final
 
 
+def _freeze_heap() -> None:
+    """Take everything built so far (the plan, request bodies, imports), which lives for the
+    whole run, out of the collector's view: no full collection then stalls the loop mid-run
+    (tens of ms with a big plan — a TTFT outlier made by the client, not the server). Done
+    before t0 is chosen, since the collection itself takes that long."""
+    gc.collect()
+    gc.freeze()
+
+
 # --- worker processes -------------------------------------------------------------------
 
 
@@ -129,6 +133,7 @@ async def _worker_async(
     index: int, setup: LoopSetup, items: list[PlannedRequest], conn: Connection
 ) -> None:
     loop = asyncio.get_running_loop()
+    _freeze_heap()
     conn.send(("ready", index))
     msg = await loop.run_in_executor(None, conn.recv)
     if msg[0] != "start":
@@ -198,6 +203,7 @@ async def _run_inline(
     stop: asyncio.Event,
     on_start: Callable[[int], Awaitable[None]] | None,
 ) -> LoadOutcome:
+    _freeze_heap()
     t0 = time.perf_counter_ns() + _START_MARGIN_NS // 3
     if on_start is not None:
         await on_start(t0)
