@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -37,6 +37,9 @@ DEFAULT_STOP_GRACE_S = 15.0
 # (a warning can match a pattern; a real failure ends the process well within it).
 FAILURE_LINE_GRACE_S = 10.0
 LOG_HEADER = "# servetune: "  # our first line in every engine log: the command that ran
+
+ReadyCheck = Callable[[aiohttp.ClientSession], Awaitable[bool]]
+"""Does the process serve yet? (one probe; the default is the engines' /health + /v1/models)"""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -153,10 +156,13 @@ class EngineProcess:
         self,
         timeout_s: float = DEFAULT_READY_TIMEOUT_S,
         failure_grace_s: float = FAILURE_LINE_GRACE_S,
+        ready: ReadyCheck | None = None,
     ) -> float:
         """Wait until the engine serves; returns the seconds waited. Raises EngineError when
         the process exits, its log shows a failure it does not recover from, or time runs out.
-        The caller stops the process on error (``launch`` does)."""
+        The caller stops the process on error (``launch`` does). ``ready``: another probe
+        than /health + the served model in /v1/models (a server of unknown kind)."""
+        probe = ready or self._ready
         t0 = time.monotonic()
         deadline = t0 + timeout_s
         timeout = aiohttp.ClientTimeout(total=5.0)
@@ -170,7 +176,7 @@ class EngineProcess:
                         self._failure_seen_at = now
                     elif now - self._failure_seen_at > failure_grace_s:
                         raise self._start_error("still running, but its log shows a failure")
-                if await self._ready(session):
+                if await probe(session):
                     return time.monotonic() - t0
                 if time.monotonic() > deadline:
                     raise EngineError(
@@ -313,12 +319,13 @@ async def launch(
     ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
     *,
     die_with_parent: bool = True,
+    ready: ReadyCheck | None = None,
 ) -> EngineProcess:
-    """Start SPEC and wait until it serves. On any failure the process group is stopped
-    before the error propagates."""
+    """Start SPEC and wait until it serves (``ready``: see :meth:`EngineProcess.wait_ready`).
+    On any failure the process group is stopped before the error propagates."""
     eng = start(spec, log_path, die_with_parent=die_with_parent)
     try:
-        await eng.wait_ready(ready_timeout_s)
+        await eng.wait_ready(ready_timeout_s, ready=ready)
     except BaseException:
         await eng.astop(grace_s=5.0)
         raise
