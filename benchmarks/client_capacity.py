@@ -33,6 +33,7 @@ TOKENS = 128
 LEVEL_SECONDS = 4.0
 TTFT_SLACK_MS = 5.0
 RATE_FLOOR = 0.97
+TRIALS = 2
 RATES = {
     "burst": [400, 800, 1200, 1600, 2000, 2400, 2800, 3200, 3600, 4000, 4800],
     "spaced": [100, 200, 300, 400, 500, 600, 700, 800, 1000, 1200],
@@ -373,7 +374,11 @@ def sustained(client: str, shape: str, rates: list[int]) -> tuple[float, dict[st
     best, best_row, misses = 0.0, None, 0
     try:
         for rate in rates:
-            r = level(client, root, rate)
+            # A shared box has hiccups: a level gets TRIALS tries, the same for both clients.
+            for _ in range(TRIALS):
+                r = level(client, root, rate)
+                if r["ok"]:
+                    break
             w = f" workers={r['workers']}" if "workers" in r else ""
             print(
                 f"  {client:9s} {shape:6s} {rate:5d} req/s: achieved {r['achieved']:7.1f}  "
@@ -413,8 +418,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer, shorter levels")
     ap.add_argument("--shape", choices=["burst", "spaced", "all"], default="all")
+    ap.add_argument("--trials", type=int, default=TRIALS, help="tries per level (best counts)")
     args = ap.parse_args()
-    global LEVEL_SECONDS
+    global LEVEL_SECONDS, TRIALS
+    TRIALS = max(1, args.trials)
     if args.quick:
         LEVEL_SECONDS = 2.0
     print(

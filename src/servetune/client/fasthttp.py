@@ -148,6 +148,19 @@ class _Conn(asyncio.Protocol):
     def _dechunk(self, data: bytes, now: int) -> None:
         pos, n = 0, len(data)
         while pos < n:
+            if not (self.chunk_left or self.skip_crlf or self.size_line or self.trailer):
+                # The common case: a whole "size CRLF data CRLF" chunk in this read.
+                cr = data.find(b"\r\n", pos)
+                if cr > pos:
+                    try:
+                        size = int(data[pos:cr], 16)
+                    except ValueError:
+                        size = 0
+                    end = cr + 2 + size
+                    if size > 0 and data[end : end + 2] == b"\r\n":
+                        self._emit(data[cr + 2 : end], now)
+                        pos = end + 2
+                        continue
             if self.chunk_left:
                 take = min(self.chunk_left, n - pos)
                 self._emit(data[pos : pos + take], now)
