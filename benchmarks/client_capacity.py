@@ -418,7 +418,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer, shorter levels")
     ap.add_argument("--shape", choices=["burst", "spaced", "all"], default="all")
-    ap.add_argument("--trials", type=int, default=TRIALS, help="tries per level (best counts)")
+    ap.add_argument("--trials", type=int, default=2, help="tries per level (best counts)")
     args = ap.parse_args()
     global LEVEL_SECONDS, TRIALS
     TRIALS = max(1, args.trials)
