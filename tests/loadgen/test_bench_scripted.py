@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from servetune.client.fasthttp import kernel_stamps_supported
 from servetune.loadgen.bench import bench
 from servetune.results.io import read_records, read_run_result
 from servetune.results.schema import BenchConfig
@@ -47,6 +48,12 @@ def test_latencies_match_the_servers_known_delays(
     run = read_run_result(tmp_path)
     assert run.target.model == "scripted-model"
     assert run.client_health.send_lag.p50 is not None and run.client_health.send_lag.p50 < 5
+    h = run.client_health
+    if transport == "aiohttp":
+        assert h.arrival_stamps == "user"  # aiohttp's reader stamps when it wakes up
+    elif kernel_stamps_supported():  # arrivals stamped by the kernel, and the result says so
+        assert h.arrival_stamps == "kernel"
+        assert h.kernel_stamped_share is not None and h.kernel_stamped_share > 0.9
 
 
 def test_chunks_carrying_several_tokens(scripted: Factory, tmp_path: Path) -> None:
@@ -135,6 +142,8 @@ def test_two_worker_processes_share_one_clock(scripted: Factory, tmp_path: Path)
     assert sorted(x.id for x in recs) == list(range(80))
     assert {x.worker for x in recs} == {0, 1}
     assert r.client_health.workers == 2
+    if kernel_stamps_supported():  # both workers' stamp counts reach the result
+        assert r.client_health.arrival_stamps == "kernel"
     assert 15 <= r.summary.ttft.p50 <= 30
     # one clock: each worker's sends follow the shared plan (never early, rarely late)
     lags = [x.send_lag_ms for x in recs]

@@ -1,7 +1,9 @@
 """Transports: how request bytes reach the server, behind one small interface.
 
-``fast`` (default): :mod:`servetune.client.fasthttp`, lean HTTP/1.1 on asyncio Protocols.
-``aiohttp``: the general-purpose client (proxies, compression, anything unusual).
+``fast`` (default): :mod:`servetune.client.fasthttp`, lean HTTP/1.1 on asyncio Protocols,
+arrivals stamped by the kernel where it can.
+``aiohttp``: the general-purpose client (proxies, compression, anything unusual); arrivals
+stamped when its reader wakes up.
 Both stream the 2xx body to a sink as ``(bytes, arrival_ns)`` and return the status and,
 for errors, the first bytes of the body.
 """
@@ -31,6 +33,10 @@ class Transport(Protocol):
 
     async def close(self) -> None: ...
 
+    def stamp_counts(self) -> tuple[int, int]:
+        """(reads stamped by the kernel, reads stamped in user space) so far."""
+        ...
+
 
 class FastTransport:
     def __init__(self, base_url: str, api_key: str | None) -> None:
@@ -47,6 +53,9 @@ class FastTransport:
 
     async def close(self) -> None:
         self.pool.close()
+
+    def stamp_counts(self) -> tuple[int, int]:
+        return self.pool.kernel_reads, self.pool.user_reads
 
 
 def make_session(
@@ -69,6 +78,7 @@ class AiohttpTransport:
     def __init__(self, base_url: str, api_key: str | None) -> None:
         self.base = base_url.rstrip("/")
         self.session = make_session(api_key)
+        self.reads = 0
 
     def prepare(self, path: str, body: bytes) -> object:
         return (self.base + path, body)
@@ -92,11 +102,15 @@ class AiohttpTransport:
                 data = await content.readany()
                 if not data:
                     break
+                self.reads += 1
                 sink(data, clock())
             return resp.status, b""
 
     async def close(self) -> None:
         await self.session.close()
+
+    def stamp_counts(self) -> tuple[int, int]:
+        return 0, self.reads
 
 
 def make_transport(name: TransportName, base_url: str, api_key: str | None) -> Transport:

@@ -23,7 +23,7 @@ from servetune.client.transports import make_session
 from servetune.errors import ConfigError, ResultError
 from servetune.loadgen.capacity import choose_workers
 from servetune.loadgen.driver import PlannedRequest
-from servetune.loadgen.health import client_health
+from servetune.loadgen.health import client_health, note_stamps
 from servetune.loadgen.progress import ProgressLine
 from servetune.loadgen.runner import LoopSetup, run_load
 from servetune.metrics.summary import METRIC_DEFINITIONS, summarize
@@ -205,6 +205,7 @@ async def run_bench(
     health = client_health(records, cfg.request_rate, cfg.max_concurrency, workers)
     health.cpu_s = outcome.cpu_s
     health.cpu_per_request_ms = 1000 * outcome.cpu_s / len(records) if records else None
+    note_stamps(health, outcome.snapshots)
     warnings = list(health.warnings)
     if target.tokens_approximate:
         warnings.append(

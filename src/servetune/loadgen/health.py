@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 
 from servetune.client.record import RequestRecord
+from servetune.loadgen.live import Snapshot
 from servetune.loadgen.progress import RATE_FLOOR, behind_reason
 from servetune.metrics.stats import describe
 from servetune.results.schema import ClientHealth
@@ -56,3 +57,19 @@ def client_health(
             f"{health.achieved_rate:.1f} req/s of the {planned:.1f} planned"
         )
     return health
+
+
+def note_stamps(health: ClientHealth, finals: Sequence[Snapshot]) -> None:
+    """Record who stamped the arrivals: the kernel, the client's loop, or both."""
+    kernel = sum(s.kernel_stamped_reads for s in finals)
+    user = sum(s.user_stamped_reads for s in finals)
+    if kernel + user == 0:
+        return
+    health.kernel_stamped_share = kernel / (kernel + user)
+    # A handful of user-stamped reads (the kernel turning stamping on) is still "kernel".
+    if user <= max(2, 0.001 * (kernel + user)):
+        health.arrival_stamps = "kernel"
+    elif kernel == 0:
+        health.arrival_stamps = "user"
+    else:
+        health.arrival_stamps = "mixed"

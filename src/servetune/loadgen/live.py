@@ -49,3 +49,7 @@ class Snapshot(BaseModel):
     """p99 send lag over the worker's last 512 sends."""
     cpu_s: float = 0.0
     """CPU seconds the worker process used since the run started (final snapshot)."""
+    kernel_stamped_reads: int = 0
+    """Response reads stamped with the kernel's arrival time (final snapshot)."""
+    user_stamped_reads: int = 0
+    """Response reads stamped when the client's loop got to them (final snapshot)."""

@@ -111,6 +111,7 @@ async def _drive(
     gc.enable()
     final = driver.stats.snapshot(index)
     final.cpu_s = time.process_time() - cpu0
+    final.kernel_stamped_reads, final.user_stamped_reads = transport.stamp_counts()
     return interrupted, final
 
 

@@ -163,6 +163,12 @@ class ClientHealth(BaseModel):
     cpu_s: float | None = None
     """CPU seconds the client (all its processes) used during the load."""
     cpu_per_request_ms: float | None = None
+    arrival_stamps: Literal["kernel", "user", "mixed"] | None = None
+    """Who stamped the response bytes' arrival times: the kernel (SO_TIMESTAMPNS, immune to
+    the client's own scheduling delays), the client's event loop, or both (e.g. the first
+    packets before the kernel turned stamping on)."""
+    kernel_stamped_share: float | None = None
+    """Share of response reads that carried a kernel arrival stamp."""
     behind: bool = False
     warnings: list[str] = Field(default_factory=list)
 

@@ -1,0 +1,249 @@
+"""Kernel arrival stamps: a response that arrives while the client's loop is busy is stamped
+when it arrived, not when the loop got to it; and the raw-socket path frames, writes big
+bodies and fails like the Protocol path."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from servetune.client.fasthttp import HTTPError, Pool, kernel_stamps_supported
+
+pytestmark = pytest.mark.skipif(
+    not kernel_stamps_supported(), reason="no SO_TIMESTAMPNS/recvmsg on this platform"
+)
+
+Handler = Callable[[socket.socket], None]
+
+
+def _read_request(c: socket.socket) -> bytes:
+    """One request: headers, then Content-Length bytes of body."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        part = c.recv(65536)
+        if not part:
+            return buf
+        buf += part
+    head, _, body = buf.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(body) < length:
+        part = c.recv(1 << 20)
+        if not part:
+            break
+        body += part
+    return head + b"\r\n\r\n" + body
+
+
+@pytest.fixture
+def server() -> Iterator[Callable[[Handler], str]]:
+    """A thread that accepts connections on 127.0.0.1 and runs a handler on each."""
+    socks: list[socket.socket] = []
+    threads: list[threading.Thread] = []
+    stop = threading.Event()
+
+    def start(handler: Handler) -> str:
+        srv = socket.create_server(("127.0.0.1", 0))
+        srv.settimeout(0.1)
+        socks.append(srv)
+
+        def loop() -> None:
+            while not stop.is_set():
+                try:
+                    c, _ = srv.accept()
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                with c:
+                    c.settimeout(10)
+                    handler(c)
+
+        t = threading.Thread(target=loop, daemon=True)
+        t.start()
+        threads.append(t)
+        return f"http://127.0.0.1:{srv.getsockname()[1]}/v1"
+
+    yield start
+    stop.set()
+    for t in threads:
+        t.join(15)
+    for s in socks:
+        s.close()
+
+
+def _chunked(*pieces: bytes) -> bytes:
+    out = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    for p in pieces:
+        out += f"{len(p):x}\r\n".encode() + p + b"\r\n"
+    return out + b"0\r\n\r\n"
+
+
+def _request(pool: Pool, body: bytes = b"{}") -> bytes:
+    return (
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
+
+
+def test_arrival_is_stamped_when_it_arrived_not_when_the_loop_got_to_it(
+    server: Callable[[Handler], str],
+) -> None:
+    sent_at: list[int] = []
+
+    def handler(c: socket.socket) -> None:
+        _read_request(c)
+        time.sleep(0.05)  # answer while the client's loop is blocked (below)
+        c.sendall(_chunked(b"data: first\n\n"))
+        sent_at.append(time.perf_counter_ns())
+        # Keep the connection open until the client closes it: a FIN queued behind the data
+        # carries its own, later arrival time (the kernel stamps a read with its last segment).
+        c.recv(1)
+
+    url = server(handler)
+
+    async def go(kernel: bool) -> tuple[int, int]:
+        pool = Pool(url, kernel_stamps=kernel)
+        stamps: list[int] = []
+        task = asyncio.create_task(pool.request(_request(pool), lambda b, t: stamps.append(t)))
+        await asyncio.sleep(0.01)  # the request is out
+        time.sleep(0.4)  # the loop is busy: the response waits in the socket
+        unblocked = time.perf_counter_ns()
+        resp = await asyncio.wait_for(task, 10)
+        assert resp.status == 200
+        pool.close()
+        return stamps[0], unblocked
+
+    for _ in range(3):  # the kernel turns stamping on lazily: give it a moment to be on
+        sent_at.clear()
+        stamp, unblocked = asyncio.run(go(kernel=True))
+        if abs(stamp - sent_at[0]) < 20_000_000:
+            break
+    # Kernel stamp: within a few ms of the server's send, though the loop read it far later.
+    assert abs(stamp - sent_at[0]) < 20_000_000, (stamp - sent_at[0]) / 1e6
+    assert unblocked - stamp > 200_000_000
+    # Stamped in user space instead, the same arrival carries the loop's delay.
+    sent_at.clear()
+    stamp, unblocked = asyncio.run(go(kernel=False))
+    assert stamp >= unblocked
+    assert stamp - sent_at[0] > 200_000_000
+
+
+def test_kernel_path_counts_its_stamps_and_keeps_alive(server: Callable[[Handler], str]) -> None:
+    def handler(c: socket.socket) -> None:
+        for _ in range(3):  # three requests on one kept-alive connection
+            if not _read_request(c):
+                return
+            c.sendall(_chunked(b"a", b"bc"))
+
+    url = server(handler)
+
+    async def go() -> tuple[list[bytes], Pool]:
+        pool = Pool(url)
+        got: list[bytes] = []
+        for _ in range(3):
+            resp = await asyncio.wait_for(
+                pool.request(_request(pool), lambda b, t: got.append(b)), 10
+            )
+            assert resp.status == 200
+        pool.close()
+        return got, pool
+
+    got, pool = asyncio.run(go())
+    assert b"".join(got) == b"abc" * 3
+    assert pool.kernel_reads + pool.user_reads >= 3
+    assert pool.kernel_reads >= 1
+
+
+def test_big_request_body_goes_out_whole(server: Callable[[Handler], str]) -> None:
+    """A body far larger than the socket buffer (a 100k-token prompt and more) is queued and
+    written as the server drains it."""
+    received: list[int] = []
+
+    def handler(c: socket.socket) -> None:
+        time.sleep(0.2)  # let the client's send buffer fill first
+        req = _read_request(c)
+        received.append(len(req.partition(b"\r\n\r\n")[2]))
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    url = server(handler)
+    body = b"x" * (16 << 20)
+
+    async def go() -> bytes:
+        pool = Pool(url)
+        got = bytearray()
+        resp = await asyncio.wait_for(
+            pool.request(_request(pool, body), lambda b, t: got.extend(b)), 30
+        )
+        assert resp.status == 200
+        pool.close()
+        return bytes(got)
+
+    assert asyncio.run(go()) == b"ok"
+    assert received == [len(body)]
+
+
+def test_server_closing_mid_stream_is_a_failure(server: Callable[[Handler], str]) -> None:
+    def handler(c: socket.socket) -> None:
+        _read_request(c)
+        c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel")
+
+    url = server(handler)
+
+    async def go() -> Exception | None:
+        pool = Pool(url)
+        try:
+            await asyncio.wait_for(pool.request(_request(pool), lambda b, t: None), 10)
+        except HTTPError as exc:
+            return exc
+        finally:
+            pool.close()
+        return None
+
+    err = asyncio.run(go())
+    assert isinstance(err, HTTPError) and "mid-stream" in str(err)
+
+
+def test_body_framed_by_close_is_complete(server: Callable[[Handler], str]) -> None:
+    def handler(c: socket.socket) -> None:
+        _read_request(c)
+        c.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it")
+
+    url = server(handler)
+
+    async def go() -> bytes:
+        pool = Pool(url)
+        got = bytearray()
+        resp = await asyncio.wait_for(pool.request(_request(pool), lambda b, t: got.extend(b)), 10)
+        assert resp.status == 200 and not resp.keep_alive
+        pool.close()
+        return bytes(got)
+
+    assert asyncio.run(go()) == b"all of it"
+
+
+def test_refused_connection_is_a_clear_error() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        port = s.getsockname()[1]
+    pool = Pool(f"http://127.0.0.1:{port}/v1")
+
+    async def go() -> Exception | None:
+        try:
+            await pool.request(_request(pool), None)
+        except HTTPError as exc:
+            return exc
+        return None
+
+    err = asyncio.run(go())
+    pool.close()
+    assert isinstance(err, HTTPError) and "cannot connect" in str(err)
