@@ -94,13 +94,15 @@ def check_curve(engine: str, result: SweepResult, sweep_dir: Path) -> None:
     # TTFT rises with rate: the queue is in front of the first token.
     assert low.ttft_p50 is not None and high.ttft_p50 is not None
     assert high.ttft_p50 > 3 * low.ttft_p50 and high.ttft_p50 - low.ttft_p50 > 100, why
-    # And servetune names the knee, below the plateau 2 slots reach (the all-at-once probe
-    # that placed the levels can under-read the plateau by a third: judge by the curve).
+    # And servetune names the knee, inside the measured curve and below the plateau 2 slots
+    # reach (the all-at-once probe that placed the levels can under-read the plateau by a
+    # third: judge by the curve). Where between the lowest level and the plateau it lands
+    # depends on how early P99 TTFT turns up on a shared 2-core box (seen: 0.28× to 0.8×).
     knee = result.knee
     assert knee is not None and knee.status == "found", (knee, why)
     plateau = max(r.request_throughput for r in rows)
     assert knee.throughput is not None, (knee, why)
-    assert 0.3 * plateau <= knee.throughput <= 1.05 * plateau, (knee, why)
+    assert low.request_throughput <= knee.throughput <= 1.05 * plateau, (knee, why)
 
 
 @pytest.fixture(scope="module")
