@@ -97,7 +97,7 @@ def check_curve(engine: str, result: SweepResult, sweep_dir: Path) -> None:
     # And servetune names the knee, inside the measured curve and below the plateau 2 slots
     # reach (the all-at-once probe that placed the levels can under-read the plateau by a
     # third: judge by the curve). Where between the lowest level and the plateau it lands
-    # depends on how early P99 TTFT turns up on a shared 2-core box (seen: 0.28× to 0.8×).
+    # depends on how early P99 TTFT turns up on a shared 2-core box (seen as low as 0.28×).
     knee = result.knee
     assert knee is not None and knee.status == "found", (knee, why)
     plateau = max(r.request_throughput for r in rows)
