@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -188,3 +189,33 @@ def test_keep_alive_closed_by_the_server_is_retried_on_a_fresh_connection(
     )
     r = bench(c, tmp_path, progress=False)
     assert r.summary.completed == 15 and r.summary.failed == 0, r.summary.errors
+
+
+def test_scraper_does_its_costly_first_read_before_t0(
+    scripted: Factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Session, connection, engine detection (a full parse of the page) happen before the
+    run's t0, so they cannot delay the first sends; at t0 the scraper only starts its loop."""
+    from servetune.metrics.scraper import MetricsScraper
+
+    seen: dict[str, int] = {}
+    prepare, start = MetricsScraper.prepare, MetricsScraper.start
+
+    async def timed_prepare(self: MetricsScraper, gpu_wait_s: float = 5.0) -> None:
+        first = not self._prepared
+        await prepare(self, gpu_wait_s)
+        if first:
+            seen["prepared"] = time.perf_counter_ns()
+
+    async def timed_start(self: MetricsScraper, t0_ns: int | None = None) -> None:
+        seen["start_t0"] = t0_ns or -1
+        await start(self, t0_ns)
+
+    monkeypatch.setattr(MetricsScraper, "prepare", timed_prepare)
+    monkeypatch.setattr(MetricsScraper, "start", timed_start)
+    srv = scripted({"ttft_ms": 5, "tpot_ms": 1})
+    r = bench(cfg(srv.base_url, num_prompts=10, request_rate=50.0), tmp_path, progress=False)
+    t0 = r.environment.clock_t0_ns
+    assert t0 is not None
+    assert seen["start_t0"] == t0
+    assert seen["prepared"] < t0

@@ -104,32 +104,47 @@ def test_nvml_reads_mean_utilisation_and_summed_memory(monkeypatch: pytest.Monke
     assert fake.state["shutdown"] == 1  # type: ignore[attr-defined]
 
 
-def test_scraper_opens_nvml_in_the_background(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """start() is awaited at the run's t0: a slow nvmlInit must not hold it up."""
+def _slow_nvml(monkeypatch: pytest.MonkeyPatch, init_s: float) -> types.ModuleType:
     fake = _fake_nvml(2)
-    slow_init = 0.3
 
     def init() -> None:
-        time.sleep(slow_init)
+        time.sleep(init_s)
 
     fake.nvmlInit = init  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "pynvml", fake)
+    return fake
+
+
+@pytest.mark.parametrize("wait_s", [5.0, 0.05])
+def test_scraper_opens_nvml_before_the_run_and_never_at_t0(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, wait_s: float
+) -> None:
+    """prepare() (before the load) waits a bounded time for nvmlInit; start() (at the run's
+    t0) never does. An NVML slower than the wait joins the samples when it is up."""
+    slow_init = 0.3
+    fake = _slow_nvml(monkeypatch, slow_init)
     vllm, _ = text_handler(lambda n: load("vllm_v1_0.10.txt"))
 
-    async def main() -> tuple[float, MetricsScraper, ServerInfo]:
+    async def main() -> tuple[float, float, MetricsScraper, ServerInfo]:
         async with serve({"/metrics": vllm}) as (url, _):
-            s = MetricsScraper(url + "/metrics", tmp_path / "m.jsonl", time.perf_counter_ns(), 0.05)
+            s = MetricsScraper(url + "/metrics", tmp_path / "m.jsonl", interval_s=0.05)
             t = time.perf_counter()
-            await s.start()
-            took = time.perf_counter() - t
+            await s.prepare(gpu_wait_s=wait_s)
+            prepared = time.perf_counter() - t
+            t = time.perf_counter()
+            await s.start(time.perf_counter_ns())
+            started = time.perf_counter() - t
             await wait_until(lambda: any(ss.GPU_UTILIZATION in x.values for x in s.samples))
-            return took, s, await s.stop()
+            return prepared, started, s, await s.stop()
 
-    took, scraper, info = asyncio.run(main())
-    assert took < slow_init / 2
-    assert ss.GPU_UTILIZATION not in scraper.samples[0].values  # t≈0 did not wait for NVML
+    prepared, started, scraper, info = asyncio.run(main())
+    assert started < slow_init / 2
+    if wait_s > slow_init:
+        assert prepared >= slow_init * 0.9
+        assert ss.GPU_UTILIZATION in scraper.samples[0].values
+    else:
+        assert prepared < slow_init
+        assert ss.GPU_UTILIZATION not in scraper.samples[0].values  # t≈0 did not wait
     assert info.summary["gpu_source"] == "nvml"
     assert info.summary["gpu_utilization_mean"] == pytest.approx(0.75)
     assert info.names_found[ss.GPU_UTILIZATION].startswith("nvml:")

@@ -96,9 +96,11 @@ def _planned_requests(plan: Plan, cfg: BenchConfig, model: str) -> list[PlannedR
     return items
 
 
-async def _start_scraper(
-    base_url: str, result_dir: Path, t0_ns: int, interval_s: float, dcgm_url: str | None
+async def _prepare_scraper(
+    base_url: str, result_dir: Path, interval_s: float, dcgm_url: str | None
 ) -> Any:
+    """A scraper with its costly first steps done (before the load: they would delay the
+    first sends); started at the run's t0."""
     try:
         from servetune.metrics.scraper import MetricsScraper, metrics_url_for
     except ModuleNotFoundError:
@@ -106,11 +108,10 @@ async def _start_scraper(
     scraper = MetricsScraper(
         metrics_url_for(base_url),
         result_dir / SERVER_METRICS_FILE,
-        t0_ns,
         interval_s=interval_s,
         dcgm_url=dcgm_url,
     )
-    await scraper.start()
+    await scraper.prepare()
     return scraper
 
 
@@ -167,13 +168,12 @@ async def run_bench(
         drain_timeout_s=cfg.request_timeout_s,
     )
     scraper: Any = None
+    if scrape_metrics:
+        scraper = await _prepare_scraper(cfg.base_url or "", out, metrics_interval_s, dcgm_url)
 
     async def started(t0_ns: int) -> None:
-        nonlocal scraper
-        if scrape_metrics:
-            scraper = await _start_scraper(
-                cfg.base_url or "", out, t0_ns, metrics_interval_s, dcgm_url
-            )
+        if scraper is not None:
+            await scraper.start(t0_ns)
         if on_start is not None:
             await on_start(t0_ns)
 

@@ -188,7 +188,7 @@ class MetricsScraper:
         self,
         metrics_url: str,
         out_path: Path,
-        t0_ns: int,
+        t0_ns: int = 0,
         interval_s: float = 1.0,
         dcgm_url: str | None = None,
         session: aiohttp.ClientSession | None = None,
@@ -228,13 +228,18 @@ class MetricsScraper:
         self._appender: LineAppender | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
+        self._prepared = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Begin scraping: the first scrape runs at once (t≈0), then one each interval."""
-        if self._task is not None:
-            raise RuntimeError("scraper already started")
+    async def prepare(self, gpu_wait_s: float = 5.0) -> None:
+        """Everything costly before the load starts: the HTTP session and its connection, the
+        GPU source, and one full read of ``/metrics`` that detects the engine (no sample is
+        kept). After it, each scrape during the run is the cheap, sliced reducer pass — so
+        the first seconds of a run are not the ones a scrape delays."""
+        if self._prepared:
+            return
+        self._prepared = True
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=2), headers=_HEADERS
@@ -243,9 +248,23 @@ class MetricsScraper:
         if self.dcgm_url:
             self._gpu = DcgmSource(self.dcgm_url, self._session, timeout_s=self._timeout.total or 2)
         elif is_local_url(self.metrics_url):
-            # nvmlInit can take a good part of a second: never make start() (called at the
-            # run's t0) wait for it; GPU figures join the samples once NVML is up.
+            # nvmlInit can take a good part of a second: wait a while for it here, before the
+            # load; if it is slower still, GPU figures join the samples once NVML is up.
             self._nvml_opening = asyncio.create_task(asyncio.to_thread(NvmlSource.open))
+        fetched = await self._fetch()
+        if fetched is not None:
+            await self._map(fetched[0], _LoopClock())
+        if self._nvml_opening is not None:
+            await asyncio.wait([self._nvml_opening], timeout=gpu_wait_s)
+
+    async def start(self, t0_ns: int | None = None) -> None:
+        """Begin scraping: the first scrape runs at once (t≈0), then one each interval.
+        ``t0_ns`` (the run's zero, if only known now) replaces the one given at creation."""
+        if self._task is not None:
+            raise RuntimeError("scraper already started")
+        if t0_ns is not None:
+            self.t0_ns = t0_ns
+        await self.prepare()
         self._task = asyncio.create_task(self._run(), name="servetune-metrics-scraper")
 
     async def stop(self) -> ServerInfo:
