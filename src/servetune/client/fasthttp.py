@@ -336,7 +336,7 @@ class _StampedSocket:
                 pool.user_reads += 1
         else:
             pool.user_reads += 1
-        self.protocol.received_at(bytes(pool.read_buf[:n]), now)
+        self.protocol.received_at(bytes(pool.read_views[0][:n]), now)
 
     def _writable(self) -> None:
         try:
