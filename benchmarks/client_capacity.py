@@ -7,8 +7,11 @@ its own process, send open-loop constant-rate traffic at rising rates, in two sh
   burst   128-token streams written in one write
   spaced  128 tokens 1 ms apart (one client wake-up per token, like a real server)
 
-For each client and shape it prints the highest rate at which achieved ≥ 97% of target and
-p99 TTFT stays within 5 ms of the server's own p99 TTFT, the client CPU per request, and the
+For each client and shape it prints the highest rate at which achieved ≥ 97% of target,
+p99 TTFT stays within 5 ms of the server's own p99 TTFT and the client's p99 send lag (actual
+send − planned send) stays ≤ 5 ms (servetune's own "client behind" line; stricter than
+achieved rate alone, which a client can meet while sending in late bursts), the client CPU
+per request, and the
 p99 TTFT error at half that rate against a 50 ms-TTFT server: per request, the client's
 first-token stamp minus the moment the server wrote that token (one CLOCK_MONOTONIC for both
 processes). Then the ratios.
@@ -32,6 +35,7 @@ from typing import Any
 TOKENS = 128
 LEVEL_SECONDS = 4.0
 TTFT_SLACK_MS = 5.0
+SEND_LAG_MS = 5.0
 RATE_FLOOR = 0.97
 TRIALS = 2
 RATES = {
@@ -217,10 +221,12 @@ async def baseline(url: str, rate: float, n: int) -> dict[str, Any]:
     ttfts: list[float] = []
     sends: list[float] = []
     firsts: list[int] = []
+    lags: list[float] = []
 
-    async def one() -> None:
+    async def one(planned: float) -> None:
         st = time.perf_counter()
         sends.append(st)
+        lags.append(st - planned)
         ttft = None
         buf = b""
         async with session.post(url, data=body, headers=headers) as resp:
@@ -246,14 +252,16 @@ async def baseline(url: str, rate: float, n: int) -> dict[str, Any]:
         wait = t0 + i / rate - time.perf_counter()
         if wait > 0:
             await asyncio.sleep(wait)
-        tasks.append(asyncio.create_task(one()))
+        tasks.append(asyncio.create_task(one(t0 + i / rate)))
     await asyncio.gather(*tasks, return_exceptions=True)
     cpu = time.process_time() - cpu0
     await session.close()
     ttfts.sort()
     span = sends[-1] - sends[0] if len(sends) > 1 else 1.0
+    lags.sort()
     return {
         "achieved": (len(sends) - 1) / span,
+        "send_lag_p99_ms": lags[min(len(lags) - 1, int(0.99 * len(lags)))] * 1000,
         "p99_ttft_ms": ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))] * 1000,
         "cpu_per_request_ms": 1000 * cpu / n,
         "completed": len(ttfts),
@@ -347,6 +355,7 @@ def run_servetune(root: str, rate: float) -> dict[str, Any]:
     return {
         "firsts": [t0 + r["first_ns"] for r in records if r.get("first_ns") is not None],
         "achieved": h["achieved_rate"],
+        "send_lag_p99_ms": h["send_lag"]["p99"],
         "p99_ttft_ms": run["p99_ttft_ms"],
         "cpu_per_request_ms": h["cpu_per_request_ms"],
         "completed": run["completed"],
@@ -364,6 +373,7 @@ def level(client: str, root: str, rate: float) -> dict[str, Any]:
     r["ok"] = bool(
         r["achieved"] >= RATE_FLOOR * rate
         and r["p99_ttft_ms"] - r["server_p99_ttft_ms"] <= TTFT_SLACK_MS
+        and r["send_lag_p99_ms"] <= SEND_LAG_MS
         and r["completed"] >= int(rate * LEVEL_SECONDS) * 0.99
     )
     return r
@@ -383,6 +393,7 @@ def sustained(client: str, shape: str, rates: list[int]) -> tuple[float, dict[st
             print(
                 f"  {client:9s} {shape:6s} {rate:5d} req/s: achieved {r['achieved']:7.1f}  "
                 f"p99 TTFT {r['p99_ttft_ms']:6.2f} ms (server {r['server_p99_ttft_ms']:.2f})  "
+                f"send lag p99 {r['send_lag_p99_ms']:5.2f} ms  "
                 f"cpu/req {r['cpu_per_request_ms']:.3f} ms  "
                 f"stamp err p99 {r['err_p99_ms']:.2f} ms{w}  "
                 f"{'ok' if r['ok'] else 'MISS'}",
