@@ -13,13 +13,15 @@ import time
 
 from servetune.client.stream import StreamState
 
-# Reference costs (seconds of one core), measured with benchmarks/client_capacity.py on the
-# project's 2-core machine (2026-12-02): 0.50 ms a request when its 128 tokens arrive in one
-# read (SSE + JSON of every event, record, bookkeeping), 1.35 ms when each token is its own
-# read — 6.7 µs a read. Unknown servers are assumed to send one read per token.
-REF_COST_PER_REQUEST_S = 500e-6
-REF_COST_PER_CHUNK_S = 6.7e-6
-REF_PROBE_S = 0.0036
+# Reference costs (seconds of one core), measured with one worker against the scripted
+# server of benchmarks/client_capacity.py on the project's 2-core machine (2026-12-02, kernel
+# arrival stamps on): ~0.45 ms a request when its 128 tokens arrive in one read (SSE + JSON of
+# every event, record, bookkeeping), ~1.85-2.1 ms when each token is its own read: ~11 us a
+# read (a wake-up, a recvmsg, de-chunking, one event). Unknown servers are assumed to send
+# one read per token.
+REF_COST_PER_REQUEST_S = 450e-6
+REF_COST_PER_CHUNK_S = 11e-6
+REF_PROBE_S = 0.0029
 """probe_speed() on that machine, unloaded."""
 # A loop busier than this starts to send late and to stamp late (wake-ups queue behind work).
 LOOP_BUDGET = 0.45
