@@ -18,7 +18,8 @@ Usage::
    the seed's random prompts (the engine is far past saturation at 128 req/s: few long steps,
    each writing to every running stream), and one shared prompt (prefix-cache hits: short
    decode-only steps, the most writes per second). Requests still running 15 s after the last
-   send are cut off (a disconnect aborts them in the engine).
+   send are cut off (a disconnect aborts them in the engine). ``SERVETUNE_SIM_WRITER=serial``
+   (or ``threads``) in the environment runs the server with its older ways of writing.
 """
 
 from __future__ import annotations
@@ -216,6 +217,13 @@ def realtime(seconds: float, rate: float, repeat: int) -> None:
                 f"{st['write_us_per_token']:.1f} us each; wake-up {st['wake_lag_ms_mean']:.3f} ms "
                 "after the step end on average"
             )
+            wl, hl = st.get("wake_lag_ms"), st.get("helper_wake_lag_ms")
+            if wl:
+                helper = f"; helper thread p50 {hl['p50']:.3f} / p99 {hl['p99']:.3f}" if hl else ""
+                print(
+                    f"           writer: {st.get('writer')}; wake-up p50 {wl['p50']:.3f} / p99 "
+                    f"{wl['p99']:.3f} ms{helper}"
+                )
             worst = ", ".join(f"{k} {v:.1f}" for k, v in st["worst_ms"].items())
             print(f"           worst ms: {worst}")
             gcs = ", ".join(
