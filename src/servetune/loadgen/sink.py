@@ -8,6 +8,7 @@ the last flush.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 from servetune.client.record import RequestRecord
@@ -23,6 +24,7 @@ class RecordSink:
         self._file = LineAppender(path)
         self._lines: list[bytes] = []
         self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
 
     def add(self, rec: RequestRecord) -> None:
         self._lines.append(record_line(rec))
@@ -34,19 +36,23 @@ class RecordSink:
         await asyncio.get_running_loop().run_in_executor(None, self._file.write, batch)
 
     async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(FLUSH_INTERVAL_S)
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), FLUSH_INTERVAL_S)
             await self._flush()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def close(self) -> None:
+        """Flush everything and close the file.
+
+        The periodic loop is asked to stop, not cancelled: a cancel landing while a batch is
+        being written in the executor would let this close the file under that write, and
+        the batch (the records of the last half second) would be lost.
+        """
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            self._stop.set()
+            await asyncio.shield(self._task)
         await self._flush()
         self._file.close()
