@@ -41,8 +41,9 @@ _SO_TIMESTAMPNS: int | None = getattr(socket, "SO_TIMESTAMPNS", None)
 if _SO_TIMESTAMPNS is None and sys.platform.startswith("linux"):
     _SO_TIMESTAMPNS = 35  # Linux's value; Python exposes it only from 3.12 on some builds
 _READ_SIZE = 256 * 1024
-_ANC_SIZE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
-_TIMESPEC = struct.Struct("@qq")
+# struct timespec as SO_TIMESTAMPNS delivers it: two C longs (16 bytes on 64-bit Linux).
+_TIMESPEC = struct.Struct("@ll")
+_ANC_SIZE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 # A kernel stamp older than this is not believed (the wall clock was stepped mid-run).
 _MAX_STAMP_AGE_NS = 2_000_000_000
 
@@ -324,7 +325,7 @@ class _StampedSocket:
             self._drop(None)  # the server closed its side
             return
         now = time.perf_counter_ns()
-        if anc:
+        if anc and len(anc[0][2]) >= _TIMESPEC.size:
             # Age of the bytes by the wall clock the kernel stamped them with, moved onto
             # the monotonic clock the run is timed on.
             sec, nsec = _TIMESPEC.unpack_from(anc[0][2])
