@@ -62,6 +62,14 @@ def summary_table(result: RunResult) -> Table:
     row("  achieved / planned / target rate", rate)
     row("  send lag p50 / p99 (ms)", f"{_fmt(h.send_lag.p50, 3)} / {_fmt(h.send_lag.p99, 3)}")
     row("  workers", str(h.workers))
+    if h.arrival_stamps is not None:
+        share = h.kernel_stamped_share
+        detail = (
+            f" ({share:.0%} of reads by the kernel)"
+            if h.arrival_stamps == "mixed" and share
+            else ""
+        )
+        row("  arrival stamps", h.arrival_stamps + detail)
     if result.server is not None and result.server.engine:
         section("Server")
         row("  engine (from /metrics)", result.server.engine)
