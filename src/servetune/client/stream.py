@@ -53,12 +53,14 @@ class StreamState:
         """Process bytes read at ``now_ns`` (one stamp per read: events in it arrived together).
 
         The hot path: one ``data: {...}`` line carrying a plain content chunk (the bulk of
-        every stream) is handled inline; anything else goes through the general rules.
+        every stream) is parsed once and goes straight to `_content`; anything else goes
+        through the general rules.
         """
         loads = orjson.loads
-        stamps, texts, chat = self.chunk_ns, self.texts, self.chat
+        content = self._content
         plain = 0
         for raw in self.parser.blocks(data):
+            obj = None
             if raw.startswith(b"data: {"):
                 # One JSON object on one data line, the bulk of every stream. (A bytes slice:
                 # orjson reads a memoryview at half the speed.) Anything else — more lines,
@@ -66,29 +68,14 @@ class StreamState:
                 try:
                     obj = loads(raw[6:])
                 except orjson.JSONDecodeError:
-                    obj = None
-                if obj is None or type(obj) is not dict:
-                    event = SSEParser.parse_block(raw)
-                    if event is not None:
-                        self._event(event[0], event[1], now_ns)
-                    continue
+                    pass
+            if type(obj) is dict:
                 choices = obj.get("choices")
                 if choices and "usage" not in obj and "error" not in obj:
-                    # _content, inlined: this runs once per token of every stream.
-                    choice = choices[0]
-                    stamps.append(now_ns)
-                    if chat:
-                        delta = choice.get("delta") or {}
-                        text = delta.get("content") or delta.get("reasoning_content")
-                    else:
-                        text = choice.get("text")
-                    if text:
-                        texts.append(text)
-                    if choice.get("finish_reason"):
-                        self.finish_reason = choice["finish_reason"]
+                    content(choices[0], now_ns)
                     plain += 1
-                    continue
-                self._object(b"message", obj, now_ns)
+                else:
+                    self._object(b"message", obj, now_ns)
                 continue
             event = SSEParser.parse_block(raw)
             if event is not None:
