@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from servetune.client.fasthttp import HTTPError, Pool, kernel_stamps_supported
+from servetune.client.fasthttp import HTTPError, Pool
+from servetune.client.stamped import kernel_stamps_supported
 
 pytestmark = pytest.mark.skipif(
     not kernel_stamps_supported(), reason="no SO_TIMESTAMPNS/recvmsg on this platform"
@@ -87,7 +88,7 @@ def _chunked(*pieces: bytes) -> bytes:
     return out + b"0\r\n\r\n"
 
 
-def _request(pool: Pool, body: bytes = b"{}") -> bytes:
+def _request(body: bytes = b"{}") -> bytes:
     return (
         b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
         + str(len(body)).encode()
@@ -115,7 +116,7 @@ def test_arrival_is_stamped_when_it_arrived_not_when_the_loop_got_to_it(
     async def go(kernel: bool) -> tuple[int, int]:
         pool = Pool(url, kernel_stamps=kernel)
         stamps: list[int] = []
-        task = asyncio.create_task(pool.request(_request(pool), lambda b, t: stamps.append(t)))
+        task = asyncio.create_task(pool.request(_request(), lambda b, t: stamps.append(t)))
         await asyncio.sleep(0.01)  # the request is out
         time.sleep(0.4)  # the loop is busy: the response waits in the socket
         unblocked = time.perf_counter_ns()
@@ -152,9 +153,7 @@ def test_kernel_path_counts_its_stamps_and_keeps_alive(server: Callable[[Handler
         pool = Pool(url)
         got: list[bytes] = []
         for _ in range(3):
-            resp = await asyncio.wait_for(
-                pool.request(_request(pool), lambda b, t: got.append(b)), 10
-            )
+            resp = await asyncio.wait_for(pool.request(_request(), lambda b, t: got.append(b)), 10)
             assert resp.status == 200
         pool.close()
         return got, pool
@@ -182,9 +181,7 @@ def test_big_request_body_goes_out_whole(server: Callable[[Handler], str]) -> No
     async def go() -> bytes:
         pool = Pool(url)
         got = bytearray()
-        resp = await asyncio.wait_for(
-            pool.request(_request(pool, body), lambda b, t: got.extend(b)), 30
-        )
+        resp = await asyncio.wait_for(pool.request(_request(body), lambda b, t: got.extend(b)), 30)
         assert resp.status == 200
         pool.close()
         return bytes(got)
@@ -203,7 +200,7 @@ def test_server_closing_mid_stream_is_a_failure(server: Callable[[Handler], str]
     async def go() -> Exception | None:
         pool = Pool(url)
         try:
-            await asyncio.wait_for(pool.request(_request(pool), lambda b, t: None), 10)
+            await asyncio.wait_for(pool.request(_request(), lambda b, t: None), 10)
         except HTTPError as exc:
             return exc
         finally:
@@ -224,7 +221,7 @@ def test_body_framed_by_close_is_complete(server: Callable[[Handler], str]) -> N
     async def go() -> bytes:
         pool = Pool(url)
         got = bytearray()
-        resp = await asyncio.wait_for(pool.request(_request(pool), lambda b, t: got.extend(b)), 10)
+        resp = await asyncio.wait_for(pool.request(_request(), lambda b, t: got.extend(b)), 10)
         assert resp.status == 200 and not resp.keep_alive
         pool.close()
         return bytes(got)
@@ -239,7 +236,7 @@ def test_refused_connection_is_a_clear_error() -> None:
 
     async def go() -> Exception | None:
         try:
-            await pool.request(_request(pool), None)
+            await pool.request(_request(), None)
         except HTTPError as exc:
             return exc
         return None

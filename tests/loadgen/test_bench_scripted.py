@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from servetune.client.fasthttp import kernel_stamps_supported
+from servetune.client.stamped import kernel_stamps_supported
 from servetune.loadgen.bench import bench
 from servetune.results.io import read_records, read_run_result
 from servetune.results.schema import BenchConfig

@@ -11,13 +11,9 @@ It speaks exactly what OpenAI-compatible servers answer: a status line, headers,
 framed by ``Content-Length``, ``Transfer-Encoding: chunked`` or connection close. TLS is
 supported through ``ssl``. Everything else (proxies, redirects, compression) is aiohttp's job.
 
-Arrival stamps. A stamp taken in user space when the loop gets to a read is late by however
-long the loop was busy with other streams (or the process was off the CPU): at thousands of
-streams a second that is milliseconds at p99, and it lands in TTFT. On plain-HTTP Linux
-connections this client therefore reads the socket itself with ``recvmsg`` and takes, from
-``SO_TIMESTAMPNS``, the time the kernel received the bytes, converted to the run's clock
-(CLOCK_MONOTONIC). A read without a kernel stamp (the first packets while the kernel turns
-timestamping on, other platforms, TLS) is stamped in user space; the pool counts both.
+Arrival stamps: on plain-HTTP Linux connections the reads carry the kernel's arrival time
+(:mod:`servetune.client.stamped`); elsewhere (TLS, other platforms) they are stamped when the
+loop gets to them.
 """
 
 from __future__ import annotations
@@ -25,27 +21,22 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-import struct
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+from servetune.client.stamped import (
+    StampedSocket,
+    StampReads,
+    connect_stamped,
+    kernel_stamps_supported,
+)
+
 Sink = Callable[[bytes, int], None]
 
 _MAX_HEAD = 64 * 1024
 _ERROR_BODY_LIMIT = 4096
-
-_SO_TIMESTAMPNS: int | None = getattr(socket, "SO_TIMESTAMPNS", None)
-if _SO_TIMESTAMPNS is None and sys.platform.startswith("linux"):
-    _SO_TIMESTAMPNS = 35  # Linux's value; Python exposes it only from 3.12 on some builds
-_READ_SIZE = 256 * 1024
-# struct timespec as SO_TIMESTAMPNS delivers it: two C longs (16 bytes on 64-bit Linux).
-_TIMESPEC = struct.Struct("@ll")
-_ANC_SIZE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
-# A kernel stamp older than this is not believed (the wall clock was stepped mid-run).
-_MAX_STAMP_AGE_NS = 2_000_000_000
 
 
 class HTTPError(Exception):
@@ -108,6 +99,7 @@ class _Conn(asyncio.Protocol):
         self.waiter = None
 
     def data_received(self, data: bytes) -> None:
+        self.pool._user_reads += 1  # only Protocol connections come here: user-space stamps
         self.received_at(data, time.perf_counter_ns())
 
     def received_at(self, data: bytes, now: int) -> None:
@@ -256,116 +248,6 @@ class _Conn(asyncio.Protocol):
             self.transport.abort()
 
 
-def kernel_stamps_supported() -> bool:
-    """Can this platform stamp arrivals in the kernel (``SO_TIMESTAMPNS`` + ``recvmsg``)?"""
-    return _SO_TIMESTAMPNS is not None and hasattr(socket.socket, "recvmsg_into") and _ANC_SIZE > 0
-
-
-class _StampedSocket:
-    """The slice of ``asyncio.Transport`` that :class:`_Conn` uses, over a plain socket read
-    with ``recvmsg`` so that each read carries the kernel's arrival time."""
-
-    def __init__(self, pool: Pool, sock: socket.socket, protocol: _Conn) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.pool = pool
-        self.sock = sock
-        self.fd = sock.fileno()
-        self.protocol = protocol
-        self.wbuf = bytearray()
-        self.closing = False
-        self.gone = False
-        protocol.connection_made(self)  # type: ignore[arg-type]
-        self.loop.add_reader(self.fd, self._readable)
-
-    # -- the Transport methods _Conn calls ------------------------------------------------
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self.sock if name == "socket" else default
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def write(self, data: bytes) -> None:
-        if self.closing:
-            return
-        if not self.wbuf:
-            try:
-                sent = self.sock.send(data)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError as exc:
-                self._drop(exc)
-                return
-            if sent == len(data):
-                return
-            self.loop.add_writer(self.fd, self._writable)
-            data = data[sent:]
-        self.wbuf += data
-
-    def close(self) -> None:
-        """Close once the queued bytes are out."""
-        self.closing = True
-        if not self.wbuf:
-            self._drop(None)
-
-    def abort(self) -> None:
-        self.closing = True
-        self._drop(None)
-
-    # -- event-loop callbacks -------------------------------------------------------------
-    def _readable(self) -> None:
-        pool = self.pool
-        try:
-            n, anc, _, _ = self.sock.recvmsg_into(pool.read_views, _ANC_SIZE)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            self._drop(exc)
-            return
-        if n == 0:
-            self._drop(None)  # the server closed its side
-            return
-        now = time.perf_counter_ns()
-        if anc and len(anc[0][2]) >= _TIMESPEC.size:
-            # Age of the bytes by the wall clock the kernel stamped them with, moved onto
-            # the monotonic clock the run is timed on.
-            sec, nsec = _TIMESPEC.unpack_from(anc[0][2])
-            age = time.time_ns() - (sec * 1_000_000_000 + nsec)
-            if 0 <= age < _MAX_STAMP_AGE_NS:
-                now -= age
-                pool.kernel_reads += 1
-            else:
-                pool.user_reads += 1
-        else:
-            pool.user_reads += 1
-        self.protocol.received_at(bytes(pool.read_views[0][:n]), now)
-
-    def _writable(self) -> None:
-        try:
-            sent = self.sock.send(self.wbuf)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            self._drop(exc)
-            return
-        del self.wbuf[:sent]
-        if not self.wbuf:
-            self.loop.remove_writer(self.fd)
-            if self.closing:
-                self._drop(None)
-
-    def _drop(self, exc: Exception | None) -> None:
-        """Release the socket now; the protocol hears of it on the next loop turn."""
-        if self.gone:
-            return
-        self.gone = self.closing = True
-        self.loop.remove_reader(self.fd)
-        if self.wbuf:
-            self.loop.remove_writer(self.fd)
-            self.wbuf.clear()
-        self.sock.close()
-        self.loop.call_soon(self.protocol.connection_lost, exc)
-
-
 class Pool:
     """Keep-alive connections to one host; a new connection whenever none is idle."""
 
@@ -379,17 +261,19 @@ class Pool:
         self._idle: list[_Conn] = []
         self._ssl: ssl.SSLContext | None = ssl.create_default_context() if self.https else None
         self.kernel_stamps = kernel_stamps and not self.https and kernel_stamps_supported()
-        self.kernel_reads = 0
-        self.user_reads = 0
+        self._reads: StampReads | None = StampReads() if self.kernel_stamps else None
         self._addrs: list[tuple[Any, ...]] = []
-        self._stamp_keeper: socket.socket | None = None
-        if self.kernel_stamps:
-            # One read buffer for every connection: reads never interleave on one loop.
-            self.read_buf = bytearray(_READ_SIZE)
-            self.read_views = [memoryview(self.read_buf)]
-            # The kernel turns receive timestamping on lazily, some time after the first
-            # socket asks; asking now means the run's first responses already carry stamps.
-            self._stamp_keeper = _stamping_socket()
+        self._user_reads = 0  # reads on Protocol connections: stamped in user space
+
+    @property
+    def kernel_reads(self) -> int:
+        """Reads stamped with the kernel's arrival time."""
+        return self._reads.kernel if self._reads else 0
+
+    @property
+    def user_reads(self) -> int:
+        """Reads stamped when the loop got to them."""
+        return self._user_reads + (self._reads.user if self._reads else 0)
 
     def release(self, conn: _Conn) -> None:
         self._idle.append(conn)
@@ -407,36 +291,19 @@ class Pool:
         return conn
 
     async def _connect_stamped(self) -> _Conn:
-        loop = asyncio.get_running_loop()
-        if not self._addrs:
-            try:
-                infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
-            except OSError as exc:
-                raise HTTPError(f"cannot connect: {exc.strerror or exc}") from exc
-            self._addrs = [(f, t, p, a) for f, t, p, _, a in infos]
-        error: OSError | None = None
-        for family, type_, proto, addr in self._addrs:
-            sock = socket.socket(family, type_, proto)
-            sock.setblocking(False)
-            try:
-                await loop.sock_connect(sock, addr)
-            except OSError as exc:
-                sock.close()
-                error = exc
-                continue
-            except BaseException:
-                sock.close()
-                raise
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS or 0, 1)
-            except OSError:
-                pass  # no kernel stamps here: reads are stamped in user space
-            conn = _Conn(self)
-            _StampedSocket(self, sock, conn)
-            return conn
-        reason = (error.strerror or str(error)) if error else "no address"
-        raise HTTPError(f"cannot connect: {reason}")
+        assert self._reads is not None
+        try:
+            if not self._addrs:
+                infos = await asyncio.get_running_loop().getaddrinfo(
+                    self.host, self.port, type=socket.SOCK_STREAM
+                )
+                self._addrs = [(f, t, p, a) for f, t, p, _, a in infos]
+            sock = await connect_stamped(self._addrs)
+        except OSError as exc:
+            raise HTTPError(f"cannot connect: {exc.strerror or exc}") from exc
+        conn = _Conn(self)
+        StampedSocket(self._reads, sock, conn)
+        return conn
 
     async def request(self, raw: bytes, sink: Sink | None) -> Response:
         """Send pre-assembled request bytes; stream 2xx body pieces to ``sink``.
@@ -479,23 +346,8 @@ class Pool:
             if c.transport is not None:
                 c.transport.close()
         self._idle.clear()
-        if self._stamp_keeper is not None:
-            self._stamp_keeper.close()
-            self._stamp_keeper = None
-
-
-def _stamping_socket() -> socket.socket | None:
-    """A socket that only holds the kernel's receive timestamping on."""
-    try:
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    except OSError:
-        return None
-    try:
-        s.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS or 0, 1)
-    except OSError:
-        s.close()
-        return None
-    return s
+        if self._reads is not None:
+            self._reads.close()
 
 
 def build_request(pool: Pool, path: str, body: bytes, api_key: str | None) -> bytes:
