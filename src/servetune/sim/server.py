@@ -43,7 +43,6 @@ import gc
 import itertools
 import json
 import math
-import os
 import sys
 import time
 from array import array
@@ -55,9 +54,9 @@ import orjson
 from servetune.errors import ServetuneError
 from servetune.sim.config import EngineConfig, ResolvedConfig
 from servetune.sim.engine import DONE, Engine, SimRequest
-from servetune.sim.fanout import Fanout
 from servetune.sim.hist import LAG_BUCKETS, Hist
 from servetune.sim.memory import MemoryPlan, plan_memory
+from servetune.sim.step_writer import StepWriter
 from servetune.workload.tokens import _PIECE, ApproxTokenizer
 
 _WORDS = [(" " + w).encode() for w in ApproxTokenizer()._words]
@@ -68,15 +67,6 @@ the step's end 1.4–3 ms late at its p99 under 128 req/s, with 4 ms 0.25–0.6 
 _MAX_LAG_SAMPLES = 2_000_000
 _INTAKE_S = 0.002
 """Parse requests for at most this long at a time between steps."""
-_WRITER_ENV = "SERVETUNE_SIM_WRITER"
-"""How a step's tokens are written: ``realtime`` (default) two threads
-(:mod:`servetune.sim.fanout`) at real-time priority where permitted, ``threads`` the same at
-normal priority, ``serial`` through each transport from the loop thread (the way before; where
-Linux AIO is missing it is the only way)."""
-
-_SWITCH_S = 0.0005
-"""The GIL's switch interval while the fanout's helper thread exists (default 5 ms)."""
-
 Write = tuple["Conn", bytes, "Stream | None"]
 """A step's write: connection, bytes, and the stream that ends with them."""
 
@@ -272,13 +262,8 @@ class SimServer:
         self.side_wake_s = array("d")
         """Per step split over two threads: the helper's wake-up after the step's end."""
         self.batches = 0
-        self.fanout: Fanout | None = None
-        """Sends a step's writes from two threads (None: from the loop thread, serially)."""
-        self._fanned: list[int] | None = None
-        """Indexes of the armed step's writes that the fanout sends."""
-        self._switch = 0.005
-        self._retired_fds: list[int] = []
-        """Socket duplicates of closed connections, closed once no step is armed with them."""
+        self.writer: StepWriter | None = None
+        """Sends each step's writes (:mod:`servetune.sim.step_writer`); made at start."""
         self.intake: deque[Conn] = deque()
         """Connections holding a generation request not parsed yet: the engine loop takes
         them in between steps, so that parsing never delays a token's write."""
@@ -289,15 +274,7 @@ class SimServer:
         # uvloop's loop.time() counts whole milliseconds: the engine runs on perf_counter
         self.t0 = time.perf_counter()
         self._wake = asyncio.Event()
-        mode = os.environ.get(_WRITER_ENV, "realtime")
-        if mode != "serial":
-            self.fanout = Fanout.create(realtime=mode != "threads")
-        if self.fanout is not None:
-            # A thread waiting for the GIL takes it by force after this long: the helper,
-            # woken at a step's end while the loop thread runs Python, waited up to the
-            # default 5 ms for it (1.2–1.9 ms at its p99; 0.3 ms with this).
-            self._switch = sys.getswitchinterval()
-            sys.setswitchinterval(_SWITCH_S)
+        self.writer = StepWriter()
         self._server = await loop.create_server(
             lambda: Conn(self), host, port, backlog=4096, reuse_address=True
         )
@@ -315,12 +292,8 @@ class SimServer:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
-        if self.fanout is not None:
-            self.fanout.close()
-            self.fanout = None
-            sys.setswitchinterval(self._switch)
-        self._fanned = None
-        self._close_retired()
+        if self.writer is not None:
+            self.writer.close()
 
     def clock(self) -> float:
         return time.perf_counter() - self.t0
@@ -472,7 +445,9 @@ class SimServer:
             # step's end only the writes are left.
             writes = self._build(emitted)
             target = self.t0 + eng.now
-            self._fanned = self._arm(writes, target)
+            writer = self.writer
+            assert writer is not None
+            writer.arm(writes, target)
             self._worst("step_and_build", perf() - t)
             if self.intake:
                 self.take_intake(target - _SPIN_S - _INTAKE_S)
@@ -480,8 +455,8 @@ class SimServer:
             if delay > _SPIN_S:
                 await asyncio.sleep(delay - _SPIN_S)
                 self._worst("coarse_sleep_late", perf() - (target - _SPIN_S))
-            if writes and self.fanout is not None:
-                self.fanout.hold_cpu()  # from here to the last write: see servetune.sim.fanout
+            if writes:
+                writer.hold_cpu()
             rest = target - perf()
             if rest > 0:
                 time.sleep(rest)
@@ -533,86 +508,17 @@ class SimServer:
             n, total = self.gc_stats.get(gen, (0, 0.0))
             self.gc_stats[gen] = (n + 1, total + took)
 
-    def _arm(self, writes: list[Write], target: float) -> list[int] | None:
-        """Hand the fanout the writes that may go straight to their socket; their indexes.
-
-        Straight to the socket only while the transport holds no bytes back (they would be
-        overtaken) — nothing but the engine writes to a streaming connection, so the check
-        made now still holds at the step's end.
-        """
-        fan = self.fanout
-        if fan is None or not writes:
-            return None
-        idx: list[int] = []
-        jobs: list[tuple[int, bytes]] = []
-        for k, (conn, data, _) in enumerate(writes):
-            t = conn.transport
-            if (
-                conn.fd >= 0
-                and t is not None
-                and not t.is_closing()
-                and not t.get_write_buffer_size()
-            ):
-                idx.append(k)
-                jobs.append((conn.fd, data))
-        if not jobs:
-            return None
-        fan.arm(jobs, target)
-        return idx
-
     def _write(self, writes: list[Write], t_target: float) -> None:
         """Send a step's writes, end the streams they finish, note the lags."""
         t_start = time.perf_counter()
-        fan = self.fanout
-        split = fan is not None and self._fanned is not None and fan.split
-        try:
-            stamps, first = self._send(writes, t_start)
-        finally:
-            if fan is not None:
-                fan.release_cpu()
+        assert self.writer is not None
+        stamps, first, side_start = self.writer.send(writes, t_start)
         for conn, _, ending in writes:
             if ending is not None:
                 conn.done(ending)
-        self._close_retired()
-        if fan is not None and split and len(self.side_wake_s) < _MAX_LAG_SAMPLES:
-            self.side_wake_s.append(fan.side_start - t_target)
+        if side_start is not None and len(self.side_wake_s) < _MAX_LAG_SAMPLES:
+            self.side_wake_s.append(side_start - t_target)
         self._note_writes(stamps, t_target, t_start, first)
-
-    def _send(self, writes: list[Write], t_start: float) -> tuple[array[float], float]:
-        """The fanout's share first, the rest through their transports: the write times, and
-        when the first write began."""
-        fanned, self._fanned = self._fanned, None
-        if fanned is None:
-            stamps, first, rest = array("d"), t_start, writes
-        else:
-            assert self.fanout is not None
-            stamps = self._finish_fanout(writes, fanned)
-            first = min(t_start, self.fanout.first_send)
-            skip = set(fanned)
-            rest = [w for k, w in enumerate(writes) if k not in skip]
-        perf, add = time.perf_counter, stamps.append
-        for conn, data, _ in rest:
-            t = conn.transport
-            if t is not None:
-                t.write(data)
-                add(perf())
-        return stamps, first
-
-    def _finish_fanout(self, writes: list[Write], fanned: list[int]) -> array[float]:
-        """The fanout's times; what a full socket refused goes to its transport, in order."""
-        assert self.fanout is not None
-        times, failed = self.fanout.finish()
-        if not failed:
-            return times
-        perf = time.perf_counter
-        for j, sent in failed:
-            conn, data, _ = writes[fanned[j]]
-            t = conn.transport
-            times[j] = math.nan
-            if t is not None:
-                t.write(data[sent:])
-                times[j] = perf()
-        return array("d", (x for x in times if not math.isnan(x)))
 
     def _note_writes(
         self, stamps: array[float], target: float, t_start: float, first: float
@@ -635,20 +541,6 @@ class SimServer:
         room = _MAX_LAG_SAMPLES - len(self.lag_samples)
         if room > 0:
             self.lag_samples.extend(lags[:room])
-
-    def retire_fd(self, fd: int) -> None:
-        """Close a connection's socket duplicate — later if a step is armed with it."""
-        if fd < 0:
-            return
-        self._retired_fds.append(fd)
-        if self._fanned is None:
-            self._close_retired()
-
-    def _close_retired(self) -> None:
-        for fd in self._retired_fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._retired_fds.clear()
 
     # --- read-outs -----------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -674,7 +566,7 @@ class SimServer:
             "write_batch_size": _pcts(sorted(self.batch_n), 1.0),
             "wake_lag_ms_mean": self.wake_lag_s / self.batches * 1e3 if self.batches else None,
             "wake_lag_ms": _pcts(sorted(self.wake_s)),
-            "writer": self._writer(),
+            "writer": self.writer.name if self.writer else None,
             "helper_wake_lag_ms": _pcts(sorted(self.side_wake_s)),
             "tokens_per_step_written": self.writes / self.batches if self.batches else None,
             "worst_ms": {k: v * 1e3 for k, v in sorted(self.worst.items())},
@@ -692,12 +584,6 @@ class SimServer:
             "uptime_s": self.clock(),
         }
 
-    def _writer(self) -> str:
-        fan = self.fanout
-        if fan is None:
-            return "serial"
-        return "two threads (Linux AIO)" + (", real-time priority" if fan.realtime else "")
-
     def metrics_text(self) -> bytes:
         from servetune.sim.exposition import render
 
@@ -712,8 +598,7 @@ class Conn(asyncio.Protocol):
         self.buf = bytearray()
         self.transport: asyncio.Transport | None = None
         self.fd = -1
-        """A duplicate of the socket for the fanout's direct writes (-1: none). A duplicate,
-        so that the number cannot name another connection before the server retires it."""
+        """A duplicate of the socket for direct writes (:meth:`StepWriter.dup`; -1: none)."""
         self.active: Stream | None = None
         self.queued = False
         self.arrival = 0.0
@@ -721,10 +606,8 @@ class Conn(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
-        sock = transport.get_extra_info("socket")
-        if self.server.fanout is not None and sock is not None:
-            with contextlib.suppress(OSError):  # out of descriptors: the transport writes
-                self.fd = os.dup(sock.fileno())
+        if self.server.writer is not None:
+            self.fd = self.server.writer.dup(transport.get_extra_info("socket"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         s = self.active
@@ -733,7 +616,8 @@ class Conn(asyncio.Protocol):
             self.server.abort(s)
         self.active = None
         self.transport = None
-        self.server.retire_fd(self.fd)
+        if self.server.writer is not None:
+            self.server.writer.retire(self.fd)
         self.fd = -1
 
     def write(self, data: bytes) -> None:
