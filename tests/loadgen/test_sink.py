@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from servetune.client.record import RequestRecord
 from servetune.loadgen import sink as sink_mod
 from servetune.loadgen.sink import RecordSink
 from servetune.results.io import LineAppender, read_records
+from servetune.results.record import RequestRecord
 
 
 def _record(i: int) -> RequestRecord:

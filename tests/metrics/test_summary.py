@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from servetune.client.record import RequestRecord
 from servetune.metrics.summary import summarize
+from servetune.results.record import RequestRecord
 from servetune.results.schema import BenchConfig, RunResult, Slo
 from servetune.results.vllm_keys import vllm_keys
 

@@ -16,9 +16,9 @@ import orjson
 
 from servetune.client.fasthttp import HTTPError
 from servetune.client.payload import endpoint_path
-from servetune.client.record import RequestRecord
 from servetune.client.stream import StreamState, error_message
 from servetune.client.transports import Transport
+from servetune.results.record import RequestRecord
 from servetune.results.schema import Endpoint
 from servetune.workload.tokens import TokenCounter
 

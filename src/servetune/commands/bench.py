@@ -52,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from servetune.results.console import print_summary
+    from servetune.commands.summary_print import print_summary
 
     cfg = workload_config_from_args(args)
     out = args.result_dir or default_result_dir("bench")

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from servetune.client.record import RequestRecord
 from servetune.diagnose.actions import PROCEDURE, build_action
 from servetune.diagnose.conditions import Condition, render, template_fields
 from servetune.diagnose.figures import MIN_SAMPLES, Figures, compute_figures, read_series_tolerant
@@ -15,6 +14,7 @@ from servetune.diagnose.model import KIND_ORDER, Diagnosis, Finding
 from servetune.diagnose.rules import CAUSES, RULES, SPARE_COMPUTE, Rule
 from servetune.errors import ServetuneError
 from servetune.results.io import read_records, read_run_result
+from servetune.results.record import RequestRecord
 from servetune.results.schema import RunResult
 from servetune.results.server_series import ServerSample
 

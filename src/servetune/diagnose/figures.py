@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from servetune.client.record import RequestRecord
 from servetune.diagnose.knobs import KnownConfig
 from servetune.errors import ServetuneError
 from servetune.metrics.server_summary import summarize_server
 from servetune.results import server_series as ss
+from servetune.results.record import RequestRecord
 from servetune.results.schema import RunResult
 from servetune.results.server_series import ServerSample
 

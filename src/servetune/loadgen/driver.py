@@ -13,9 +13,9 @@ import time
 from collections.abc import Sequence
 
 from servetune.client.http import OpenAIClient
-from servetune.client.record import RequestRecord
 from servetune.loadgen.live import LiveStats
 from servetune.loadgen.sink import RecordSink
+from servetune.results.record import RequestRecord
 
 
 class PlannedRequest:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from servetune.client.record import RequestRecord
 from servetune.loadgen.live import Snapshot
 from servetune.loadgen.progress import RATE_FLOOR, behind_reason
 from servetune.metrics.stats import describe
+from servetune.results.record import RequestRecord
 from servetune.results.schema import ClientHealth
 
 

@@ -11,8 +11,8 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from servetune.client.record import RequestRecord
 from servetune.results.io import LineAppender, record_line
+from servetune.results.record import RequestRecord
 
 FLUSH_INTERVAL_S = 0.5
 

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from servetune.client.record import RequestRecord
 from servetune.metrics.stats import describe
+from servetune.results.record import RequestRecord
 from servetune.results.schema import Slo, Summary
 
 NS = 1_000_000_000

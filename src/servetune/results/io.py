@@ -11,8 +11,8 @@ from typing import Any, Literal
 import orjson
 from pydantic import ValidationError
 
-from servetune.client.record import RequestRecord
 from servetune.errors import ResultError
+from servetune.results.record import RequestRecord
 from servetune.results.schema import SCHEMA_VERSION, RunResult
 from servetune.results.server_series import ServerSample
 from servetune.results.vllm_keys import vllm_keys

@@ -2,7 +2,7 @@
 
 ``run.json`` is a :class:`RunResult` with the ``vllm bench serve`` keys added flat at the top
 level (see :mod:`servetune.results.vllm_keys`); ``requests.jsonl`` holds one
-:class:`~servetune.client.record.RequestRecord` a line.
+:class:`~servetune.results.record.RequestRecord` a line.
 """
 
 from __future__ import annotations

@@ -27,7 +27,6 @@ from typing import Any
 import orjson
 
 from servetune import __version__
-from servetune.client.record import RequestRecord
 from servetune.errors import ConfigError
 from servetune.metrics.engine_maps import VLLM_V1
 from servetune.metrics.server_summary import cache_config, summarize_server
@@ -42,6 +41,7 @@ from servetune.results.io import (
     record_line,
     write_run_result,
 )
+from servetune.results.record import RequestRecord
 from servetune.results.schema import (
     BenchConfig,
     ClientHealth,

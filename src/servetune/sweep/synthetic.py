@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 
 from servetune import __version__
-from servetune.client.record import RequestRecord
 from servetune.metrics.stats import describe
 from servetune.metrics.summary import METRIC_DEFINITIONS, summarize
 from servetune.results import server_series as ss
@@ -34,6 +33,7 @@ from servetune.results.io import (
     record_line,
     write_run_result,
 )
+from servetune.results.record import RequestRecord
 from servetune.results.schema import (
     BenchConfig,
     ClientHealth,
