@@ -1,0 +1,187 @@
+"""Imports run one way: every module of ``src/servetune`` imports only its own layer or lower.
+
+``LAYERS`` below is the one place the order is written (docs/architecture.md and CONTRIBUTING.md
+point here). Bottom first; packages on one line share a layer and may import each other, as
+long as no two packages import each other (checked separately). A package that does not exist
+yet may be listed; a package or top-level module that is not listed fails the test, so new
+code has to be placed deliberately.
+
+Every import counts: module level, inside functions, under ``if TYPE_CHECKING:`` and
+``importlib.import_module("servetune....")`` with a literal name.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "aio"),
+    ("results",),
+    ("metrics", "workload"),
+    ("knobs", "http"),
+    ("client",),
+    ("loadgen",),
+    ("engines",),
+    ("sim", "testserver"),
+    ("sweep",),
+    ("diagnose",),
+    ("report",),
+    ("compare", "tune", "cost", "plan", "quality", "watch", "gateway"),
+    ("commands",),
+    ("cli",),
+)
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "servetune"
+ROOT = "servetune"
+
+
+def layer_of() -> dict[str, int]:
+    return {name: i for i, names in enumerate(LAYERS) for name in names}
+
+
+def module_name(path: Path, src: Path = SRC) -> str:
+    parts = list(path.relative_to(src.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def imports_of(path: Path, src: Path = SRC) -> list[tuple[int, str]]:
+    """(line, imported first-party module) for every import in the file."""
+    module = module_name(path, src)
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            name = _resolve(node, module, path.name == "__init__.py")
+            if name == ROOT:  # from servetune import x: x is a package, module or attribute
+                for a in node.names:
+                    sub = (src / a.name).is_dir() or (src / f"{a.name}.py").is_file()
+                    found.append((node.lineno, f"{ROOT}.{a.name}" if sub else ROOT))
+            else:
+                found.append((node.lineno, name))
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and (
+                (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+                or (
+                    isinstance(node.func, ast.Name)
+                    and node.func.id in ("import_module", "__import__")
+                )
+            )
+        ):
+            found.append((node.lineno, node.args[0].value))
+    return [(line, name) for line, name in found if name == ROOT or name.startswith(ROOT + ".")]
+
+
+def unit_of(module: str) -> str | None:
+    """The layered unit of a first-party module: its top-level package or module.
+
+    ``servetune`` itself (``__version__``) is the bottom: it must import nothing first-party.
+    """
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def sources() -> list[Path]:
+    return sorted(SRC.rglob("*.py"))
+
+
+def test_every_package_has_a_layer() -> None:
+    layers = layer_of()
+    units = {unit_of(module_name(p)) for p in sources()} - {None}
+    unplaced = sorted(u for u in units if u not in layers)
+    assert not unplaced, (
+        f"not in the layer order: {unplaced}; add each to LAYERS in {Path(__file__).name}"
+    )
+
+
+def test_the_package_root_imports_nothing_first_party() -> None:
+    found = imports_of(SRC / "__init__.py")
+    assert not found, f"servetune/__init__.py must stay at the bottom; it imports {found}"
+
+
+def test_no_import_runs_upward() -> None:
+    layers = layer_of()
+    upward: list[str] = []
+    for path in sources():
+        module = module_name(path)
+        unit = unit_of(module)
+        if unit is None or unit not in layers:
+            continue  # reported by the tests above
+        for line, target in imports_of(path):
+            dep = unit_of(target)
+            if dep is None or dep == unit:
+                continue
+            if dep not in layers:
+                upward.append(f"{path.relative_to(SRC.parent)}:{line} imports unknown {target}")
+            elif layers[dep] > layers[unit]:
+                upward.append(
+                    f"{path.relative_to(SRC.parent)}:{line} ({unit}, layer {layers[unit]}) "
+                    f"imports {target} ({dep}, layer {layers[dep]})"
+                )
+    assert not upward, "imports run upward:\n" + "\n".join(upward)
+
+
+def test_no_two_packages_import_each_other() -> None:
+    edges: dict[tuple[str, str], str] = {}
+    for path in sources():
+        unit = unit_of(module_name(path))
+        for line, target in imports_of(path):
+            dep = unit_of(target)
+            if unit and dep and dep != unit:
+                edges.setdefault((unit, dep), f"{path.relative_to(SRC.parent)}:{line}")
+    cycles = []
+    for (a, b), where in sorted(edges.items()):
+        if a < b and (b, a) in edges:
+            cycles.append(f"{a} <-> {b} ({where}; {edges[(b, a)]})")
+    assert not cycles, "packages import each other:\n" + "\n".join(cycles)
+
+
+# The checker itself must see what it claims to see.
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("import servetune.sweep.knee\n", ["servetune.sweep.knee"]),
+        ("from servetune.client import http\n", ["servetune.client"]),
+        ("from servetune import __version__, sim\n", ["servetune", "servetune.sim"]),
+        ("from ..sim import engine\n", ["servetune.sim"]),
+        ("def f():\n    from servetune.report import build\n", ["servetune.report"]),
+        (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import servetune.cli\n",
+            ["servetune.cli"],
+        ),
+        (
+            "import importlib\nm = importlib.import_module('servetune.diagnose')\n",
+            ["servetune.diagnose"],
+        ),
+        ("import os\nfrom pathlib import Path\n", []),
+    ],
+)
+def test_the_walker_sees_every_kind_of_import(
+    tmp_path: Path, code: str, expected: list[str]
+) -> None:
+    src = tmp_path / "servetune"
+    (src / "metrics").mkdir(parents=True)
+    (src / "sim").mkdir()
+    path = src / "metrics" / "probe.py"
+    path.write_text(code)
+    assert [name for _, name in imports_of(path, src)] == expected
