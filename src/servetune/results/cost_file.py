@@ -1,0 +1,116 @@
+"""``cost.json``: what `servetune cost` found for a run or a sweep (the report reads it).
+
+Every price in USD; ``*_usd_per_mtok`` per million tokens; throughputs in tokens/s; shares
+0–1. The formula and ``r`` (an input token costs 1/r of an output token) are in the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import orjson
+from pydantic import BaseModel, Field, ValidationError
+
+from servetune.errors import ResultError
+
+COST_FILE = "cost.json"
+COST_SCHEMA_VERSION = 1
+
+
+class PriceUsed(BaseModel):
+    gpu: str
+    usd_per_gpu_hour: float
+    pricing: str
+    provider: str | None = None
+    product: str | None = None
+    source: str | None = None
+    read_on: str | None = None
+    via: str | None = None
+
+
+class CostPoint(BaseModel):
+    """The cost of one operating point (a level, the knee, saturation)."""
+
+    label: str
+    offered_rate: float | None = None
+    request_throughput: float | None = None
+    input_tok_s: float
+    output_tok_s: float
+    input_usd_per_mtok: float | None = None
+    output_usd_per_mtok: float | None = None
+    blended_usd_per_mtok: float | None = None
+    goodput_output_usd_per_mtok: float | None = None
+    """Output $/Mtok counting only requests that met every SLO (when the run had SLOs)."""
+    usd_per_1k_requests: float | None = None
+    kv_cache_usage_mean: float | None = None
+    gpu_utilization_mean: float | None = None
+    engine_busy_share: float | None = None
+    """Simulated engine only: share of the time it was running a step."""
+    running_mean: float | None = None
+    ttft_p99_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    vs_cheapest: float | None = None
+    """This point's blended $/Mtok ÷ the cheapest measured point's (1 = the cheapest)."""
+
+
+class CostReport(BaseModel):
+    schema_version: int = COST_SCHEMA_VERSION
+    kind: Literal["cost"] = "cost"
+    source_kind: Literal["run", "sweep"]
+    source_path: str
+    gpu: str
+    gpu_count: int
+    gpu_count_source: str
+    """Where the GPU type and count came from (the simulated engine's config, or flags)."""
+    price: PriceUsed
+    usd_per_hour: float
+    r: float
+    formula: str
+    levels: list[CostPoint] = Field(default_factory=list)
+    knee: CostPoint | None = None
+    saturation: CostPoint | None = None
+    cheapest: CostPoint | None = None
+    knee_vs_cheapest: float | None = None
+    """The knee's blended $/Mtok ÷ the cheapest point's: what holding latency costs."""
+    advice: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+
+
+def write_cost_report(path: str | Path, report: CostReport) -> Path:
+    p = Path(path)
+    tmp = p.with_suffix(p.suffix + ".tmp")
+    try:
+        tmp.write_bytes(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+        tmp.replace(p)
+    except OSError as exc:
+        raise ResultError(
+            f"cannot write {p}: {exc.strerror or exc}", hint="pass -o FILE to write elsewhere"
+        ) from exc
+    return p
+
+
+def read_cost_report(path: str | Path) -> CostReport:
+    p = Path(path)
+    if p.is_dir():
+        p = p / COST_FILE
+    try:
+        data = orjson.loads(p.read_bytes())
+    except FileNotFoundError as exc:
+        raise ResultError(f"{p} not found") from exc
+    except orjson.JSONDecodeError as exc:
+        raise ResultError(f"{p} is not valid JSON ({exc.msg})") from exc
+    if not isinstance(data, dict) or data.get("kind") != "cost":
+        raise ResultError(f'{p} is not a servetune cost file (no "kind": "cost")')
+    if not isinstance(data.get("schema_version"), int) or data["schema_version"] > (
+        COST_SCHEMA_VERSION
+    ):
+        raise ResultError(
+            f"{p} has schema version {data.get('schema_version')}; this servetune reads up to "
+            f"{COST_SCHEMA_VERSION}",
+            hint="upgrade servetune to read results written by a newer version",
+        )
+    try:
+        return CostReport.model_validate(data)
+    except ValidationError as exc:
+        raise ResultError(f"{p} does not match the cost schema: {exc}") from exc

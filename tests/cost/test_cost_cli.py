@@ -1,0 +1,106 @@
+"""`servetune cost` end to end on simulated results: the table, the JSON, the file, errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from servetune.cli import main
+from servetune.results.cost_file import read_cost_report
+
+
+def test_sweep_json_has_levels_knee_saturation(
+    sim_sweep: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["cost", str(sim_sweep), "--price", "A100-80GB=2.0", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kind"] == "cost" and doc["source_kind"] == "sweep"
+    assert doc["usd_per_hour"] == pytest.approx(2.0) and doc["r"] == 4.0
+    assert "1/r" not in doc["formula"] and "/ r" in doc["formula"]
+    levels = doc["levels"]
+    assert len(levels) == 7
+    for lv in levels:
+        # $/Mtok recomputed from the level's own throughput
+        per_s = 2.0 / 3600
+        out = per_s / (lv["output_tok_s"] + lv["input_tok_s"] / 4) * 1e6
+        assert lv["output_usd_per_mtok"] == pytest.approx(out)
+        assert lv["input_usd_per_mtok"] == pytest.approx(out / 4)
+    # a token gets cheaper as load rises towards saturation
+    blended = [lv["blended_usd_per_mtok"] for lv in levels]
+    assert blended[0] > 3 * blended[-1]
+    assert doc["saturation"]["label"] == "rate-16"
+    assert doc["cheapest"]["vs_cheapest"] == pytest.approx(1.0)
+    knee = doc["knee"]
+    assert knee is not None and knee["label"] == "knee"
+    assert knee["vs_cheapest"] >= 1.0 and doc["knee_vs_cheapest"] == knee["vs_cheapest"]
+    # the knee lies between the levels that bracket it
+    sweep = json.loads((sim_sweep / "sweep.json").read_text())
+    a, b = sweep["knee"]["bracket"]
+    by = {lv["label"]: lv for lv in levels}
+    lo, hi = sorted([by[a]["blended_usd_per_mtok"], by[b]["blended_usd_per_mtok"]])
+    assert lo * 0.98 <= knee["blended_usd_per_mtok"] <= hi * 1.02
+    assert (sim_sweep / "cost.json").is_file()
+    assert read_cost_report(sim_sweep).knee is not None
+
+
+def test_run_table_for_people(sim_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cost", str(sim_run), "--no-write"]) == 0
+    out = capsys.readouterr().out
+    assert "A100-80GB" in out and "runpod" in out and "read 2026" in out
+    assert "output $/Mtok" in out and "r = 4" in out
+    assert not (sim_run / "cost.json").exists()
+
+
+def test_spot_pricing_and_r(sim_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cost", str(sim_run), "--pricing", "spot", "--r", "2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["price"]["pricing"] == "spot" and doc["r"] == 2.0
+    lv = doc["levels"][0]
+    assert lv["input_usd_per_mtok"] == pytest.approx(lv["output_usd_per_mtok"] / 2)
+
+
+def test_real_run_needs_the_gpu(
+    sim_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = tmp_path / "real"
+    shutil.copytree(sim_run, real)
+    run = json.loads((real / "run.json").read_text())
+    run["target"]["simulated"] = None
+    (real / "run.json").write_text(json.dumps(run))
+    assert main(["cost", str(real)]) == 2
+    err = capsys.readouterr().err
+    assert "does not say which GPUs" in err and "--gpu" in err
+    assert main(["cost", str(real), "--gpu", "L40S", "--gpus", "2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["gpu"] == "L40S" and doc["gpu_count"] == 2
+    assert doc["usd_per_hour"] == pytest.approx(2 * doc["price"]["usd_per_gpu_hour"])
+
+
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        (["--gpu", "B9000"], "unknown GPU"),
+        (["--price", "A100-80GB=free"], "not a number"),
+        (["--pricing", "reserved-3y"], "no reserved-3y price"),
+        (["--r", "0"], "--r must be a positive"),
+    ],
+)
+def test_bad_input_is_explained(
+    sim_run: Path, extra: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["cost", str(sim_run), "--no-write", *extra]) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_not_a_result_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cost", str(tmp_path)]) == 2
+    assert "holds no servetune result" in capsys.readouterr().err
+
+
+def test_catalog_listing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cost", "--prices"]) == 0
+    out = capsys.readouterr().out
+    assert "H100-SXM" in out and "spot" in out and "https://" in out
