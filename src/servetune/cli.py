@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Protocol
 
 from servetune import __version__
 from servetune.errors import ServetuneError
@@ -29,8 +30,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _load(name: str):  # type: ignore[no-untyped-def]
-    return importlib.import_module(COMMANDS[name][0])
+class Command(Protocol):
+    """What each ``servetune.commands.<name>`` module provides."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+def _load(name: str) -> Command:
+    module: Command = importlib.import_module(COMMANDS[name][0])  # type: ignore[assignment]
+    return module
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -44,10 +54,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if only is not None and name != only:
             sub.add_parser(name, help=help_text, add_help=False)
             continue
-        try:
-            module = _load(name)
-        except ModuleNotFoundError:
-            continue  # a command not built yet is simply not offered
+        module = _load(name)
         p = sub.add_parser(name, help=help_text, description=help_text)
         module.add_arguments(p)
     return parser

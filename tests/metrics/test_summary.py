@@ -5,7 +5,7 @@ import pytest
 
 from servetune.metrics.summary import summarize
 from servetune.results.record import RequestRecord
-from servetune.results.schema import BenchConfig, RunResult, Slo
+from servetune.results.schema import BenchConfig, Slo
 from servetune.results.vllm_keys import vllm_keys
 
 MS = 1_000_000
@@ -113,18 +113,19 @@ def test_p99_ci_brackets_the_estimate() -> None:
 
 
 def test_vllm_keys_are_flat_and_named_like_vllm() -> None:
-    from servetune.loadgen.bench import environment
     from servetune.loadgen.health import client_health
+    from servetune.metrics.run_result import run_result, run_summary
+    from servetune.results.environment import this_machine
     from servetune.results.schema import TargetInfo
 
     records = [rec(i, i * 10, 50, [5, 5]) for i in range(20)]
     cfg = BenchConfig(request_rate=100)
-    result = RunResult(
-        config=cfg,
-        environment=environment(),
+    result = run_result(
+        cfg,
+        run_summary(records, cfg),
+        environment=this_machine(),
         target=TargetInfo(base_url="http://x/v1", model="m"),
-        client_health=client_health(records, 100, None, 1),
-        summary=summarize(records),
+        health=client_health(records, 100, None, 1),
     )
     k = vllm_keys(result)
     for key in (

@@ -11,6 +11,8 @@ import matplotlib.image as mpimg
 import pytest
 
 from servetune.cli import main
+from servetune.diagnose import Action, Diagnosis, LevelDiagnosis
+from servetune.diagnose import Finding as DxFinding
 from servetune.errors import ResultError
 from servetune.report import build as build_mod
 from servetune.report.build import build_report
@@ -96,26 +98,31 @@ def test_run_without_server_metrics(sweep_dir: Path, tmp_path: Path, no_findings
 def test_diagnose_findings_fill_their_slot(
     sweep_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    diagnosis = {
-        "headline": "Past the knee from rate-16: the queue grows without bound",
-        "findings": [
-            {
-                "kind": "bottleneck",
-                "title": "Past the knee: waiting grows without bound",
-                "level": "rate-32",
-                "evidence": ["waiting 84 at rate-32"],
-                "actions": [
-                    {
-                        "title": "rate-limit at 7 req/s",
-                        "expected": "P99 TTFT < 1 s",
-                        "risk": "lower throughput",
-                    }
+    diagnosis = Diagnosis(
+        kind="sweep",
+        headline="Past the knee from rate-16: the queue grows without bound",
+        findings=[
+            DxFinding(
+                rule="past_knee",
+                kind="bottleneck",
+                title="Past the knee: waiting grows without bound",
+                level="rate-32",
+                evidence=["waiting 84 at rate-32"],
+                actions=[
+                    Action(
+                        id="rate_limit",
+                        title="rate-limit at 7 req/s",
+                        expected="P99 TTFT < 1 s",
+                        risk="lower throughput",
+                    )
                 ],
-            },
-            {"kind": "cannot_tell", "title": "GPU idle?", "missing": ["gpu_utilization"]},
+            ),
+            DxFinding(
+                rule="gpu_idle", kind="cannot_tell", title="GPU idle?", missing=["gpu_utilization"]
+            ),
         ],
-        "levels": [{"label": "rate-32", "headline": "saturated"}],
-    }
+        levels=[LevelDiagnosis(label="rate-32", headline="saturated")],
+    )
     monkeypatch.setattr(build_mod, "diagnose_view", lambda _p: view_of(diagnosis))
     html = build_report(sweep_dir, tmp_path, png=False).html.read_text()
     assert 'id="diagnose"' in html
@@ -127,24 +134,34 @@ def test_diagnose_findings_fill_their_slot(
 def test_failing_diagnose_is_a_note_not_a_crash(
     sweep_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import servetune.diagnose as diag
+    import servetune.report.findings as findings_mod
 
-    def broken(_path: object) -> object:
-        raise RuntimeError("rule table corrupt")
+    def unreadable(_path: object) -> Diagnosis:
+        raise ResultError("levels/rate-4/server_metrics.jsonl:3: not valid JSON")
 
-    monkeypatch.setattr(diag, "diagnose_path", broken, raising=False)
+    monkeypatch.setattr(findings_mod, "diagnose_path", unreadable)
     html = build_report(sweep_dir, tmp_path, png=False).html.read_text()
     assert 'id="diagnose"' not in html
-    assert "diagnose failed" in html and "rule table corrupt" in html
+    assert "diagnose could not read" in html and "server_metrics.jsonl:3: not valid JSON" in html
 
 
-def test_real_diagnose_when_it_is_there(sweep_dir: Path, tmp_path: Path) -> None:
-    diag = pytest.importorskip("servetune.diagnose")
-    if not hasattr(diag, "diagnose_path"):
-        pytest.skip("servetune.diagnose has no diagnose_path yet")
+def test_a_bug_in_diagnose_is_not_hidden(
+    sweep_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import servetune.report.findings as findings_mod
+
+    def broken(_path: object) -> Diagnosis:
+        raise RuntimeError("rule table corrupt")
+
+    monkeypatch.setattr(findings_mod, "diagnose_path", broken)
+    with pytest.raises(RuntimeError, match="rule table corrupt"):
+        build_report(sweep_dir, tmp_path, png=False)
+
+
+def test_real_diagnose(sweep_dir: Path, tmp_path: Path) -> None:
     html = build_report(sweep_dir, tmp_path, png=False).html.read_text()
     assert 'id="diagnose"' in html
-    assert "diagnose failed" not in html
+    assert "diagnose could not read" not in html
 
 
 def test_missing_level_dir_is_noted_not_fatal(

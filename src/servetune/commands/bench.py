@@ -5,35 +5,27 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from servetune.commands._result_dir import add_result_dir_argument, result_dir
 from servetune.commands._workload_args import (
     add_target_arguments,
     add_workload_arguments,
     num_prompts_given,
     workload_config_from_args,
 )
+from servetune.sim.cli_args import add_engine_arguments
 
 if TYPE_CHECKING:
     from servetune.results.schema import BenchConfig, RunResult
-
-
-def default_result_dir(kind: str) -> Path:
-    return Path("servetune-results") / f"{datetime.now():%Y%m%d-%H%M%S}-{kind}"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_target_arguments(p)
     add_workload_arguments(p)
     g = p.add_argument_group("output")
-    g.add_argument(
-        "--result-dir",
-        type=Path,
-        default=None,
-        help="run directory (default: servetune-results/<time>-bench)",
-    )
+    add_result_dir_argument(g, "bench")
     g.add_argument("--overwrite", action="store_true", help="replace a run already in --result-dir")
     g.add_argument("--no-progress", action="store_true", help="no live progress line")
     g.add_argument("--no-metrics", action="store_true", help="do not scrape the server's /metrics")
@@ -44,10 +36,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="seconds between /metrics scrapes (0.5–1 recommended)",
     )
     g.add_argument("--dcgm-url", default=None, help="DCGM exporter /metrics URL for GPU use")
-    try:
-        from servetune.sim.cli_args import add_engine_arguments
-    except ModuleNotFoundError:
-        return
     add_engine_arguments(p.add_argument_group("simulated engine (when no --base-url)"))
 
 
@@ -55,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from servetune.commands.summary_print import print_summary
 
     cfg = workload_config_from_args(args)
-    out = args.result_dir or default_result_dir("bench")
+    out = result_dir(args, "bench")
 
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)

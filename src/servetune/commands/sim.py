@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
+
+from servetune.commands._result_dir import add_result_dir_argument, result_dir
 
 
 def _engine_group(p: argparse.ArgumentParser) -> None:
@@ -42,12 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="recorded in the config (the simulator treats both alike)",
     )
     _engine_group(run)
-    run.add_argument(
-        "--result-dir",
-        type=Path,
-        default=None,
-        help="run directory (default: servetune-results/<time>-sim)",
-    )
+    add_result_dir_argument(run, "sim")
     run.add_argument("--no-progress", action="store_true")
 
     plan = sub.add_parser("plan", help="the start-up memory plan (or why vLLM would refuse)")
@@ -161,8 +157,6 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from datetime import datetime
-
     from servetune.commands._workload_args import workload_config_from_args
     from servetune.sim.cli_args import engine_config_from_args
     from servetune.sim.memory import plan_memory
@@ -172,7 +166,7 @@ def _run(args: argparse.Namespace) -> int:
     bench_cfg = bench_cfg.model_copy(update={"endpoint": args.endpoint, "model": None})
     engine_cfg = engine_config_from_args(args)
     mem = plan_memory(engine_cfg)
-    out = args.result_dir or Path("servetune-results") / f"{datetime.now():%Y%m%d-%H%M%S}-sim"
+    out = result_dir(args, "sim")
     say = print if not args.no_progress else (lambda *a, **k: None)
     say("vllm serve " + " ".join(engine_cfg.vllm_args()), file=sys.stderr)
     for line in mem.log_lines()[1:5]:

@@ -6,16 +6,16 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from servetune.commands._result_dir import add_result_dir_argument, result_dir
 from servetune.commands._workload_args import (
     add_target_arguments,
     add_workload_arguments,
     num_prompts_given,
     workload_config_from_args,
 )
+from servetune.sim.cli_args import add_engine_arguments
 
 if TYPE_CHECKING:
     from servetune.results.sweep_schema import SweepConfig, SweepResult
@@ -99,21 +99,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(e.g. servetune.sweep.synthetic:run_level, a closed-form model for trying things)",
     )
     o = p.add_argument_group("output")
-    o.add_argument(
-        "--result-dir",
-        type=Path,
-        default=None,
-        help="sweep directory (default: servetune-results/<time>-sweep)",
-    )
+    add_result_dir_argument(o, "sweep", "sweep")
     o.add_argument("--no-report", action="store_true", help="do not write report.html and PNGs")
     o.add_argument("--no-progress", action="store_true", help="no live progress line")
     o.add_argument("--no-metrics", action="store_true", help="do not scrape the server's /metrics")
     o.add_argument("--metrics-interval", type=float, default=1.0, help="seconds between scrapes")
     o.add_argument("--dcgm-url", default=None, help="DCGM exporter /metrics URL for GPU use")
-    try:
-        from servetune.sim.cli_args import add_engine_arguments
-    except ModuleNotFoundError:
-        return
     add_engine_arguments(p.add_argument_group("simulated engine (when no --base-url)"))
 
 
@@ -279,7 +270,7 @@ def run(args: argparse.Namespace) -> int:
             "--resume needs --result-dir (the sweep to continue)",
             hint="e.g. servetune sweep ... --resume --result-dir servetune-results/<time>-sweep",
         )
-    out = args.result_dir or Path("servetune-results") / f"{datetime.now():%Y%m%d-%H%M%S}-sweep"
+    out = result_dir(args, "sweep")
     runner, server = _runner(args, cfg)
     if cfg.target == "embedded":
         engine = cfg.engine or {}

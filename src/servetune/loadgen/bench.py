@@ -7,16 +7,10 @@ tune, the e2e tests); the CLI's ``servetune bench`` is a thin layer over it.
 from __future__ import annotations
 
 import math
-import os
-import platform
-import socket
-import sys
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from servetune import __version__
 from servetune.client.payload import build_body
 from servetune.client.target import ServerTokenizer, probe_target
 from servetune.client.transports import make_session
@@ -26,7 +20,9 @@ from servetune.loadgen.driver import PlannedRequest
 from servetune.loadgen.health import client_health, note_stamps
 from servetune.loadgen.progress import ProgressLine
 from servetune.loadgen.runner import LoopSetup, run_load
-from servetune.metrics.summary import METRIC_DEFINITIONS, summarize
+from servetune.metrics.run_result import run_result, run_summary
+from servetune.metrics.scraper import MetricsScraper, describe_info, metrics_url_for
+from servetune.results.environment import this_machine
 from servetune.results.io import (
     REQUESTS_FILE,
     RUN_FILE,
@@ -35,24 +31,12 @@ from servetune.results.io import (
     read_records,
     write_run_result,
 )
-from servetune.results.schema import BenchConfig, Environment, RunResult, ServerInfo, TargetInfo
+from servetune.results.schema import BenchConfig, RunResult, ServerInfo, TargetInfo
 from servetune.workload.plan import Plan, make_plan
 from servetune.workload.server_align import align_with_server
 from servetune.workload.tokens import load_tokenizer
 
 Notify = Callable[[str], None]
-
-
-def environment() -> Environment:
-    return Environment(
-        servetune_version=__version__,
-        python=platform.python_version(),
-        platform=platform.platform(),
-        hostname=socket.gethostname(),
-        cpu_count=os.cpu_count() or 1,
-        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        command=list(sys.argv),
-    )
 
 
 def _prepare_dir(result_dir: Path, overwrite: bool) -> Path:
@@ -98,13 +82,9 @@ def _planned_requests(plan: Plan, cfg: BenchConfig, model: str) -> list[PlannedR
 
 async def _prepare_scraper(
     base_url: str, result_dir: Path, interval_s: float, dcgm_url: str | None
-) -> Any:
+) -> MetricsScraper:
     """A scraper with its costly first steps done (before the load: they would delay the
     first sends); started at the run's t0."""
-    try:
-        from servetune.metrics.scraper import MetricsScraper, metrics_url_for
-    except ModuleNotFoundError:
-        return None
     scraper = MetricsScraper(
         metrics_url_for(base_url),
         result_dir / SERVER_METRICS_FILE,
@@ -135,7 +115,7 @@ async def run_bench(
             "no target: run_bench needs cfg.base_url",
             hint="servetune bench without --base-url starts the simulated engine itself",
         )
-    env = environment()
+    env = this_machine()
     out = _prepare_dir(Path(result_dir), overwrite)
     async with make_session(cfg.api_key) as session:
         target = await probe_target(session, cfg.base_url, cfg.model)
@@ -167,9 +147,9 @@ async def run_bench(
         stop_after_ns=plan.duration_ns,
         drain_timeout_s=cfg.request_timeout_s,
     )
-    scraper: Any = None
+    scraper: MetricsScraper | None = None
     if scrape_metrics:
-        scraper = await _prepare_scraper(cfg.base_url or "", out, metrics_interval_s, dcgm_url)
+        scraper = await _prepare_scraper(target.base_url, out, metrics_interval_s, dcgm_url)
 
     async def started(t0_ns: int) -> None:
         if scraper is not None:
@@ -193,20 +173,18 @@ async def run_bench(
         await scraper.stop()
 
     records = read_records(out)
-    summary = summarize(records, cfg.warmup_s, cfg.cooldown_s, cfg.goodput)
+    summary = run_summary(records, cfg)
     server: ServerInfo | None = None
     if scraper is not None:
         # The server's figures over the same seconds as the client's (warm-up/cool-down out).
         server = scraper.info(summary.window_start_s, summary.window_end_s)
-        from servetune.metrics.scraper import describe_info
-
         for note in describe_info(server):
             say(note)
     health = client_health(records, cfg.request_rate, cfg.max_concurrency, workers)
     health.cpu_s = outcome.cpu_s
     health.cpu_per_request_ms = 1000 * outcome.cpu_s / len(records) if records else None
     note_stamps(health, outcome.snapshots)
-    warnings = list(health.warnings)
+    warnings = []
     if target.tokens_approximate:
         warnings.append(
             "prompt lengths are approximate (no local tokenizer and no server /tokenize); "
@@ -215,16 +193,14 @@ async def run_bench(
     if summary.failed:
         warnings.append(f"{summary.failed} requests failed: {summary.errors}")
     env.clock_t0_ns = outcome.t0_ns
-    result = RunResult(
-        label=cfg.label,
-        status="interrupted" if outcome.interrupted else "complete",
-        config=cfg.model_copy(update={"api_key": None}),
+    result = run_result(
+        cfg,
+        summary,
         environment=env,
         target=target,
-        client_health=health,
-        summary=summary,
+        health=health,
         server=server,
-        metric_definitions=METRIC_DEFINITIONS,
+        status="interrupted" if outcome.interrupted else "complete",
         warnings=warnings,
     )
     write_run_result(out, result)

@@ -1,17 +1,20 @@
-"""The report's slot for diagnose findings.
+"""The report's view of ``diagnose``: its headline, its findings (verdicts and warnings first,
+with their actions) and, for a sweep, one line per level.
 
-``servetune.diagnose`` names bottlenecks with evidence and knob changes. When it provides
-``diagnose_path(RUN_OR_SWEEP_DIR) -> Diagnosis``, the report shows its headline, its findings
-(verdicts and warnings first, with their actions) and, for a sweep, one line per level. When
-it is absent the slot renders nothing — no placeholder text.
+A diagnosis that cannot be made from the directory (a :class:`~servetune.errors.ServetuneError`:
+files diagnose needs and the report does not) becomes a note in the report instead of sinking
+it; anything else is a bug and surfaces as one.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from servetune.diagnose import Diagnosis, diagnose_path
+from servetune.diagnose.model import Action
+from servetune.diagnose.model import Finding as DxFinding
+from servetune.errors import ServetuneError
 
 
 @dataclass
@@ -35,61 +38,41 @@ class DiagnoseView:
     error: str | None = None
 
 
-def _get(obj: Any, name: str, default: Any = None) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
-
-
-def _action_text(action: Any) -> str:
-    if isinstance(action, str):
-        return action
-    text = str(_get(action, "title") or action)
-    expected = _get(action, "expected")
-    risk = _get(action, "risk")
-    if expected:
-        text += f" — {expected}"
-    if risk:
-        text += f" (risk: {risk})"
+def _action_text(action: Action) -> str:
+    text = action.title
+    if action.expected:
+        text += f" — {action.expected}"
+    if action.risk:
+        text += f" (risk: {action.risk})"
     return text
 
 
-def _finding(obj: Any) -> Finding:
-    scope = _get(obj, "level") or _get(obj, "scope")
+def _finding(f: DxFinding) -> Finding:
     return Finding(
-        title=str(_get(obj, "title") or _get(obj, "verdict") or obj),
-        severity=str(_get(obj, "kind") or _get(obj, "severity") or "info"),
-        scope=str(scope) if scope and scope != "run" else None,
-        evidence=[str(e) for e in (_get(obj, "evidence") or [])],
-        actions=[_action_text(a) for a in (_get(obj, "actions") or [])],
+        title=f.title,
+        severity=f.kind,
+        scope=f.level or (f.scope if f.scope != "run" else None),
+        evidence=list(f.evidence),
+        actions=[_action_text(a) for a in f.actions],
     )
 
 
-def view_of(diagnosis: Any) -> DiagnoseView:
-    """The report's view of a ``Diagnosis`` (read by attribute, so a changed model degrades
-    to fewer details rather than an error)."""
-    view = DiagnoseView(headline=str(_get(diagnosis, "headline") or ""))
-    for f in _get(diagnosis, "findings") or []:
-        if _get(f, "kind") == "cannot_tell":
-            missing = ", ".join(str(m) for m in (_get(f, "missing") or []))
-            view.cannot_tell.append(f"{_get(f, 'title')}" + (f" ({missing})" if missing else ""))
+def view_of(diagnosis: Diagnosis) -> DiagnoseView:
+    """The report's view of a :class:`~servetune.diagnose.Diagnosis`."""
+    view = DiagnoseView(headline=diagnosis.headline)
+    for f in diagnosis.findings:
+        if f.kind == "cannot_tell":
+            missing = ", ".join(f.missing)
+            view.cannot_tell.append(f.title + (f" ({missing})" if missing else ""))
         else:
             view.findings.append(_finding(f))
-    for lv in _get(diagnosis, "levels") or []:
-        view.levels.append((str(_get(lv, "label")), str(_get(lv, "headline") or "")))
+    view.levels = [(lv.label, lv.headline) for lv in diagnosis.levels]
     return view
 
 
-def diagnose_view(path: Path) -> DiagnoseView | None:
-    """Diagnose a RUN_DIR or SWEEP_DIR for the report, or None when diagnose is absent."""
+def diagnose_view(path: Path) -> DiagnoseView:
+    """Diagnose a RUN_DIR or SWEEP_DIR for the report."""
     try:
-        module = importlib.import_module("servetune.diagnose")
-    except ImportError:
-        return None
-    entry = getattr(module, "diagnose_path", None)
-    if entry is None or not callable(entry):
-        return None
-    try:
-        return view_of(entry(path))
-    except Exception as exc:  # another command's code: its failure must not sink the report
-        return DiagnoseView(error=f"diagnose failed on {path}: {type(exc).__name__}: {exc}")
+        return view_of(diagnose_path(path))
+    except ServetuneError as exc:
+        return DiagnoseView(error=f"diagnose could not read {path}: {exc.message}")

@@ -12,6 +12,7 @@ import orjson
 from pydantic import ValidationError
 
 from servetune.errors import ResultError
+from servetune.results.jsonfile import read_json_file, write_json_atomic
 from servetune.results.record import RequestRecord
 from servetune.results.schema import SCHEMA_VERSION, RunResult
 from servetune.results.server_series import ServerSample
@@ -67,45 +68,17 @@ class LineAppender:
             self._fd = -1
 
 
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-    os.replace(tmp, path)
-
-
 def write_run_result(run_dir: str | Path, result: RunResult) -> Path:
     """Write ``run.json``: the RunResult with vLLM's flat keys first."""
     path = Path(run_dir) / RUN_FILE
     body = vllm_keys(result)
     body.update(result.model_dump(mode="json"))
-    _write_json_atomic(path, body)
-    return path
-
-
-def _load_json(path: Path) -> Any:
-    try:
-        return orjson.loads(path.read_bytes())
-    except FileNotFoundError as exc:
-        raise ResultError(f"{path} not found") from exc
-    except orjson.JSONDecodeError as exc:
-        raise ResultError(f"{path} is not valid JSON ({exc.msg}, line {exc.lineno})") from exc
-
-
-def check_schema(data: Any, path: Path, kind: str) -> None:
-    if not isinstance(data, dict) or data.get("kind") != kind:
-        raise ResultError(f'{path} is not a servetune {kind} file (no "kind": "{kind}")')
-    version = data.get("schema_version")
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise ResultError(
-            f"{path} has schema version {version}; this servetune reads up to {SCHEMA_VERSION}",
-            hint="upgrade servetune to read results written by a newer version",
-        )
+    return write_json_atomic(path, body)
 
 
 def read_run_result(run_dir: str | Path) -> RunResult:
     path = Path(run_dir) / RUN_FILE
-    data = _load_json(path)
-    check_schema(data, path, "run")
+    data = read_json_file(path, "run", SCHEMA_VERSION)
     try:
         return RunResult.model_validate(data)
     except ValidationError as exc:

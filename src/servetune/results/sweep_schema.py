@@ -9,11 +9,9 @@ the string ``"inf"``, as vLLM does), latencies milliseconds.
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any, Literal
 
-import orjson
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -24,6 +22,7 @@ from pydantic import (
 )
 
 from servetune.errors import ResultError
+from servetune.results.jsonfile import read_json_file, write_json_atomic
 from servetune.results.schema import BenchConfig, Slo, rate_from_json, rate_to_json
 
 SWEEP_SCHEMA_VERSION = 1
@@ -274,32 +273,13 @@ class SweepResult(BaseModel):
 
 def write_sweep_result(sweep_dir: str | Path, result: SweepResult) -> Path:
     """Write ``sweep.json`` atomically (a kill never leaves half a file)."""
-    path = Path(sweep_dir) / "sweep.json"
-    tmp = path.with_suffix(".json.tmp")
-    body = result.model_dump(mode="json")
-    tmp.write_bytes(orjson.dumps(body, option=orjson.OPT_INDENT_2))
-    os.replace(tmp, path)
-    return path
+    return write_json_atomic(Path(sweep_dir) / "sweep.json", result.model_dump(mode="json"))
 
 
 def read_sweep_result(sweep_dir: str | Path) -> SweepResult:
     """Read ``sweep.json``, refusing foreign files and newer schema versions clearly."""
     path = Path(sweep_dir) / "sweep.json"
-    try:
-        data = orjson.loads(path.read_bytes())
-    except FileNotFoundError as exc:
-        raise ResultError(f"{path} not found") from exc
-    except orjson.JSONDecodeError as exc:
-        raise ResultError(f"{path} is not valid JSON ({exc.msg})") from exc
-    if not isinstance(data, dict) or data.get("kind") != "sweep":
-        raise ResultError(f'{path} is not a servetune sweep file (no "kind": "sweep")')
-    version = data.get("schema_version")
-    if not isinstance(version, int) or version > SWEEP_SCHEMA_VERSION:
-        raise ResultError(
-            f"{path} has schema version {version}; this servetune reads sweep files up to "
-            f"{SWEEP_SCHEMA_VERSION}",
-            hint="upgrade servetune to read results written by a newer version",
-        )
+    data = read_json_file(path, "sweep", SWEEP_SCHEMA_VERSION)
     try:
         return SweepResult.model_validate(data)
     except ValidationError as exc:

@@ -14,25 +14,21 @@ histograms) and
 from __future__ import annotations
 
 import math
-import os
-import platform
-import socket
 import sys
 import time
 from collections import deque
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from servetune import __version__
 from servetune.errors import ConfigError
+from servetune.loadgen.health import client_health
 from servetune.metrics.engine_maps import VLLM_V1
+from servetune.metrics.run_result import run_result, run_summary
 from servetune.metrics.server_summary import cache_config, summarize_server
-from servetune.metrics.stats import describe
-from servetune.metrics.summary import METRIC_DEFINITIONS, summarize
 from servetune.results import server_series as ss
+from servetune.results.environment import this_machine
 from servetune.results.io import (
     REQUESTS_FILE,
     SERVER_METRICS_FILE,
@@ -42,14 +38,7 @@ from servetune.results.io import (
     write_run_result,
 )
 from servetune.results.record import RequestRecord
-from servetune.results.schema import (
-    BenchConfig,
-    ClientHealth,
-    Environment,
-    RunResult,
-    ServerInfo,
-    TargetInfo,
-)
+from servetune.results.schema import BenchConfig, Environment, RunResult, ServerInfo, TargetInfo
 from servetune.results.server_series import Histogram, ServerSample
 from servetune.sim.config import EngineConfig, ResolvedConfig
 from servetune.sim.engine import Engine, SimRequest
@@ -82,18 +71,6 @@ NAMES_FOUND = {
     ss.PREFILL_SECONDS: "vllm:request_prefill_time_seconds",
     ss.DECODE_SECONDS: "vllm:request_decode_time_seconds",
 }
-
-
-def environment(command: list[str] | None = None) -> Environment:
-    return Environment(
-        servetune_version=__version__,
-        python=sys.version.split()[0],
-        platform=platform.platform(),
-        hostname=socket.gethostname(),
-        cpu_count=os.cpu_count() or 1,
-        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        command=list(command if command is not None else sys.argv),
-    )
 
 
 def as_server_sample(sample: dict[str, Any]) -> ServerSample:
@@ -417,7 +394,7 @@ def run_offline(
     tok = load_tokenizer(bench_cfg.tokenizer)
     plan = make_plan(bench_cfg, tok)
     out = ensure_result_dir(result_dir)
-    env = environment(command)
+    env = this_machine(command)
     (out / REQUESTS_FILE).unlink(missing_ok=True)
     (out / SERVER_METRICS_FILE).unlink(missing_ok=True)
     req_out = LineAppender(out / REQUESTS_FILE)
@@ -442,21 +419,9 @@ def build_result(
     tokenizer: str,
     exact: bool,
 ) -> RunResult:
-    records = sim.records
-    summary = summarize(records, cfg.warmup_s, cfg.cooldown_s, cfg.goodput)
-    sends = sorted(rec.send_ns for rec in records)
-    achieved = None
-    if len(sends) > 1 and sends[-1] > sends[0]:
-        achieved = (len(sends) - 1) / ((sends[-1] - sends[0]) / NS)
-    health = ClientHealth(
-        target_rate=None if math.isinf(cfg.request_rate) else cfg.request_rate,
-        achieved_rate=achieved,
-        send_lag=describe([0.0] * len(records), ci=False),
-        queue_delay=describe([(x.send_ns - x.scheduled_ns) / 1e6 for x in records], ci=False),
-        workers=1,
-        behind=False,
-        warnings=[],
-    )
+    summary = run_summary(sim.records, cfg)
+    # The modelled client is perfect (sends on schedule), judged as a real one is.
+    health = client_health(sim.records, cfg.request_rate, cfg.max_concurrency, workers=1)
     eng = sim.eng
     info = simulated_info(r, mem)
     info["vllm_serve_args"] = [
@@ -512,10 +477,9 @@ def build_result(
             "prompt lengths counted with the approximate tokenizer (the simulator counts the "
             "planned lengths as exact)"
         )
-    return RunResult(
-        label=cfg.label,
-        status="complete",
-        config=cfg,
+    return run_result(
+        cfg,
+        summary,
         environment=env,
         target=TargetInfo(
             base_url="sim://offline",
@@ -526,9 +490,7 @@ def build_result(
             tokenizer=tokenizer,
             tokens_approximate=not exact,
         ),
-        client_health=health,
-        summary=summary,
+        health=health,
         server=server,
-        metric_definitions=dict(METRIC_DEFINITIONS),
         warnings=warnings,
     )

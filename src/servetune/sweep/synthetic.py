@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import heapq
 import math
-import os
-import platform
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from servetune import __version__
-from servetune.metrics.stats import describe
-from servetune.metrics.summary import METRIC_DEFINITIONS, summarize
+from servetune.loadgen.health import client_health
+from servetune.metrics.run_result import run_result, run_summary
 from servetune.results import server_series as ss
+from servetune.results.environment import this_machine
 from servetune.results.io import (
     REQUESTS_FILE,
     SERVER_METRICS_FILE,
@@ -34,14 +31,7 @@ from servetune.results.io import (
     write_run_result,
 )
 from servetune.results.record import RequestRecord
-from servetune.results.schema import (
-    BenchConfig,
-    ClientHealth,
-    Environment,
-    RunResult,
-    ServerInfo,
-    TargetInfo,
-)
+from servetune.results.schema import BenchConfig, RunResult, ServerInfo, TargetInfo
 from servetune.workload.arrivals import arrival_offsets
 
 NS = 1_000_000_000
@@ -158,7 +148,7 @@ class SyntheticEngine:
 
     def run(self, cfg: BenchConfig, level_dir: Path) -> RunResult:
         out = ensure_result_dir(level_dir)
-        started = time.time()
+        env = this_machine()
         records, series = self.simulate(cfg)
         app = LineAppender(out / REQUESTS_FILE)
         try:
@@ -172,38 +162,17 @@ class SyntheticEngine:
             app.close()
         if self.wall_sleep_s > 0:
             time.sleep(self.wall_sleep_s)
-        summary = summarize(records, cfg.warmup_s, cfg.cooldown_s, cfg.goodput)
-        sends = sorted(r.send_ns for r in records)
-        achieved = None
-        if len(sends) > 1 and sends[-1] > sends[0] and not math.isinf(cfg.request_rate):
-            achieved = (len(sends) - 1) / ((sends[-1] - sends[0]) / NS)
-        health = ClientHealth(
-            target_rate=None if math.isinf(cfg.request_rate) else cfg.request_rate,
-            achieved_rate=achieved,
-            send_lag=describe([0.05 + 0.01 * (i % 7) for i in range(len(records))]),
-            queue_delay=describe([r.queue_delay_ms for r in records]),
-        )
-        env = Environment(
-            servetune_version=__version__,
-            python=platform.python_version(),
-            platform=platform.platform(),
-            hostname=socket.gethostname(),
-            cpu_count=os.cpu_count() or 1,
-            started_at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(started)),
-        )
-        result = RunResult(
-            label=cfg.label,
-            config=cfg,
+        result = run_result(
+            cfg,
+            run_summary(records, cfg),
             environment=env,
             target=TargetInfo(
                 base_url="synthetic://",
                 model=cfg.model or "synthetic",
                 simulated={"synthetic": True, "slots": self.slots},
             ),
-            client_health=health,
-            summary=summary,
+            health=client_health(records, cfg.request_rate, cfg.max_concurrency, workers=1),
             server=ServerInfo(engine="synthetic", samples=len(series)),
-            metric_definitions=METRIC_DEFINITIONS,
         )
         write_run_result(out, result)
         return result

@@ -1,0 +1,55 @@
+"""The one assembly of ``run.json``'s :class:`~servetune.results.schema.RunResult`, whatever
+ran the load (the real-time client, the offline simulator, the synthetic engine).
+
+It fixes what every run records the same way: the label comes from the configuration, the API
+key is never written, the summary covers the configuration's measured window (warm-up and
+cool-down out), the metric definitions travel with the figures, and the client's own warnings
+come first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Literal
+
+from servetune.metrics.summary import METRIC_DEFINITIONS, summarize
+from servetune.results.record import RequestRecord
+from servetune.results.schema import (
+    BenchConfig,
+    ClientHealth,
+    Environment,
+    RunResult,
+    ServerInfo,
+    Summary,
+    TargetInfo,
+)
+
+
+def run_summary(records: Sequence[RequestRecord], cfg: BenchConfig) -> Summary:
+    """The client-side summary over ``cfg``'s measured window, with its goodput SLOs."""
+    return summarize(records, cfg.warmup_s, cfg.cooldown_s, cfg.goodput)
+
+
+def run_result(
+    cfg: BenchConfig,
+    summary: Summary,
+    *,
+    environment: Environment,
+    target: TargetInfo,
+    health: ClientHealth,
+    server: ServerInfo | None = None,
+    status: Literal["complete", "interrupted", "failed"] = "complete",
+    warnings: Iterable[str] = (),
+) -> RunResult:
+    return RunResult(
+        label=cfg.label,
+        status=status,
+        config=cfg.model_copy(update={"api_key": None}),
+        environment=environment,
+        target=target,
+        client_health=health,
+        summary=summary,
+        server=server,
+        metric_definitions=dict(METRIC_DEFINITIONS),
+        warnings=[*health.warnings, *warnings],
+    )

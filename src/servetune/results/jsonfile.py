@@ -1,0 +1,45 @@
+"""One JSON result file on disk: written atomically, read back with clear errors.
+
+``run.json`` and ``sweep.json`` are both written here: the body goes to ``<name>.tmp`` and is
+renamed over the file, so a kill at any moment leaves either the old file or the new one,
+never half of one. Reading refuses a file that is missing, not JSON, of another kind
+(``"kind"``) or written by a newer servetune (``"schema_version"`` above what we read).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from servetune.errors import ResultError
+
+
+def write_json_atomic(path: Path, obj: object) -> Path:
+    """Write ``obj`` as indented JSON to ``path`` through a rename (numpy values allowed)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    os.replace(tmp, path)
+    return path
+
+
+def read_json_file(path: Path, kind: str, max_version: int) -> dict[str, Any]:
+    """The JSON object in ``path``, checked to be a servetune ``kind`` file we can read."""
+    try:
+        data = orjson.loads(path.read_bytes())
+    except FileNotFoundError as exc:
+        raise ResultError(f"{path} not found") from exc
+    except orjson.JSONDecodeError as exc:
+        raise ResultError(f"{path} is not valid JSON ({exc.msg}, line {exc.lineno})") from exc
+    if not isinstance(data, dict) or data.get("kind") != kind:
+        raise ResultError(f'{path} is not a servetune {kind} file (no "kind": "{kind}")')
+    version = data.get("schema_version")
+    if not isinstance(version, int) or version > max_version:
+        raise ResultError(
+            f"{path} has {kind} schema version {version}; this servetune reads {kind} files "
+            f"up to version {max_version}",
+            hint="upgrade servetune to read results written by a newer version",
+        )
+    return data

@@ -1,0 +1,109 @@
+"""run.json and sweep.json on disk: written whole, read back, and refused clearly when they
+are not ours, not JSON, or written by a newer servetune."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from servetune.errors import ResultError
+from servetune.results.environment import this_machine
+from servetune.results.io import RUN_FILE, read_run_result, write_run_result
+from servetune.results.jsonfile import write_json_atomic
+from servetune.results.schema import (
+    SCHEMA_VERSION,
+    BenchConfig,
+    ClientHealth,
+    RunResult,
+    Summary,
+    TargetInfo,
+)
+from servetune.results.sweep_schema import (
+    SWEEP_SCHEMA_VERSION,
+    SweepConfig,
+    SweepResult,
+    read_sweep_result,
+    write_sweep_result,
+)
+
+
+def a_run() -> RunResult:
+    return RunResult(
+        config=BenchConfig(request_rate=4),
+        environment=this_machine(["servetune", "bench"]),
+        target=TargetInfo(base_url="http://127.0.0.1:1/v1", model="m"),
+        client_health=ClientHealth(),
+        summary=Summary(completed=3),
+    )
+
+
+def a_sweep() -> SweepResult:
+    return SweepResult(
+        created_at="2026-01-01T00:00:00+00:00",
+        updated_at="2026-01-01T00:00:00+00:00",
+        config=SweepConfig(bench=BenchConfig()),
+    )
+
+
+def test_run_round_trip_keeps_vllm_keys(tmp_path: Path) -> None:
+    write_run_result(tmp_path, a_run())
+    raw = orjson.loads((tmp_path / RUN_FILE).read_bytes())
+    assert raw["completed"] == 3 and raw["request_rate"] == 4  # vLLM's flat keys
+    back = read_run_result(tmp_path)
+    assert back.summary.completed == 3 and back.environment.command == ["servetune", "bench"]
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_sweep_round_trip(tmp_path: Path) -> None:
+    write_sweep_result(tmp_path, a_sweep())
+    assert read_sweep_result(tmp_path).status == "running"
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("kind", ["run", "sweep"])
+def test_a_newer_schema_version_is_refused_with_a_hint(tmp_path: Path, kind: str) -> None:
+    if kind == "run":
+        write_run_result(tmp_path, a_run())
+        path, newer, read = tmp_path / RUN_FILE, SCHEMA_VERSION + 1, read_run_result
+    else:
+        write_sweep_result(tmp_path, a_sweep())
+        path, newer, read = tmp_path / "sweep.json", SWEEP_SCHEMA_VERSION + 1, read_sweep_result
+    data = orjson.loads(path.read_bytes())
+    data["schema_version"] = newer
+    path.write_bytes(orjson.dumps(data))
+    with pytest.raises(ResultError) as err:
+        read(tmp_path)  # type: ignore[operator]
+    assert f"{kind} schema version {newer}" in err.value.message
+    assert err.value.hint is not None and "upgrade servetune" in err.value.hint
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (None, "not found"),
+        (b'{"kind": "run", "schema', "is not valid JSON"),
+        (b'{"kind": "sweep", "schema_version": 1}', "is not a servetune run file"),
+        (b"[1, 2]", "is not a servetune run file"),
+        (b'{"kind": "run"}', "run schema version None"),
+        (b'{"kind": "run", "schema_version": 1, "config": 3}', "does not match the RunResult"),
+    ],
+)
+def test_unreadable_run_files_say_why(tmp_path: Path, body: bytes | None, expected: str) -> None:
+    if body is not None:
+        (tmp_path / RUN_FILE).write_bytes(body)
+    with pytest.raises(ResultError, match=expected):
+        read_run_result(tmp_path)
+
+
+def test_an_atomic_write_never_leaves_half_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "x.json"
+    write_json_atomic(path, {"a": 1})
+
+    class Unserializable:
+        pass
+
+    with pytest.raises(TypeError):
+        write_json_atomic(path, {"a": Unserializable()})
+    assert orjson.loads(path.read_bytes()) == {"a": 1}
