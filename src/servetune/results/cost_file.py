@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import orjson
 from pydantic import BaseModel, Field, ValidationError
 
 from servetune.errors import ResultError
+from servetune.results.jsonfile import read_json_file, write_json_atomic
 
 COST_FILE = "cost.json"
 COST_SCHEMA_VERSION = 1
@@ -78,38 +78,16 @@ class CostReport(BaseModel):
 
 
 def write_cost_report(path: str | Path, report: CostReport) -> Path:
-    p = Path(path)
-    tmp = p.with_suffix(p.suffix + ".tmp")
-    try:
-        tmp.write_bytes(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
-        tmp.replace(p)
-    except OSError as exc:
-        raise ResultError(
-            f"cannot write {p}: {exc.strerror or exc}", hint="pass -o FILE to write elsewhere"
-        ) from exc
-    return p
+    return write_json_atomic(
+        Path(path), report.model_dump(mode="json"), hint="pass -o FILE to write elsewhere"
+    )
 
 
 def read_cost_report(path: str | Path) -> CostReport:
     p = Path(path)
     if p.is_dir():
         p = p / COST_FILE
-    try:
-        data = orjson.loads(p.read_bytes())
-    except FileNotFoundError as exc:
-        raise ResultError(f"{p} not found") from exc
-    except orjson.JSONDecodeError as exc:
-        raise ResultError(f"{p} is not valid JSON ({exc.msg})") from exc
-    if not isinstance(data, dict) or data.get("kind") != "cost":
-        raise ResultError(f'{p} is not a servetune cost file (no "kind": "cost")')
-    if not isinstance(data.get("schema_version"), int) or data["schema_version"] > (
-        COST_SCHEMA_VERSION
-    ):
-        raise ResultError(
-            f"{p} has schema version {data.get('schema_version')}; this servetune reads up to "
-            f"{COST_SCHEMA_VERSION}",
-            hint="upgrade servetune to read results written by a newer version",
-        )
+    data = read_json_file(p, "cost", COST_SCHEMA_VERSION)
     try:
         return CostReport.model_validate(data)
     except ValidationError as exc:

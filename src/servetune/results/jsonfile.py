@@ -17,11 +17,18 @@ import orjson
 from servetune.errors import ResultError
 
 
-def write_json_atomic(path: Path, obj: object) -> Path:
-    """Write ``obj`` as indented JSON to ``path`` through a rename (numpy values allowed)."""
+def write_json_atomic(path: Path, obj: object, hint: str | None = None) -> Path:
+    """Write ``obj`` as indented JSON to ``path`` through a rename (numpy values allowed).
+
+    A file system that refuses is a :class:`ResultError` (with ``hint``: where else to write).
+    """
+    body = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(body)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ResultError(f"cannot write {path}: {exc.strerror or exc}", hint=hint) from exc
     return path
 
 
