@@ -16,6 +16,7 @@ demo: $(STAMP)
 	$(BIN)/servetune demo
 
 test: $(STAMP)
+	bash scripts/ci-system-deps.sh
 	bash scripts/provision_engines.sh
 	$(BIN)/python -m pytest -q
 

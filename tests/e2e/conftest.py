@@ -13,23 +13,18 @@ no process behind.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from real_engines import llama_serving, vllm_serving
 
+from needs import need
 from servetune.engines import EngineProcess, provisioned
 
 
 def _need(what: str, present: object) -> None:
-    if present:
-        return
-    msg = f"{what} is not provisioned: run `bash scripts/provision_engines.sh`"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{msg} (CI=true: the test set-up must provision it)", pytrace=False)
-    pytest.skip(msg)
+    need(what, present, "run `bash scripts/provision_engines.sh` (`make test` runs it)")
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
 import shutil
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 from cdp_browser import PageLoad, find_chromium, load_page
 
+from needs import SYSTEM_DEPS, need
 from servetune.report.build import build_report
 
 pytestmark = pytest.mark.browser
@@ -25,11 +25,8 @@ KNEE_RED = (0xD6, 0x27, 0x28)
 @pytest.fixture(scope="module")
 def chromium() -> str:
     path = find_chromium()
-    if path is None:
-        why = "no Chromium on this machine (Debian: apt-get install chromium)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{why}; CI must provide it (.ci/run installs it)")
-        pytest.skip(why)
+    need("headless Chromium", path, SYSTEM_DEPS)
+    assert path is not None
     return path
 
 
