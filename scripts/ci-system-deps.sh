@@ -17,6 +17,8 @@ set -euo pipefail
 PACKAGES=(
   # headless browser: tests/report/test_report_browser.py
   chromium:chromium
+  # a real Redis shared by gateway replicas: tests/gateway (started on loopback by its conftest)
+  redis-server:redis-server
 )
 
 in_ci() { [ "$(printf '%s' "${CI:-}" | tr '[:upper:]' '[:lower:]')" = "true" ]; }

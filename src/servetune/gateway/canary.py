@@ -1,0 +1,258 @@
+"""Is the candidate as good as the baseline? A sequential test on what the gateway measured.
+
+Both groups serve live traffic over the same seconds. Requests inside a run are not
+independent (they share each server's state over time), so the unit of the test is a *paired
+batch*: the batch closes when each group has at least ``batch_size`` new requests, and its
+statistic is, per metric, candidate minus baseline over that same window::
+
+    d_i = mean(log x_candidate) − mean(log x_baseline)      x = TTFT, TPOT or E2E latency
+    d_i = error_rate_candidate − error_rate_baseline         errors
+
+so slow minutes hit both sides and cancel, and a log ratio makes "10 % slower" the same size
+at any latency. Over k batches with mean d̄ and variance s², V = s²/k, the mixture sequential
+probability ratio test (Robbins' normal mixture, as in Johari et al., "Always Valid Inference",
+2017) gives a *confidence sequence* — valid however often it is looked at::
+
+    d̄ ± w,   w² = V (V + τ²) / τ² · (2 ln(1/α') + ln((V + τ²) / V))
+
+with τ = the tolerance δ (the mixture is tuned to effects of that size) and α' = α / (number
+of metrics). For each metric, with δ = ln(1 + tolerance) for latencies and the error
+tolerance for errors:
+
+- **worse**   d̄ − w > δ: the candidate is worse than tolerated → roll back;
+- **as good** d̄ + w < δ: the candidate is at most ``tolerance`` worse → this metric passes;
+- otherwise undecided: keep collecting.
+
+A step is promoted when every metric passes, each group has ``min_requests`` and there are
+``min_batches`` batches; rolled back as soon as one metric is worse (or the quality gate
+fails); an undecided step ends after ``max_step_s`` (``on_timeout``). The variance is a plug-in
+estimate, which is why a minimum sample is required before any decision.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from dataclasses import dataclass
+from typing import Literal
+
+from servetune.gateway.config import CanaryPolicy
+
+Verdict = Literal["worse", "as_good", "undecided"]
+Decision = Literal["promote", "rollback", "continue"]
+LATENCIES = ("ttft", "tpot", "e2e")
+_FLOOR_S = 1e-5
+
+
+@dataclass
+class Observation:
+    """One finished request as the gateway saw it (seconds; None when not measured)."""
+
+    group: str
+    step: int
+    ttft: float | None
+    tpot: float | None
+    e2e: float | None
+    error: bool
+
+
+def half_width(var_mean: float, tau: float, alpha: float) -> float:
+    """The confidence sequence's half-width for an estimate of variance ``var_mean``."""
+    if var_mean <= 0:
+        return 0.0
+    t2 = tau * tau
+    return math.sqrt(
+        var_mean
+        * (var_mean + t2)
+        / t2
+        * (2 * math.log(1 / alpha) + math.log((var_mean + t2) / var_mean))
+    )
+
+
+class MetricTest:
+    """The running sequence of batch differences of one metric (Welford's sums)."""
+
+    def __init__(self, name: str, tolerance: float) -> None:
+        self.name = name
+        self.tolerance = tolerance
+        """δ on the metric's scale (log ratio for latencies, absolute for the error rate)."""
+        self.k = 0
+        self._mean = 0.0
+        self._m2 = 0.0
+
+    def add(self, d: float) -> None:
+        self.k += 1
+        delta = d - self._mean
+        self._mean += delta / self.k
+        self._m2 += delta * (d - self._mean)
+
+    def state(self, alpha: float) -> dict[str, float | int | str]:
+        k = self.k
+        if k < 2:
+            return {"metric": self.name, "batches": k, "verdict": "undecided"}
+        mean = self._mean
+        var = self._m2 / (k - 1)
+        tau = max(self.tolerance, 1e-3)
+        w = half_width(var / k, tau, alpha)
+        lo, hi = mean - w, mean + w
+        verdict: Verdict = "undecided"
+        if lo > self.tolerance:
+            verdict = "worse"
+        elif hi < self.tolerance:
+            verdict = "as_good"
+        out: dict[str, float | int | str] = {
+            "metric": self.name,
+            "batches": k,
+            "mean": mean,
+            "low": lo,
+            "high": hi,
+            "tolerance": self.tolerance,
+            "verdict": verdict,
+        }
+        if self.name != "errors":
+            out["ratio"] = math.exp(mean)
+            out["ratio_low"] = math.exp(lo)
+            out["ratio_high"] = math.exp(hi)
+            out["ratio_tolerated"] = math.exp(self.tolerance)
+        return out
+
+
+class _Side:
+    """Observations of one group inside the open batch, and over the whole step."""
+
+    def __init__(self) -> None:
+        self.logs: dict[str, list[float]] = {m: [] for m in LATENCIES}
+        self.n = 0
+        self.errors = 0
+        self.total = 0
+        self.total_errors = 0
+        self.all: dict[str, array[float]] = {m: array("d") for m in LATENCIES}
+
+    def add(self, o: Observation) -> None:
+        self.n += 1
+        self.total += 1
+        if o.error:
+            self.errors += 1
+            self.total_errors += 1
+            return
+        for m in LATENCIES:
+            v = getattr(o, m)
+            if v is not None and v >= 0:
+                self.logs[m].append(math.log(max(v, _FLOOR_S)))
+                self.all[m].append(v)
+
+    def reset_batch(self) -> None:
+        for m in LATENCIES:
+            self.logs[m].clear()
+        self.n = 0
+        self.errors = 0
+
+    def summary(self) -> dict[str, float | int | None]:
+        out: dict[str, float | int | None] = {
+            "requests": self.total,
+            "errors": self.total_errors,
+            "error_rate": self.total_errors / self.total if self.total else None,
+        }
+        for m in LATENCIES:
+            xs = sorted(self.all[m])
+            out[f"{m}_p50_ms"] = xs[len(xs) // 2] * 1e3 if xs else None
+            out[f"{m}_p99_ms"] = xs[min(len(xs) - 1, int(0.99 * len(xs)))] * 1e3 if xs else None
+        return out
+
+
+class StepAnalysis:
+    """The test of one rollout step: feed observations, ask for a decision."""
+
+    def __init__(self, policy: CanaryPolicy, candidate: str, step: int) -> None:
+        self.policy = policy
+        self.candidate = candidate
+        self.step = step
+        self.cand = _Side()
+        self.base = _Side()
+        tol = math.log1p(policy.tolerance)
+        self.tests = {m: MetricTest(m, tol) for m in LATENCIES}
+        self.tests["errors"] = MetricTest("errors", policy.error_tolerance)
+        self.batches = 0
+
+    def add(self, o: Observation) -> None:
+        if o.step != self.step:
+            return
+        side = self.cand if o.group == self.candidate else self.base
+        side.add(o)
+        b = self.policy.batch_size
+        if self.cand.n >= b and self.base.n >= b:
+            self._close_batch()
+
+    def _close_batch(self) -> None:
+        c, b = self.cand, self.base
+        for m in LATENCIES:
+            if c.logs[m] and b.logs[m]:
+                d = sum(c.logs[m]) / len(c.logs[m]) - sum(b.logs[m]) / len(b.logs[m])
+                self.tests[m].add(d)
+        self.tests["errors"].add(c.errors / c.n - b.errors / b.n)
+        self.batches += 1
+        c.reset_batch()
+        b.reset_batch()
+
+    def evidence(self, percentiles: bool = False) -> dict[str, object]:
+        """The test's state; with ``percentiles`` also each group's P50/P99 over the step
+        (a sort of every observation: for decisions, not for every tick)."""
+        alpha = self.policy.alpha / len(self.tests)
+        out: dict[str, object] = {
+            "step": self.step,
+            "batches": self.batches,
+            "alpha_per_metric": alpha,
+            "candidate": {"requests": self.cand.total, "errors": self.cand.total_errors},
+            "baseline": {"requests": self.base.total, "errors": self.base.total_errors},
+            "metrics": [t.state(alpha) for t in self.tests.values()],
+        }
+        if percentiles:
+            out["candidate"] = self.cand.summary()
+            out["baseline"] = self.base.summary()
+        return out
+
+    def decide(self) -> tuple[Decision, str, dict[str, object]]:
+        """(decision, one-line reason, evidence); the evidence of a promote or rollback
+        carries the groups' percentiles."""
+        ev = self.evidence()
+        metrics = ev["metrics"]
+        assert isinstance(metrics, list)
+        worse = [m for m in metrics if m["verdict"] == "worse"]
+        enough = (
+            self.cand.total >= self.policy.min_requests
+            and self.base.total >= self.policy.min_requests
+            and self.batches >= self.policy.min_batches
+        )
+        if not enough:
+            need = (
+                f"{self.cand.total}/{self.policy.min_requests} candidate and "
+                f"{self.base.total}/{self.policy.min_requests} baseline requests, "
+                f"{self.batches}/{self.policy.min_batches} batches"
+            )
+            return "continue", f"collecting the minimum sample ({need})", ev
+        if worse:
+            return (
+                "rollback",
+                "candidate worse than tolerated: " + ", ".join(_describe(m) for m in worse),
+                ev,
+            )
+        if all(m["verdict"] == "as_good" for m in metrics):
+            return (
+                "promote",
+                "candidate as good as the baseline on " + ", ".join(_describe(m) for m in metrics),
+                ev,
+            )
+        open_ = [str(m["metric"]) for m in metrics if m["verdict"] == "undecided"]
+        return "continue", "undecided on " + ", ".join(open_), ev
+
+
+def _describe(m: dict[str, float | int | str]) -> str:
+    if m["metric"] == "errors":
+        return (
+            f"errors {float(m['mean']):+.3f} (interval {float(m['low']):+.3f}.."
+            f"{float(m['high']):+.3f}, tolerated {float(m['tolerance']):+.3f})"
+        )
+    return (
+        f"{m['metric']} ×{float(m['ratio']):.3f} (interval {float(m['ratio_low']):.3f}.."
+        f"{float(m['ratio_high']):.3f}, tolerated ×{float(m['ratio_tolerated']):.3f})"
+    )

@@ -1,0 +1,385 @@
+"""The gateway's configuration: ``gateway.yaml``, or the same model built from flags.
+
+A configuration names upstream *groups* (a baseline and, during a rollout, a candidate), the
+*tenants* with their keys, limits, weight and priority class, and the gateway's own policy
+(queue, timeouts, retries, circuit breaker, canary analysis, audit log, shared state)::
+
+    listen: 127.0.0.1:8080
+    admin_keys: [sha256:9f86d0...]          # hashed; `servetune gateway keygen --admin`
+    redis: redis://127.0.0.1:6379/0         # optional: replicas share counters exactly
+    groups:
+      - name: baseline
+        urls: [http://10.0.0.5:8000/v1]
+        max_concurrency: 48                 # admission limit per upstream (or from_sweep)
+        from_sweep: sweeps/qwen-a100        # the sweep's comfortable concurrency
+      - name: candidate
+        urls: [http://10.0.0.6:8000/v1]
+        weight: 0                           # traffic share; `servetune rollout` moves it
+    tenants:
+      - name: search
+        keys: [sha256:2c26b4...]
+        weight: 2
+        priority: interactive
+        max_concurrency: 16
+        rpm: 600
+        tpm: 200000
+        max_tokens: 1024                    # clamp (default) or refuse over it
+        max_input_tokens: 8192
+
+Every limit left out is unlimited. Without any tenant that has keys, the gateway does not
+authenticate and everyone is the tenant ``default`` (its limits come from ``defaults``).
+Unknown fields are errors (a typo must not silently drop a limit).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from servetune.errors import ConfigError
+
+DEFAULT_PRIORITIES = ("interactive", "standard", "batch")
+"""Priority classes, highest first: a waiting request of a higher class is always sent first;
+inside a class tenants share by weighted tokens."""
+
+MaxTokensPolicy = Literal["clamp", "refuse"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TenantLimits(_Strict):
+    """Limits of one tenant (None = unlimited)."""
+
+    max_concurrency: int | None = Field(default=None, ge=1)
+    """Requests of this tenant in the gateway at once (waiting or streaming)."""
+    rpm: int | None = Field(default=None, ge=1)
+    """Requests per minute (a token bucket of this size refilled continuously)."""
+    tpm: int | None = Field(default=None, ge=1)
+    """Tokens per minute, input + output; a request reserves input + max_tokens at admission."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Cap on the output tokens a request may ask for (and the default when it asks none)."""
+    max_tokens_policy: MaxTokensPolicy = "clamp"
+    """clamp: lower max_tokens to the cap; refuse: answer 400 when a request asks more."""
+    max_input_tokens: int | None = Field(default=None, ge=1)
+    """Prompt tokens over this are refused with 400."""
+    queue_timeout_s: float | None = Field(default=None, gt=0)
+    """Longest wait for an upstream slot (default: ``queue.timeout_s``)."""
+    max_queued: int | None = Field(default=None, ge=0)
+    """Requests of this tenant waiting at once (default: ``queue.max_queued_per_tenant``)."""
+
+
+class Tenant(TenantLimits):
+    name: str
+    keys: list[str] = Field(default_factory=list)
+    """Hashed API keys (``sha256:<hex>``), see :mod:`servetune.gateway.keys`."""
+    weight: float = Field(default=1.0, gt=0)
+    """Share of the upstreams' tokens when requests wait (fair queueing)."""
+    priority: str = "standard"
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", v):
+            raise ValueError(
+                "a tenant name is 1-64 characters of letters, digits, '_', '.', ':' or '-'"
+            )
+        return v
+
+
+class Group(_Strict):
+    """A set of interchangeable upstreams (replicas of one engine configuration)."""
+
+    name: str
+    urls: list[str] = Field(min_length=1)
+    """Base URLs ending in /v1 (``http://host:port/v1``); a bare ``http://host:port`` gets /v1."""
+    weight: float = Field(default=100.0, ge=0)
+    """Traffic share among groups (relative)."""
+    max_concurrency: int | None = Field(default=None, ge=1)
+    """Admission limit per upstream URL: requests beyond it wait in the gateway."""
+    from_sweep: str | None = None
+    """A servetune sweep directory whose comfortable concurrency sets ``max_concurrency``."""
+    adaptive: bool = True
+    """Tighten the admission limit on the upstream's own signals (waiting queue, KV-cache use
+    from its /metrics); never above the configured limit."""
+    tokenizer: str | None = None
+    """Local tokenizer (folder or tokenizer.json) of the served model, for exact input counts."""
+    api_key: str | None = None
+    """Bearer token the gateway sends upstream (the client's key is never forwarded)."""
+
+    @field_validator("urls")
+    @classmethod
+    def _urls(cls, v: list[str]) -> list[str]:
+        out = []
+        for url in v:
+            url = url.strip().rstrip("/")
+            if not re.match(r"^https?://[^/\s]+(/.*)?$", url):
+                raise ValueError(f"{url!r} is not an http(s) URL")
+            if not url.endswith("/v1"):
+                url += "/v1"
+            out.append(url)
+        return out
+
+
+class QueuePolicy(_Strict):
+    max_queued: int = Field(default=1024, ge=0)
+    """Requests waiting in the gateway at once, all tenants."""
+    max_queued_per_tenant: int = Field(default=256, ge=0)
+    timeout_s: float = Field(default=30.0, gt=0)
+    """Longest wait for an upstream slot before a 429."""
+    priorities: list[str] = Field(default_factory=lambda: list(DEFAULT_PRIORITIES))
+    """Priority classes, highest first."""
+    output_weight: float = Field(default=1.0, ge=0)
+    """Fair-queueing cost of an output token relative to an input token."""
+
+
+class Timeouts(_Strict):
+    connect_s: float = Field(default=5.0, gt=0)
+    first_byte_s: float = Field(default=600.0, gt=0)
+    """Longest wait for the upstream's response head (an engine queue can be long)."""
+    idle_s: float = Field(default=60.0, gt=0)
+    """A stream that sends nothing for this long ends with a terminal error event."""
+    client_body_s: float = Field(default=30.0, gt=0)
+
+
+class BreakerPolicy(_Strict):
+    failures: int = Field(default=5, ge=1)
+    """Consecutive failures (connect errors, 5xx) that open an upstream's circuit."""
+    cooldown_s: float = Field(default=10.0, gt=0)
+    """Open this long, then one probe request decides (half-open)."""
+
+
+class CanaryPolicy(_Strict):
+    """How a rollout step is judged (see :mod:`servetune.gateway.canary`)."""
+
+    alpha: float = Field(default=0.05, gt=0, lt=0.5)
+    """Error probability of a decision, split over the metrics compared."""
+    min_requests: int = Field(default=100, ge=10)
+    """Per group and step, before any decision."""
+    batch_size: int = Field(default=5, ge=1)
+    """Requests of each group per paired batch (the unit of the test)."""
+    min_batches: int = Field(default=10, ge=3)
+    tolerance: float = Field(default=0.10, ge=0)
+    """A latency ratio up to 1 + tolerance (candidate / baseline, geometric mean) is 'as good'."""
+    error_tolerance: float = Field(default=0.01, ge=0)
+    """Error-rate difference (absolute) still 'as good'."""
+    max_step_s: float = Field(default=900.0, gt=0)
+    """A step still undecided after this long is rolled back (``on_timeout``)."""
+    on_timeout: Literal["rollback", "promote"] = "rollback"
+    peak_hours: list[str] = Field(default_factory=list)
+    """Windows in which no step starts: ``"Mon-Fri 09:00-18:00"``, ``"Sat 10:00-14:00"``."""
+    timezone: str = "UTC"
+    quality_verdict_file: str | None = None
+    """A `servetune quality` verdict (JSON with ``"verdict": "pass"|"fail"|"inconclusive"``)
+    that must pass before the candidate takes all traffic; fail rolls back at once."""
+    quality_command: list[str] | None = None
+    """A command printing such a verdict JSON, run before the last step (instead of a file)."""
+
+
+class GatewayConfig(_Strict):
+    listen: str = "127.0.0.1:8080"
+    groups: list[Group] = Field(min_length=1)
+    tenants: list[Tenant] = Field(default_factory=list)
+    defaults: TenantLimits = Field(default_factory=TenantLimits)
+    """Limits of the tenant ``default`` (no keys configured) and of every tenant field left out."""
+    admin_keys: list[str] = Field(default_factory=list)
+    key_files: list[str] = Field(default_factory=list)
+    """Files of ``KEY [TENANT]`` lines (a hashed ``sha256:`` key, or a plain one hashed on load)."""
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    retries: int = Field(default=2, ge=0)
+    """Other upstreams tried when one fails before its first response byte."""
+    queue: QueuePolicy = Field(default_factory=QueuePolicy)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    breaker: BreakerPolicy = Field(default_factory=BreakerPolicy)
+    canary: CanaryPolicy = Field(default_factory=CanaryPolicy)
+    redis: str | None = None
+    """``redis://host:port/db``: replicas share counters, reservations and canary state."""
+    redis_prefix: str = "servetune:gw:"
+    lease_s: float = Field(default=15.0, gt=1)
+    """A replica's concurrency slots expire this long after it stops renewing them."""
+    audit_log: str = "gateway-audit.jsonl"
+    metrics_interval_s: float = Field(default=1.0, gt=0)
+    """How often each upstream's /metrics is read for adaptive admission."""
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        host_port(v)
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> GatewayConfig:
+        names = [g.name for g in self.groups]
+        if len(set(names)) != len(names):
+            raise ValueError(f"group names repeat: {names}")
+        tnames = [t.name for t in self.tenants]
+        if len(set(tnames)) != len(tnames):
+            raise ValueError(f"tenant names repeat: {tnames}")
+        for t in self.tenants:
+            if t.priority not in self.queue.priorities:
+                raise ValueError(
+                    f"tenant {t.name}: priority {t.priority!r} is not one of "
+                    f"{self.queue.priorities} (queue.priorities)"
+                )
+        if not any(g.weight > 0 for g in self.groups):
+            raise ValueError("every group has weight 0: no upstream would get traffic")
+        return self
+
+    def group(self, name: str) -> Group:
+        for g in self.groups:
+            if g.name == name:
+                return g
+        raise ConfigError(
+            f"no upstream group named {name!r}", hint=f"groups: {[g.name for g in self.groups]}"
+        )
+
+    def limits_of(self, tenant: Tenant) -> TenantLimits:
+        """The tenant's limits with ``defaults`` filling what it leaves out."""
+        given = tenant.model_dump(include=set(TenantLimits.model_fields), exclude_unset=True)
+        merged = self.defaults.model_dump()
+        merged.update(given)
+        return TenantLimits.model_validate(merged)
+
+
+def host_port(listen: str) -> tuple[str, int]:
+    """``host:port`` → (host, port); ``:8080`` and ``8080`` listen on 127.0.0.1."""
+    text = listen.strip()
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = "", text
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        p = int(port)
+    except ValueError as exc:
+        raise ValueError(f"listen address {listen!r}: the port is not a number") from exc
+    if not 0 <= p <= 65535:
+        raise ValueError(f"listen address {listen!r}: port out of range")
+    return host, p
+
+
+def _yaml_error(path: Path, exc: Exception) -> ConfigError:
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    problem = getattr(exc, "problem", None) or str(exc)
+    return ConfigError(f"{where}: not valid YAML ({problem})")
+
+
+def _validation_error(source: str, exc: ValidationError) -> ConfigError:
+    lines = []
+    for err in exc.errors()[:8]:
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field (a typo?)"
+        lines.append(f"{loc}: {msg}")
+    more = len(exc.errors()) - len(lines)
+    if more > 0:
+        lines.append(f"... and {more} more")
+    return ConfigError(
+        f"{source}: invalid gateway configuration: " + "; ".join(lines),
+        hint="see docs/gateway.md for every field",
+    )
+
+
+def parse_config(data: Any, source: str = "configuration") -> GatewayConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of fields")
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        raise _validation_error(source, exc) from None
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    """Read ``gateway.yaml`` (YAML or JSON); relative paths in it are relative to its folder."""
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot be read ({exc})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise _yaml_error(p, exc) from None
+    if data is None:
+        raise ConfigError(f"{p}: the file is empty", hint="at least `groups:` with one URL")
+    cfg = parse_config(data, str(p))
+    return _resolve_paths(cfg, p.parent)
+
+
+def _resolve_paths(cfg: GatewayConfig, base: Path) -> GatewayConfig:
+    def fix(v: str | None) -> str | None:
+        if v is None or Path(v).is_absolute():
+            return v
+        return str(base / v)
+
+    cfg.key_files = [f for f in (fix(k) for k in cfg.key_files) if f]
+    audit = fix(cfg.audit_log)
+    assert audit is not None
+    cfg.audit_log = audit
+    cfg.canary.quality_verdict_file = fix(cfg.canary.quality_verdict_file)
+    for g in cfg.groups:
+        g.from_sweep = fix(g.from_sweep)
+        g.tokenizer = fix(g.tokenizer)
+    return cfg
+
+
+def config_from_flags(
+    upstreams: list[str],
+    listen: str = "127.0.0.1:8080",
+    api_key_files: list[str] | None = None,
+    max_concurrency: int | None = None,
+    rpm: int | None = None,
+    tpm: int | None = None,
+    max_tokens: int | None = None,
+    max_input_tokens: int | None = None,
+    redis: str | None = None,
+    upstream_concurrency: int | None = None,
+    from_sweep: str | None = None,
+    tokenizer: str | None = None,
+    audit_log: str | None = None,
+) -> GatewayConfig:
+    """The first-run configuration: one group of ``upstreams``; the limits apply per key (each
+    key its own tenant) or, without keys, to everyone together."""
+    limits: dict[str, Any] = {
+        k: v
+        for k, v in {
+            "max_concurrency": max_concurrency,
+            "rpm": rpm,
+            "tpm": tpm,
+            "max_tokens": max_tokens,
+            "max_input_tokens": max_input_tokens,
+        }.items()
+        if v is not None
+    }
+    data: dict[str, Any] = {
+        "listen": listen,
+        "groups": [
+            {
+                "name": "default",
+                "urls": upstreams,
+                "max_concurrency": upstream_concurrency,
+                "from_sweep": from_sweep,
+                "tokenizer": tokenizer,
+            }
+        ],
+        "defaults": limits,
+        "key_files": list(api_key_files or []),
+        "redis": redis,
+    }
+    if audit_log:
+        data["audit_log"] = audit_log
+    return parse_config(data, "command-line flags")
+
+
+def finite(x: float | None) -> float:
+    return math.inf if x is None else x

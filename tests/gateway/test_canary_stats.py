@@ -1,0 +1,78 @@
+"""The canary's sequential test on synthetic traffic whose truth is known."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from servetune.gateway.canary import Observation, StepAnalysis, half_width
+from servetune.gateway.config import CanaryPolicy
+
+
+def drive(ratio: float, seed: int, err_cand: float = 0.0, n_max: int = 20_000) -> tuple[str, int]:
+    """Feed a 20 % canary until a decision; the load (shared by both arms) drifts over time,
+    so requests close in time are alike. Returns (decision, requests seen)."""
+    rng = random.Random(seed)
+    policy = CanaryPolicy(min_requests=100, min_batches=10)
+    a = StepAnalysis(policy, "cand", 0)
+    load = 1.0
+    for i in range(n_max):
+        if i % 50 == 0:
+            load = max(0.3, load * math.exp(rng.gauss(0, 0.3)))  # slow minutes, fast minutes
+        cand = i % 5 == 0
+        scale = load * (ratio if cand else 1.0)
+        ttft = 0.05 * scale * math.exp(rng.gauss(0, 0.5))
+        tpot = 0.02 * scale * math.exp(rng.gauss(0, 0.2))
+        e2e = ttft + 100 * tpot
+        err = rng.random() < (err_cand if cand else 0.0)
+        a.add(Observation("cand" if cand else "base", 0, ttft, tpot, e2e, err))
+        if i % 25 == 0:
+            decision, _reason, _ev = a.decide()
+            if decision != "continue":
+                return decision, i
+    return "continue", n_max
+
+
+def test_equal_candidate_is_promoted_and_rarely_rolled_back() -> None:
+    outcomes = [drive(1.0, seed) for seed in range(40)]
+    rollbacks = sum(d == "rollback" for d, _ in outcomes)
+    promoted = sum(d == "promote" for d, _ in outcomes)
+    assert rollbacks <= 2, outcomes  # alpha = 0.05 over the whole sequence
+    assert promoted >= 36, outcomes
+
+
+def test_slower_candidate_is_rolled_back_quickly() -> None:
+    outcomes = [drive(1.5, seed) for seed in range(20)]
+    assert all(d == "rollback" for d, _ in outcomes), outcomes
+    assert max(n for _, n in outcomes) < 3000
+
+
+def test_erroring_candidate_is_rolled_back() -> None:
+    outcomes = [drive(1.0, seed, err_cand=0.2) for seed in range(10)]
+    assert all(d == "rollback" for d, _ in outcomes), outcomes
+
+
+def test_slightly_slower_within_tolerance_is_not_rolled_back() -> None:
+    outcomes = [drive(1.03, seed) for seed in range(10)]
+    assert sum(d == "rollback" for d, _ in outcomes) <= 1, outcomes
+
+
+def test_no_decision_before_the_minimum_sample() -> None:
+    a = StepAnalysis(CanaryPolicy(min_requests=100, min_batches=10), "cand", 0)
+    for i in range(150):  # a huge difference, but only 30 candidate requests
+        a.add(
+            Observation(
+                "cand" if i % 5 == 0 else "base", 0, 1.0 if i % 5 == 0 else 0.1, None, 1.0, False
+            )
+        )
+    decision, reason, _ = a.decide()
+    assert decision == "continue" and "minimum sample" in reason
+    # an observation of another step is ignored
+    a.add(Observation("cand", 1, 9.0, None, 9.0, True))
+    assert a.cand.total == 30
+
+
+def test_half_width_shrinks_with_information() -> None:
+    assert half_width(0.0, 0.1, 0.01) == 0.0
+    wide, narrow = half_width(0.01, 0.1, 0.0125), half_width(0.0001, 0.1, 0.0125)
+    assert wide > narrow > 0
