@@ -9,10 +9,11 @@ exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, NoReturn, Protocol
 
 from servetune import __version__
 from servetune.errors import ServetuneError
@@ -43,8 +44,51 @@ def _load(name: str) -> Command:
     return module
 
 
+_SECRET_WORDS = ("key", "token", "password", "secret")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help that shows each option's default — unless the help already speaks of it, the
+    default is nothing (None, False, empty), or the option holds a secret."""
+
+    def _default_shown(self, action: argparse.Action) -> bool:
+        default = action.default
+        if default is None or default is False or default == [] or default == argparse.SUPPRESS:
+            return False
+        if not action.option_strings or isinstance(action, argparse._StoreConstAction):
+            return False
+        if any(w in action.dest.lower() for w in _SECRET_WORDS):
+            return False
+        return "default" not in (action.help or "").lower()
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if self._default_shown(action):
+            text += " (default: %(default)s)" if text else "default: %(default)s"
+        return text
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if action.help is None and self._default_shown(action):
+            action = copy.copy(action)
+            action.help = ""  # the formatter only expands (and so adds defaults to) set help
+            action.help = self._get_help_string(action)
+        return super()._format_action(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """The parser of ``servetune`` and every subcommand (subparsers inherit the class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        """One line that says what was wrong and where to look, instead of the whole usage."""
+        self.exit(2, f"{self.prog}: error: {message}\n  see: {self.prog} --help\n")
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="servetune",
         description="Load-test, understand and tune LLM inference servers.",
     )
@@ -64,7 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_list if not a.startswith("-")), None)
     parser = build_parser(only=first if first in COMMANDS else None)
-    args = parser.parse_args(args_list)
+    args, extra = parser.parse_known_args(args_list)
+    if extra:  # said by the command's parser, so the line names the command
+        prog = " ".join(["servetune", *([args.command] if args.command else [])])
+        Parser(prog=prog).error(f"unrecognized arguments: {' '.join(extra)}")
     if not args.command:
         parser.print_help()
         return 0

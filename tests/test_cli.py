@@ -1,0 +1,67 @@
+"""The ``servetune`` command line itself: every command is offered, help shows defaults
+(never a secret), a bad flag is one clear line, errors are not tracebacks."""
+
+from __future__ import annotations
+
+import pytest
+
+from servetune.cli import COMMANDS, build_parser, main
+
+
+def test_every_command_builds_its_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    build_parser()  # all at once, as `servetune --help` does
+    for name, (_module, help_text) in COMMANDS.items():
+        with pytest.raises(SystemExit) as done:
+            main([name, "--help"])
+        assert done.value.code == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"usage: servetune {name}") and help_text in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "bad"),
+    [
+        (["bench", "--request-rate", "fast"], "argument --request-rate: not a rate: 'fast'"),
+        (["sweep", "--num-prompts", "many"], "argument --num-prompts: invalid int value"),
+        (["bench", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["sim", "run", "--seed", "x"], "argument --seed: invalid int value"),
+    ],
+)
+def test_a_bad_flag_is_one_line_not_the_usage(
+    capsys: pytest.CaptureFixture[str], argv: list[str], bad: str
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 2, err
+    assert lines[0].startswith("servetune ") and bad in lines[0]
+    assert lines[1].strip().startswith("see: servetune ") and lines[1].endswith("--help")
+
+
+def test_help_shows_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # undo the help's line wrapping
+    assert "--random-input-len RANDOM_INPUT_LEN default: 1024" in out
+    assert "(default: 512)" in out  # --prefix-len, after its own help text
+    assert "(default: 0.0)" in out  # --random-range-ratio
+    assert "(default: None)" not in out and "(default: False)" not in out
+    # a help text that already speaks of its default is left alone
+    assert out.count("default: the only one /v1/models lists") == 1
+
+
+def test_help_never_shows_a_secret(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-do-not-print-me")
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    assert "sk-do-not-print-me" not in capsys.readouterr().out
+
+
+def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in COMMANDS)
