@@ -3,13 +3,19 @@
 Why not aiohttp here: at thousands of streamed requests a second its per-request and
 per-read machinery (request/response objects, stream readers, a coroutine wake-up per
 read) costs more CPU than everything else the client does. This transport writes one
-pre-assembled request, parses the status line and headers once, de-chunks in place and
-hands each decoded piece, stamped on arrival, straight to the SSE stream state from
-``data_received`` — no wake-up per chunk. Keep-alive connections are pooled per host.
+pre-assembled request; llhttp (:class:`servetune.http.ResponseReader`) parses the response
+as it is read, in place, and each de-chunked body piece goes, stamped on arrival, straight
+to the SSE stream state — no wake-up per chunk. Keep-alive connections are pooled per host.
+
+The contract with the stream layer above: a 2xx body is handed over piece by piece as
+``sink(bytes, arrival_ns)``; the request's coroutine then returns the :class:`Response`
+(end of stream: the body was complete) or raises :class:`HTTPError` (``"connection reset
+mid-stream"``, ``"server disconnected"``, ``"malformed ..."``, ``"cannot connect: ..."``).
 
 It speaks exactly what OpenAI-compatible servers answer: a status line, headers, and a body
 framed by ``Content-Length``, ``Transfer-Encoding: chunked`` or connection close. TLS is
-supported through ``ssl``. Everything else (proxies, redirects, compression) is aiohttp's job.
+supported through ``ssl`` (``Pool(..., ssl_context=...)`` for a private CA). Everything else
+(proxies, redirects, compression) is aiohttp's job.
 
 Arrival stamps: on plain-HTTP Linux connections the reads carry the kernel's arrival time
 (:mod:`servetune.client.stamped`); elsewhere (TLS, other platforms) they are stamped when the
@@ -32,10 +38,10 @@ from servetune.client.stamped import (
     connect_stamped,
     kernel_stamps_supported,
 )
+from servetune.http import ProtocolError, ResponseReader
 
 Sink = Callable[[bytes, int], None]
 
-_MAX_HEAD = 64 * 1024
 _ERROR_BODY_LIMIT = 4096
 
 
@@ -44,20 +50,24 @@ class HTTPError(Exception):
 
 
 class Response:
-    """What came back: status, and for non-streamed bodies the first bytes."""
+    """What came back: status, headers, and for non-streamed bodies the first bytes."""
 
-    __slots__ = ("body", "keep_alive", "status")
+    __slots__ = ("body", "headers", "keep_alive", "status")
 
     def __init__(self) -> None:
         self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
         self.body = bytearray()
         self.keep_alive = True
 
 
-class _Conn(asyncio.Protocol):
-    """One keep-alive connection; serves one request at a time."""
+class _Conn(asyncio.Protocol, ResponseReader):
+    """One keep-alive connection; serves one request at a time. llhttp parses the response
+    (:class:`~servetune.http.ResponseReader`); each de-chunked piece of a 2xx body goes to the
+    request's sink with the stamp of the read it came in."""
 
     def __init__(self, pool: Pool) -> None:
+        ResponseReader.__init__(self)
         self.pool = pool
         self.transport: asyncio.Transport | None = None
         self.waiter: asyncio.Future[Response] | None = None
@@ -65,17 +75,8 @@ class _Conn(asyncio.Protocol):
         self.resp = Response()
         self.closed = False
         self.received = False  # any response byte for the current request
-        self._reset()
-
-    def _reset(self) -> None:
-        self.head = b""
-        self.in_head = True
-        self.chunked = False
-        self.remaining = -1  # content-length bytes left; -1 = until close
-        self.chunk_left = 0  # bytes left in the current chunk's data
-        self.size_line = b""  # a partial chunk-size line
-        self.skip_crlf = 0  # CRLF after a chunk's data still to skip
-        self.trailer = False
+        self.streaming = False  # the current body goes to the sink
+        self.now = 0  # arrival stamp of the read being parsed
 
     # -- asyncio.Protocol -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -91,141 +92,61 @@ class _Conn(asyncio.Protocol):
         self.closed = True
         w = self.waiter
         if w is not None and not w.done():
-            if not self.in_head and not self.chunked and self.remaining == -1:
+            meaning = self.at_close()
+            if meaning == "complete":
                 self._finish(keep_alive=False)  # body framed by connection close: complete
                 return
-            reason = "server disconnected" if self.in_head else "connection reset mid-stream"
-            w.set_exception(HTTPError(reason))
+            if meaning == "mid_body":
+                w.set_exception(HTTPError("connection reset mid-stream"))
+            else:
+                w.set_exception(HTTPError("server disconnected"))
         self.waiter = None
 
     def data_received(self, data: bytes) -> None:
         self.pool._user_reads += 1  # only Protocol connections come here: user-space stamps
         self.received_at(data, time.perf_counter_ns())
 
-    def received_at(self, data: bytes, now: int) -> None:
-        """Bytes that arrived at ``now`` (perf_counter_ns) for the current request."""
+    def received_at(self, data: bytes | memoryview, now: int) -> None:
+        """Bytes that arrived at ``now`` (perf_counter_ns) for the current request (a
+        memoryview is parsed in place: only the body pieces are copied out)."""
         if self.waiter is None:
-            return  # unsolicited bytes on an idle connection: ignore
-        self.received = True
-        if self.in_head:
-            data = self._head(data)
-            if not data:
-                return
-        if self.chunked:
-            self._dechunk(data, now)
-        else:
-            if self.remaining >= 0:
-                if len(data) >= self.remaining:
-                    data = data[: self.remaining]
-                    self.remaining = 0
-                else:
-                    self.remaining -= len(data)
-            self._emit(data, now)
-            if self.remaining == 0:
-                self._finish(self.resp.keep_alive)
-
-    # -- parsing --------------------------------------------------------------------------
-    def _head(self, data: bytes) -> bytes:
-        buf = self.head + data if self.head else data
-        end = buf.find(b"\r\n\r\n")
-        if end < 0:
-            if len(buf) > _MAX_HEAD:
-                self._fail("response headers too large")
-            self.head = buf
-            return b""
-        head, rest = buf[:end], buf[end + 4 :]
-        self.head = b""
-        lines = head.split(b"\r\n")
-        try:
-            status = int(lines[0].split(b" ", 2)[1])
-        except (IndexError, ValueError):
-            self._fail("malformed HTTP status line")
-            return b""
-        if 100 <= status < 200:  # an interim response: the real one follows
-            return self._head(rest) if rest else b""
-        self.resp.status = status
-        self.in_head = False
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            name = name.strip().lower()
-            if name == b"content-length":
-                self.remaining = int(value.strip())
-            elif name == b"transfer-encoding" and b"chunked" in value.lower():
-                self.chunked = True
-            elif name == b"connection" and b"close" in value.lower():
-                self.resp.keep_alive = False
-        if self.chunked:
-            self.remaining = -1
-        if self.remaining == 0:
-            self._finish(self.resp.keep_alive)
-            return b""
-        return rest
-
-    def _dechunk(self, data: bytes, now: int) -> None:
-        pos, n = 0, len(data)
-        while pos < n:
-            if not (self.chunk_left or self.skip_crlf or self.size_line or self.trailer):
-                # The common case: a whole "size CRLF data CRLF" chunk in this read.
-                cr = data.find(b"\r\n", pos)
-                if cr > pos:
-                    try:
-                        size = int(data[pos:cr], 16)
-                    except ValueError:
-                        size = 0
-                    end = cr + 2 + size
-                    if size > 0 and data[end : end + 2] == b"\r\n":
-                        self._emit(data[cr + 2 : end], now)
-                        pos = end + 2
-                        continue
-            if self.chunk_left:
-                take = min(self.chunk_left, n - pos)
-                self._emit(data[pos : pos + take], now)
-                pos += take
-                self.chunk_left -= take
-                if self.chunk_left == 0:
-                    self.skip_crlf = 2
-                continue
-            if self.skip_crlf:
-                take = min(self.skip_crlf, n - pos)
-                pos += take
-                self.skip_crlf -= take
-                continue
-            nl = data.find(b"\n", pos)
-            if nl < 0:
-                self.size_line += data[pos:]
-                return
-            line = self.size_line + data[pos:nl]
-            self.size_line = b""
-            pos = nl + 1
-            if self.trailer:  # after the last chunk: trailers until an empty line
-                if not line.strip():
-                    self._finish(self.resp.keep_alive)
-                    return
-                continue
-            try:
-                size = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                self._fail("malformed chunked encoding")
-                return
-            if size == 0:
-                self.trailer = True
-            else:
-                self.chunk_left = size
-
-    def _emit(self, data: bytes, now: int) -> None:
-        if not data:
+            if not self.closed:
+                self._fail("unsolicited bytes on an idle connection")
             return
-        if self.sink is not None and 200 <= self.resp.status < 300:
-            self.sink(data, now)
+        self.received = True
+        self.now = now
+        try:
+            self.feed(data)
+        except ProtocolError as exc:
+            self._fail(str(exc))
+
+    # -- the response's events (ResponseReader) ---------------------------------------------
+    def on_message_begin(self) -> None:
+        if self.waiter is None:  # a second response to one request
+            raise ProtocolError("unsolicited response on an idle connection")
+        ResponseReader.on_message_begin(self)
+
+    def on_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        self.resp.status = status
+        self.resp.headers = headers
+        self.streaming = self.sink is not None and 200 <= status < 300
+
+    def on_body(self, data: bytes) -> None:
+        if self.streaming:
+            self.sink(data, self.now)  # type: ignore[misc]  # streaming implies a sink
         elif len(self.resp.body) < _ERROR_BODY_LIMIT:
             self.resp.body += data[: _ERROR_BODY_LIMIT - len(self.resp.body)]
 
+    def on_end(self, keep_alive: bool) -> None:
+        self._finish(keep_alive)
+
+    # -- the request's end ----------------------------------------------------------------
     def _finish(self, keep_alive: bool) -> None:
         w, resp = self.waiter, self.resp
         self.waiter, self.sink = None, None
         self.resp = Response()
-        self.received = False
-        self._reset()
+        self.received = self.streaming = False
+        resp.keep_alive = keep_alive
         if keep_alive and not self.closed:
             self.pool.release(self)
         elif self.transport is not None:
@@ -236,6 +157,7 @@ class _Conn(asyncio.Protocol):
     def _fail(self, reason: str) -> None:
         w = self.waiter
         self.waiter = None
+        self.closed = True  # its parser is past saving: never reused
         if self.transport is not None:
             self.transport.abort()
         if w is not None and not w.done():
@@ -251,7 +173,9 @@ class _Conn(asyncio.Protocol):
 class Pool:
     """Keep-alive connections to one host; a new connection whenever none is idle."""
 
-    def __init__(self, url: str, kernel_stamps: bool = True) -> None:
+    def __init__(
+        self, url: str, kernel_stamps: bool = True, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         u = urlsplit(url)
         self.https = u.scheme == "https"
         self.host = u.hostname or "127.0.0.1"
@@ -259,7 +183,9 @@ class Pool:
         self.path_prefix = u.path.rstrip("/")
         self.host_header = u.netloc.encode()
         self._idle: list[_Conn] = []
-        self._ssl: ssl.SSLContext | None = ssl.create_default_context() if self.https else None
+        self._ssl: ssl.SSLContext | None = None
+        if self.https:
+            self._ssl = ssl_context or ssl.create_default_context()
         self.kernel_stamps = kernel_stamps and not self.https and kernel_stamps_supported()
         self._reads: StampReads | None = StampReads() if self.kernel_stamps else None
         self._addrs: list[tuple[Any, ...]] = []

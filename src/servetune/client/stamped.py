@@ -39,7 +39,7 @@ class StampedProtocol(Protocol):
 
     def connection_made(self, transport: Any) -> None: ...
 
-    def received_at(self, data: bytes, now: int) -> None: ...
+    def received_at(self, data: bytes | memoryview, now: int) -> None: ...
 
     def connection_lost(self, exc: Exception | None) -> None: ...
 
@@ -138,7 +138,9 @@ class StampedSocket:
                 reads.user += 1
         else:
             reads.user += 1
-        self.protocol.received_at(bytes(reads.views[0][:n]), now)
+        # The shared buffer itself: the parser reads it in place and copies out only the
+        # body pieces (the next read reuses the buffer, so nothing may keep this view).
+        self.protocol.received_at(reads.views[0][:n], now)
 
     def _writable(self) -> None:
         try:
