@@ -368,3 +368,24 @@ def test_on_connect_and_disconnect_see_each_connection() -> None:
 
     out = run(hello, go, on_connect=connect, on_disconnect=lambda c: events.append("close"))
     assert out.endswith(b"tagged") and events == ["open", "close"]
+
+
+def test_a_held_head_goes_out_with_the_body_in_one_write() -> None:
+    writes: list[bytes] = []
+
+    def connect(conn: Any) -> None:
+        real = conn.write
+
+        def counted(data: bytes) -> None:
+            writes.append(data)
+            real(data)
+
+        conn.write = counted
+
+    def whole(ex: Exchange) -> None:
+        ex.start(200, flush=False)
+        ex.end(b"data: all\n\n")
+
+    out = run(whole, lambda s: raw(s.port, get("/", b"Connection: close\r\n")), on_connect=connect)
+    assert len(writes) == 1 and writes[0] == out
+    assert out.endswith(b"b\r\ndata: all\n\n\r\n0\r\n\r\n")

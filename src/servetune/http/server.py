@@ -73,6 +73,7 @@ class Exchange:
 
     __slots__ = (
         "_chunked",
+        "_held",
         "_parts",
         "arrival_ns",
         "body",
@@ -106,6 +107,7 @@ class Exchange:
         self.close_after = False
         """Close the connection once this response is complete."""
         self._chunked = True
+        self._held = b""
         self.on_close: Callable[[], None] | None = None
         """Called (once) if the connection is lost before the response is complete."""
         self.tag: Any = None
@@ -160,9 +162,14 @@ class Exchange:
         self.respond(status, self.conn.server.error_body(status, message, type_))
 
     def start(
-        self, status: int = 200, content_type: bytes | None = wire.SSE, headers: wire.Headers = ()
+        self,
+        status: int = 200,
+        content_type: bytes | None = wire.SSE,
+        headers: wire.Headers = (),
+        flush: bool = True,
     ) -> None:
-        """Begin a streamed response (chunked; to an HTTP/1.0 peer, ended by closing)."""
+        """Begin a streamed response (chunked; to an HTTP/1.0 peer, ended by closing).
+        ``flush=False`` holds the head back until the first piece, to go out in one write."""
         if self.state != _NEW:
             raise RuntimeError("this request has been answered already")
         self.state = _STREAMING
@@ -170,12 +177,18 @@ class Exchange:
             self._chunked = False
             self.close_after = True
         length = None if self._chunked else -1
-        self.conn.write(wire.head(status, content_type, length, headers, self._closing()))
+        head = wire.head(status, content_type, length, headers, self._closing())
+        if flush:
+            self.conn.write(head)
+        else:
+            self._held = head
 
     def send(self, data: bytes) -> None:
         """One piece of the streamed body (framed here; large pieces are not copied)."""
         if not data or self.state != _STREAMING:
             return
+        if self._held:
+            self._release()
         if not self._chunked:
             self.conn.write(data)
         elif len(data) < _ZERO_COPY_MIN:
@@ -193,6 +206,8 @@ class Exchange:
     def send_framed(self, framed: bytes) -> None:
         """Bytes already framed by :meth:`frame`."""
         if self.state == _STREAMING:
+            if self._held:
+                framed, self._held = self._held + framed, b""
             self.conn.write(framed)
 
     def end(self, data: bytes = b"") -> None:
@@ -200,10 +215,14 @@ class Exchange:
         if self.state != _STREAMING:
             return
         if self._chunked:
-            self.conn.write(wire.frame_last(data))
-        elif data:
-            self.conn.write(data)
+            self.send_framed(wire.frame_last(data))
+        elif data or self._held:
+            self.send_framed(data)
         self.complete()
+
+    def _release(self) -> None:
+        self.conn.write(self._held)
+        self._held = b""
 
     def complete(self) -> None:
         """The streamed body's end was written by the caller (:meth:`frame` with ``last``, or
