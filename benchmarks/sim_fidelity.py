@@ -70,7 +70,7 @@ from servetune.workload.plan import Plan
 from servetune.workload.spec import RequestSpec
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_CASES = HERE.parent.parent / "shared" / "data" / "published_cases.json"
+DEFAULT_CASES = HERE / "data" / "published_cases.json"
 EFFICIENCY_JSON = HERE.parent / "src" / "servetune" / "sim" / "data" / "efficiency.json"
 
 GPU_MAP = {
@@ -369,13 +369,28 @@ def scope(case: dict[str, Any]) -> str | None:
     return None
 
 
-def solve_util(ec: dict[str, Any], kv_gib: float) -> float:
+def vllm_version_of(case: dict[str, Any]) -> str:
+    """The vLLM release of a case, for the memory planner's rules ("0.10.1.1 (V1)" ->
+    "0.10.1.1"; the V0 engine -> "v0")."""
+    text = str(case.get("engine_version") or "")
+    if text.startswith("V0"):
+        return "v0"
+    for word in text.replace("(", " ").split():
+        w = word.lstrip("v")
+        if w[:2] == "0." and w.replace(".", "").isdigit():
+            return w
+    return "0.11.0"
+
+
+def solve_util(ec: dict[str, Any], kv_gib: float, version: str | None = None) -> float:
     """The gpu_memory_utilization whose plan leaves ``kv_gib`` for the KV cache."""
     lo, hi = 0.05, 0.99
     for _ in range(40):
         mid = (lo + hi) / 2
         try:
-            kv = plan_memory(EngineConfig(**{**ec, "gpu_memory_utilization": mid})).kv_cache_gib
+            kv = plan_memory(
+                EngineConfig(**{**ec, "gpu_memory_utilization": mid}), version
+            ).kv_cache_gib
         except SimError:
             kv = -1.0
         if kv < kv_gib:
@@ -414,7 +429,7 @@ def engine_config(case: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     if isinstance(util, (int, float)):
         ec["gpu_memory_utilization"] = float(util)
     elif kv_gib:
-        ec["gpu_memory_utilization"] = solve_util(ec, kv_gib)
+        ec["gpu_memory_utilization"] = solve_util(ec, kv_gib, vllm_version_of(case))
         notes.append(f"util {ec['gpu_memory_utilization']} solved from the logged {kv_gib} GiB")
     return ec, notes
 
@@ -569,7 +584,7 @@ def new_engine(case: dict[str, Any], p: dict[str, float]) -> tuple[Engine, list[
             f"{p['pod_link_gb_s']:.1f} GB/s (fitted)"
         )
     r = EngineConfig(**ec).resolve()
-    mem = plan_memory(r)
+    mem = plan_memory(r, vllm_version_of(case))
     eng = Engine(r, mem, StepModel(r, efficiency_for(r.gpu.name, p, pod)))
     return eng, notes
 
@@ -796,7 +811,7 @@ def memory_rows(case: dict[str, Any]) -> list[tuple[str, float | None, float, st
     m = case["measured"]
     rows: list[tuple[str, float | None, float, str]] = []
     try:
-        mem = plan_memory(EngineConfig(**ec))
+        mem = plan_memory(EngineConfig(**ec), vllm_version_of(case))
     except SimError as exc:
         refused = "refuses: " + exc.message.split(".")[0][:70]
         if "max_kv_tokens" in m:

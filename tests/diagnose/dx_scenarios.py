@@ -64,7 +64,7 @@ SCENARIOS: dict[str, Scenario] = {
         SEED_KNOBS,
         "a server near but below its knee",
     ),
-    # A small pool (gpu-memory-utilization 0.3: 168k tokens) for 4 req/s of ~2.5k-token
+    # A small pool (gpu-memory-utilization 0.312: 168k tokens) for 4 req/s of ~2.5k-token
     # requests: KV > 90% for most of the run, preemptions climb.
     "kv_pool_full": Scenario(
         {
@@ -74,7 +74,7 @@ SCENARIOS: dict[str, Scenario] = {
             "random_output_len": 512,
             "random_range_ratio": 0.5,
         },
-        {"max_model_len": 8192, "gpu_memory_utilization": 0.3},
+        {"max_model_len": 8192, "gpu_memory_utilization": 0.312},
         "a KV pool too small for the load",
     ),
     # 10% of 12,000-token prompts among 200-token ones, chunked prefill off.
@@ -120,7 +120,7 @@ SCENARIOS: dict[str, Scenario] = {
             "random_input_len": 2400,
             "random_output_len": 100,
         },
-        {"max_model_len": 8192, "gpu_memory_utilization": 0.3},
+        {"max_model_len": 8192, "gpu_memory_utilization": 0.312},
         "a KV pool at its edge",
     ),
     # fp8 KV on the kv_pool_full traffic: healthy, quantized.
@@ -132,7 +132,7 @@ SCENARIOS: dict[str, Scenario] = {
             "random_output_len": 512,
             "random_range_ratio": 0.5,
         },
-        {"max_model_len": 8192, "gpu_memory_utilization": 0.3, "kv_cache_dtype": "fp8"},
+        {"max_model_len": 8192, "gpu_memory_utilization": 0.312, "kv_cache_dtype": "fp8"},
         "a quantized KV cache",
     ),
     # Everything at once (rate inf): a throughput test.

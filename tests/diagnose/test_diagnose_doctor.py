@@ -91,7 +91,7 @@ def test_bad_command_lines_are_clear_errors() -> None:
         ),
         (
             "vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 32768 "
-            "--gpu-memory-utilization 0.2",
+            "--gpu-memory-utilization 0.22",
             "A100-80GB",
             "max seq len",
             "kv_cache_dtype",

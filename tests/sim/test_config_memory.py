@@ -77,7 +77,7 @@ def test_utilisation_outside_0_1_is_refused(util: float) -> None:
         (0.5, 2, 1_192_160),
     ],
 )
-def test_kv_cache_tokens_within_5_percent_of_vllm_logs(util: float, tp: int, tokens: int) -> None:
+def test_kv_cache_tokens_within_3_percent_of_vllm_logs(util: float, tp: int, tokens: int) -> None:
     # published_cases.json kv-dl-qwen2-7b-* (vLLM 0.10.1.1 start-up logs, A100 80GB)
     mem = plan_memory(
         EngineConfig(
@@ -85,9 +85,10 @@ def test_kv_cache_tokens_within_5_percent_of_vllm_logs(util: float, tp: int, tok
             gpu_memory_utilization=util,
             tensor_parallel_size=tp,
             max_model_len=16384,
-        )
+        ),
+        "0.10.1.1",
     )
-    assert abs(mem.kv_cache_tokens - tokens) / tokens < 0.05
+    assert abs(mem.kv_cache_tokens - tokens) / tokens < 0.03
     assert "Maximum concurrency for 16,384 tokens per request" in mem.log_lines()[4]
 
 
@@ -99,9 +100,10 @@ def test_the_seeds_oom_row_is_reproduced() -> None:
             model="Llama-3.1-8B-Instruct",
             max_model_len=20000,
             enable_chunked_prefill=False,
-        )
+        ),
+        "v0",
     )
-    assert abs(ok.num_gpu_blocks - 1952) / 1952 < 0.05
+    assert abs(ok.num_gpu_blocks - 1952) / 1952 < 0.03
     with pytest.raises(SimError, match="max seq len \\(29000\\)") as e:
         plan_memory(
             EngineConfig(
@@ -109,7 +111,8 @@ def test_the_seeds_oom_row_is_reproduced() -> None:
                 model="Llama-3.1-8B-Instruct",
                 max_model_len=29000,
                 enable_chunked_prefill=False,
-            )
+            ),
+            "v0",
         )
     assert "--max-model-len" in (e.value.hint or "")
 

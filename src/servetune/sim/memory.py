@@ -1,54 +1,221 @@
-"""The start-up memory plan, with vLLM (V1) semantics.
+"""The start-up memory plan: how vLLM sizes the KV-cache pool on one GPU, version by version.
 
-vLLM profiles one forward pass of ``max_num_batched_tokens`` tokens (plus a sampler pass over
-``max_num_seqs`` rows of logits) and gives the KV cache what is left of
-``gpu_memory_utilization × total`` after the weights, that activation peak and the memory
-outside torch (CUDA context, NCCL buffers)::
+What every version does (the worker's ``determine_available_memory``): load the weights, run
+one profiling forward pass of ``max_num_batched_tokens`` tokens spread over
+``min(max_num_seqs, max_num_batched_tokens)`` requests, run the sampler once on those requests'
+logits, and give the KV cache what is left of the budget::
 
-    kv = total × util − weights − activation_peak − non_torch
-    num_gpu_blocks = kv // (block_size × kv_bytes_per_token)
+    requested = total × gpu_memory_utilization          (total: the device memory as the
+                                                        driver reports it, e.g. 79.18 GiB
+                                                        for an "80 GB" H100)
+    kv        = requested − weights − activation_peak − non_torch [− cuda_graphs]
+    blocks    = kv // (block_size × KV bytes per token on this GPU)
 
-then refuses to start when one ``max_model_len`` sequence does not fit ("To serve at least one
-request with the model's max seq len ..."). CUDA graphs are captured after the KV cache is
-allocated, from the memory outside the utilisation budget, so a utilisation too close to 1
-fails there (an out-of-memory error at capture).
+then refuses to start when one ``max_model_len`` sequence does not fit ("To serve at least
+one request with the model's max seq len ...").
 
-Constants fitted to vLLM's own start-up logs (``published_cases.json``, ``kv-*`` rows):
-activation per token = 3 × (intermediate/tp + hidden) × 2 bytes, which gives the 0.92 GiB the
-RTX 3090 log shows between max_model_len 20000 and 29000 (chunked prefill off, so the profile
-ran max_model_len tokens), and 2.06 GiB at 20000; logits = max_num_seqs × vocab × 4 bytes;
-non-torch 0.15 GiB (+0.22 GiB of collective buffers when TP > 1), which reproduce the 0.55 and
-0.67 GiB of non-KV overhead of the A100 TP1/TP2 logs at two utilisations.
+The activation peak is the larger of two moments of the profiling run, which do not overlap:
+
+* the forward pass: ``T × (6·intermediate/tp + 6·hidden)`` bytes for ``T`` profiled tokens
+  (the gated MLP's gate/up output and its activation, plus the residual stream; bf16);
+* the dummy sampler: ``S × vocab × sampler_bytes`` for ``S`` requests (the logits are gathered
+  over the whole vocabulary on every GPU), plus the forward's output hidden states
+  (``T × hidden × 2``) that are still alive. vLLM's dummy sampler asks for top-k and top-p,
+  so ``sampler_bytes`` depends on which top-k/top-p implementation runs: FlashInfer's
+  sampling kernels (~10.6 bytes per logit) or PyTorch's sort-based fallback (~38.3 bytes per
+  logit: float32 logits, sorted values and int64 indices, softmax, cumulative sum, mask).
+
+How it changed across versions (:data:`RULES`; a plan names the rules it used):
+
+* **V0 engine** (≤ 0.7, and V0 in 0.8–0.9): the profile ran ``max_num_batched_tokens``
+  tokens (= ``max_model_len`` with chunked prefill off) and a cheap sampler; non-torch
+  memory (CUDA context, cuBLAS workspace) counted: 0.35 GiB on the RTX 3090 log.
+* **V1 0.8.x**: ``peak = torch peak (weights included) + (used − torch allocated)`` after the
+  profile, so the CUDA context and NCCL buffers are charged too (~0.5 GiB); FlashInfer sampler
+  where installed. No published log with a complete configuration was found to calibrate it:
+  the constants are the 0.10 ones plus the context, and marked so.
+* **V1 0.9–0.10.1**: ``memory_profiling`` against a snapshot taken after the CUDA context
+  exists: ``kv = requested − (weights + torch peak increase + non-torch increase)``; the
+  context is outside the budget. FlashInfer top-k/top-p sampling ("Using FlashInfer for top-p
+  & top-k sampling" in the logs). Calibrated on the vLLM 0.10.1.1 A100 logs.
+* **V1 0.10.2–0.20**: same accounting, but top-k/top-p falls back to PyTorch's sort
+  ("Falling back to the PyTorch-native implementation of top-p & top-k sampling"), which
+  makes the sampler the profile's peak on large-vocabulary models at 1,024 sequences: 5.6
+  GiB for Qwen3 on an H100, where the forward pass of 8,192 tokens needs 1.4. NCCL buffers are
+  in the start snapshot of TP > 1 workers but the custom all-reduce buffers are not (0.55 GiB
+  non-torch at TP=2). Calibrated on the vLLM 0.11.0 H100 logs. This is the default.
+* **V1 ≥ 0.21**: the CUDA-graph pool is estimated during profiling and subtracted from the
+  budget too ("CUDA graph memory profiling is enabled (default since v0.21.0)"); before, graphs
+  were captured after the KV cache, from the memory outside the budget (which is why a
+  utilisation too close to 1 failed at capture).
+
+The calibration cases, each with its source, are ``data/memory_calibration.json``;
+``tests/sim/test_memory_calibration.py`` prints the table (each within 3% of the published
+pool) and checks that no configuration vLLM started is refused and that the ones vLLM
+refused are refused.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import BaseModel
 
 from servetune.errors import SimError
 from servetune.sim.config import GIB, EngineConfig, ResolvedConfig
 
-_NON_TORCH_GIB = 0.15
-_NON_TORCH_TP_GIB = 0.22
-_WEIGHTS_EXTRA_GIB = 0.06
-_CUDA_CONTEXT_GIB = 0.5
-_ACT_BYTES = 2.0
-_LOGIT_BYTES = 4.0
+_WEIGHTS_EXTRA_GIB = 0.02
+"""Buffers loaded with the weights (rotary tables, norms kept in fp32): the logged
+"Model loading took" exceeds the parameter bytes by 0.0–0.07 GiB."""
+_FWD_BYTES_PER_INTERMEDIATE = 6.0
+_FWD_BYTES_PER_HIDDEN = 6.0
+_HIDDEN_BYTES = 2.0
+
+
+@dataclass(frozen=True)
+class VllmMemoryRules:
+    """How one range of vLLM versions sizes the KV pool (see the module docstring)."""
+
+    name: str
+    versions: str
+    engine: Literal["v0", "v1"]
+    sampler_bytes: float
+    """Bytes per logit of the profiling run's dummy sampler (top-k/top-p implementation)."""
+    non_torch_gib: float
+    """Memory outside torch charged to the budget, TP = 1."""
+    non_torch_tp_gib: float
+    """The same when TP > 1 (NCCL / custom all-reduce buffers)."""
+    start_used_gib: float
+    """Device memory already in use when the worker checks free ≥ requested, TP = 1
+    (CUDA context, allocator): the highest utilisation that can start is (total − this) /
+    total."""
+    start_used_tp_gib: float
+    cuda_graphs_in_budget: bool
+    """≥ 0.21: the estimated CUDA-graph pool is subtracted from the budget."""
+    calibrated: str
+    """What the constants were fitted to (or why they were not)."""
+
+
+RULES: dict[str, VllmMemoryRules] = {
+    r.name: r
+    for r in (
+        VllmMemoryRules(
+            name="v0",
+            versions="V0 engine (<= 0.7; V0 in 0.8-0.9)",
+            engine="v0",
+            sampler_bytes=0.0,
+            non_torch_gib=0.35,
+            non_torch_tp_gib=0.55,
+            start_used_gib=0.5,
+            start_used_tp_gib=0.9,
+            cuda_graphs_in_budget=False,
+            calibrated="vLLM issue #10517 RTX 3090 log (V0, 0.6.x): non-torch 0.35 GiB, "
+            "activation = the forward pass of max_num_batched_tokens tokens; TP > 1 assumed",
+        ),
+        VllmMemoryRules(
+            name="0.8",
+            versions="V1 0.8.x",
+            engine="v1",
+            sampler_bytes=10.6,
+            non_torch_gib=0.65,
+            non_torch_tp_gib=0.8,
+            start_used_gib=0.5,
+            start_used_tp_gib=0.9,
+            cuda_graphs_in_budget=False,
+            calibrated="not calibrated (no published 0.8 log with a complete configuration "
+            "found): the 0.10 constants plus ~0.5 GiB of CUDA context, which 0.8 charged",
+        ),
+        VllmMemoryRules(
+            name="0.10",
+            versions="V1 0.9 - 0.10.1 (FlashInfer top-k/top-p sampling)",
+            engine="v1",
+            sampler_bytes=10.6,
+            non_torch_gib=0.15,
+            non_torch_tp_gib=0.26,
+            start_used_gib=0.5,
+            start_used_tp_gib=0.9,
+            cuda_graphs_in_budget=False,
+            calibrated="dennislee22/vLLM-benchmarking vLLM 0.10.1.1 A100 80GB logs (4 pools)",
+        ),
+        VllmMemoryRules(
+            name="0.11",
+            versions="V1 0.10.2 - 0.20 (PyTorch top-k/top-p fallback)",
+            engine="v1",
+            sampler_bytes=38.3,
+            non_torch_gib=0.13,
+            non_torch_tp_gib=0.55,
+            start_used_gib=0.61,
+            start_used_tp_gib=1.54,
+            cuda_graphs_in_budget=False,
+            calibrated="llm-d/llm-d-benchmark vLLM 0.11.0 H100 logs (6 pools, 2 refusals)",
+        ),
+        VllmMemoryRules(
+            name="0.21",
+            versions="V1 >= 0.21 (CUDA-graph memory profiled into the budget)",
+            engine="v1",
+            sampler_bytes=38.3,
+            non_torch_gib=0.13,
+            non_torch_tp_gib=0.55,
+            start_used_gib=0.61,
+            start_used_tp_gib=1.54,
+            cuda_graphs_in_budget=True,
+            calibrated="not calibrated: the 0.11 constants plus the estimated graph pool "
+            "(0.35 + 0.005 x layers GiB, which gives the 0.52 GiB a vLLM 0.2x log printed "
+            "for Qwen3-8B)",
+        ),
+    )
+}
+DEFAULT_RULES = "0.11"
+
+
+def rules_for(version: str | None) -> VllmMemoryRules:
+    """The rules for a vLLM version string ("0.11.0", "0.10.1.1", "0.8.5", "v0", "0.21")."""
+    if version is None:
+        return RULES[DEFAULT_RULES]
+    v = version.strip().lower().lstrip("v")
+    if v in ("0",) or version.strip().lower() == "v0":
+        return RULES["v0"]
+    try:
+        parts = [int(p) for p in v.split(".")[:3] if p.isdigit()]
+    except ValueError:
+        parts = []
+    if len(parts) < 2 or parts[0] != 0:
+        raise SimError(
+            f"unknown vLLM version {version!r} for the memory planner",
+            hint="give a version such as 0.8.5, 0.10.1, 0.11.0 or v0 (the V0 engine)",
+        )
+    minor = parts[1]
+    patch = parts[2] if len(parts) > 2 else 0
+    if minor <= 7:
+        return RULES["v0"]
+    if minor == 8:
+        return RULES["0.8"]
+    if minor == 9 or (minor == 10 and patch <= 1):
+        return RULES["0.10"]
+    if minor < 21:
+        return RULES["0.11"]
+    return RULES["0.21"]
 
 
 class MemoryPlan(BaseModel):
     """Where one GPU's memory goes (GiB unless said otherwise), as vLLM would plan it."""
 
+    vllm_rules: str = DEFAULT_RULES
+    """Which :data:`RULES` entry sized this plan."""
     total_gib: float
     requested_gib: float
     """total × gpu_memory_utilization."""
     weights_gib: float
     activation_peak_gib: float
+    forward_peak_gib: float = 0.0
+    """The profiling forward pass alone."""
+    sampler_peak_gib: float = 0.0
+    """The profiling run's dummy sampler (with the hidden states still alive)."""
     non_torch_gib: float
     cuda_graph_gib: float
-    """Captured after the KV cache, outside the utilisation budget."""
+    """The graph pool: subtracted from the budget (≥ 0.21) or captured outside it."""
     kv_cache_gib: float
     kv_bytes_per_token: float
     """Per GPU (this GPU's KV heads)."""
@@ -82,37 +249,109 @@ def weights_bytes(r: ResolvedConfig) -> float:
     m = r.model
     linear = m.num_hidden_layers * m.layer_linear_params * r.weight_bytes_per_param
     other = (m.param_count - m.num_hidden_layers * m.layer_linear_params) * 2.0
-    return (linear + other) / r.tensor_parallel_size + _WEIGHTS_EXTRA_GIB * GIB / (
-        r.tensor_parallel_size
+    return (linear + other + _WEIGHTS_EXTRA_GIB * GIB) / r.tensor_parallel_size
+
+
+def profile_shape(r: ResolvedConfig) -> tuple[int, int]:
+    """(tokens, requests) of the profiling run: max_num_batched_tokens tokens over
+    min(max_num_seqs, max_num_batched_tokens) requests."""
+    tokens = r.max_num_batched_tokens
+    return tokens, min(r.max_num_seqs, tokens)
+
+
+def forward_peak_bytes(r: ResolvedConfig) -> float:
+    m = r.model
+    tokens, _ = profile_shape(r)
+    per_token = (
+        _FWD_BYTES_PER_INTERMEDIATE * m.intermediate_size / r.tensor_parallel_size
+        + _FWD_BYTES_PER_HIDDEN * m.hidden_size
+    )
+    return tokens * per_token
+
+
+def sampler_peak_bytes(r: ResolvedConfig, rules: VllmMemoryRules) -> float:
+    m = r.model
+    tokens, seqs = profile_shape(r)
+    if rules.sampler_bytes <= 0:
+        return 0.0
+    return seqs * m.vocab_size * rules.sampler_bytes + tokens * m.hidden_size * _HIDDEN_BYTES
+
+
+def activation_peak_bytes(r: ResolvedConfig, rules: VllmMemoryRules | None = None) -> float:
+    """The profiling run's activation peak: the larger of the forward pass and the sampler."""
+    rules = rules or RULES[DEFAULT_RULES]
+    return max(forward_peak_bytes(r), sampler_peak_bytes(r, rules))
+
+
+def cuda_graph_bytes(r: ResolvedConfig) -> float:
+    return (0.35 + 0.005 * r.model.num_hidden_layers) * GIB
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The terms of the plan in bytes, before vLLM's start-up checks."""
+
+    total: float
+    requested: float
+    weights: float
+    forward: float
+    sampler: float
+    non_torch: float
+    graphs: float
+    graphs_in_budget: float
+    used_at_start: float
+    kv: float
+    kv_per_token: float
+
+    @property
+    def activation(self) -> float:
+        return max(self.forward, self.sampler)
+
+
+def budget(r: ResolvedConfig, rules: VllmMemoryRules | None = None) -> Budget:
+    """The memory terms of ``r`` under ``rules`` (no checks: ``kv`` may be negative)."""
+    rules = rules or RULES[DEFAULT_RULES]
+    tp = r.tensor_parallel_size
+    total = r.gpu.usable_gib * GIB
+    requested = float(math.ceil(total * r.gpu_memory_utilization))
+    weights = weights_bytes(r)
+    fwd = forward_peak_bytes(r)
+    samp = sampler_peak_bytes(r, rules)
+    non_torch = (rules.non_torch_tp_gib if tp > 1 else rules.non_torch_gib) * GIB
+    graphs = cuda_graph_bytes(r)
+    in_budget = graphs if rules.cuda_graphs_in_budget else 0.0
+    return Budget(
+        total=total,
+        requested=requested,
+        weights=weights,
+        forward=fwd,
+        sampler=samp,
+        non_torch=non_torch,
+        graphs=graphs,
+        graphs_in_budget=in_budget,
+        used_at_start=(rules.start_used_tp_gib if tp > 1 else rules.start_used_gib) * GIB,
+        kv=requested - weights - max(fwd, samp) - non_torch - in_budget,
+        kv_per_token=r.model.kv_bytes_per_token(r.kv_dtype_bytes, tp),
     )
 
 
-def activation_peak_bytes(r: ResolvedConfig) -> float:
-    m = r.model
+def plan_resolved(r: ResolvedConfig, rules: VllmMemoryRules | None = None) -> MemoryPlan:
+    rules = rules or RULES[DEFAULT_RULES]
+    b = budget(r, rules)
+    total, requested, weights, graphs = b.total, b.requested, b.weights, b.graphs
+    act, non_torch, kv, kv_per_token = b.activation, b.non_torch, b.kv, b.kv_per_token
+    used_at_start = b.used_at_start
     tp = r.tensor_parallel_size
-    per_token = 3.0 * (m.intermediate_size / tp + m.hidden_size) * _ACT_BYTES
-    logits = r.max_num_seqs * m.vocab_size * _LOGIT_BYTES
-    return r.max_num_batched_tokens * per_token + logits
+    where = f"on {r.gpu.name} ({r.gpu.usable_gib:g} GiB, TP={tp}, vLLM {rules.versions})"
 
-
-def plan_resolved(r: ResolvedConfig) -> MemoryPlan:
-    total = r.gpu.usable_gib * GIB
-    requested = total * r.gpu_memory_utilization
-    weights = weights_bytes(r)
-    act = activation_peak_bytes(r)
-    non_torch = (_NON_TORCH_GIB + (_NON_TORCH_TP_GIB if r.tensor_parallel_size > 1 else 0.0)) * GIB
-    graphs = (0.35 + 0.005 * r.model.num_hidden_layers) * GIB
-    kv_per_token = r.model.kv_bytes_per_token(r.kv_dtype_bytes, r.tensor_parallel_size)
-    where = f"on {r.gpu.name} ({r.gpu.usable_gib:g} GiB, TP={r.tensor_parallel_size})"
-
-    if weights > total - _CUDA_CONTEXT_GIB * GIB:
+    free_at_start = total - used_at_start
+    if weights > free_at_start:
         raise SimError(
             f"CUDA out of memory while loading the model: the weights of {r.model.name} need "
             f"{weights / GIB:.2f} GiB per GPU {where}.",
             hint="quantize (--quantization fp8 or awq), raise --tensor-parallel-size, "
             "or use a GPU with more memory",
         )
-    free_at_start = total - _CUDA_CONTEXT_GIB * GIB
     if requested > free_at_start:
         raise SimError(
             f"Free memory on device ({free_at_start / GIB:.2f}/{total / GIB:.2f} GiB) on "
@@ -122,15 +361,15 @@ def plan_resolved(r: ResolvedConfig) -> MemoryPlan:
             hint=f"lower --gpu-memory-utilization to at most "
             f"{math.floor(free_at_start / total * 100) / 100:.2f}",
         )
-    kv = requested - weights - act - non_torch
     if kv <= 0:
         raise SimError(
             "No available memory for the cache blocks. Try increasing "
             "`gpu_memory_utilization` when initializing the engine. "
             f"(weights {weights / GIB:.2f} GiB + activations {act / GIB:.2f} GiB + other "
-            f"{non_torch / GIB:.2f} GiB exceed {requested / GIB:.2f} GiB {where})",
-            hint="raise --gpu-memory-utilization, lower --max-num-batched-tokens, quantize "
-            "(--quantization fp8/awq) or raise --tensor-parallel-size",
+            f"{(non_torch + b.graphs_in_budget) / GIB:.2f} GiB exceed "
+            f"{requested / GIB:.2f} GiB {where})",
+            hint="raise --gpu-memory-utilization, lower --max-num-batched-tokens or "
+            "--max-num-seqs, quantize (--quantization fp8/awq) or raise --tensor-parallel-size",
         )
     block_bytes = kv_per_token * r.block_size
     blocks = int(kv // block_bytes)
@@ -144,23 +383,28 @@ def plan_resolved(r: ResolvedConfig) -> MemoryPlan:
             f"larger than the available KV cache memory ({kv / GIB:.2f} GiB). Based on the "
             f"available memory, the estimated maximum model length is {est}. Try increasing "
             "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the "
-            "engine.",
-            hint=f"lower --max-model-len to ≤ {est}, raise --gpu-memory-utilization, use "
+            f"engine. ({where}: weights {weights / GIB:.2f} GiB, profiling peak "
+            f"{act / GIB:.2f} GiB, non-torch {non_torch / GIB:.2f} GiB)",
+            hint=f"lower --max-model-len to ≤ {est}, raise --gpu-memory-utilization, lower "
+            "--max-num-seqs (the profiling sampler's peak grows with it), use "
             "--kv-cache-dtype fp8, quantize, or raise --tensor-parallel-size",
         )
-    if total - requested < graphs + _CUDA_CONTEXT_GIB * GIB:
+    if not rules.cuda_graphs_in_budget and total - requested < graphs + used_at_start:
         raise SimError(
             "CUDA out of memory during CUDA graph capture: "
             f"{(total - requested) / GIB:.2f} GiB are left outside gpu_memory_utilization "
             f"({r.gpu_memory_utilization:g}) but capture needs about "
-            f"{(graphs + _CUDA_CONTEXT_GIB * GIB) / GIB:.2f} GiB {where}.",
+            f"{(graphs + used_at_start) / GIB:.2f} GiB {where}.",
             hint="lower --gpu-memory-utilization (e.g. to 0.9)",
         )
     return MemoryPlan(
+        vllm_rules=rules.name,
         total_gib=total / GIB,
         requested_gib=requested / GIB,
         weights_gib=weights / GIB,
         activation_peak_gib=act / GIB,
+        forward_peak_gib=b.forward / GIB,
+        sampler_peak_gib=b.sampler / GIB,
         non_torch_gib=non_torch / GIB,
         cuda_graph_gib=graphs / GIB,
         kv_cache_gib=kv / GIB,
@@ -173,7 +417,13 @@ def plan_resolved(r: ResolvedConfig) -> MemoryPlan:
     )
 
 
-def plan_memory(cfg: EngineConfig | ResolvedConfig) -> MemoryPlan:
-    """vLLM's start-up memory plan for ``cfg``; raises SimError where vLLM refuses to start."""
+def plan_memory(
+    cfg: EngineConfig | ResolvedConfig, vllm_version: str | VllmMemoryRules | None = None
+) -> MemoryPlan:
+    """vLLM's start-up memory plan for ``cfg``; raises SimError where vLLM refuses to start.
+
+    ``vllm_version``: the vLLM release being planned for ("0.11.0", "0.10.1", "0.8.5", "v0",
+    or a :class:`VllmMemoryRules`); default: the 0.10.2-0.20 rules."""
     r = cfg.resolve() if isinstance(cfg, EngineConfig) else cfg
-    return plan_resolved(r)
+    rules = vllm_version if isinstance(vllm_version, VllmMemoryRules) else rules_for(vllm_version)
+    return plan_resolved(r, rules)

@@ -1,0 +1,108 @@
+"""The memory planner against every published start-up line of data/memory_calibration.json.
+
+Prints the calibration table (``pytest -s`` shows it): each KV pool of a server that started
+within 3% of the published one, each refusal reproduced, and no configuration that vLLM
+started refused.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from servetune.errors import SimError
+from servetune.sim.config import EngineConfig
+from servetune.sim.memory import RULES, plan_memory, rules_for
+from servetune.sim.memory_calibration import (
+    TOLERANCE,
+    calibration_data,
+    evaluate,
+    evaluate_case,
+    table,
+)
+
+CASES = [c for c in calibration_data()["cases"] if not c.get("excluded")]
+
+
+def test_calibration_table_prints_and_holds() -> None:
+    results = evaluate()
+    print("\n" + table(results))
+    bad = [r.id for r in results if not r.ok]
+    assert not bad, f"outside {TOLERANCE:.0%} or wrong start/refusal: {bad}"
+    # the table spans what it claims: sizes, versions, TP, GPUs
+    models = {c["config"]["model"] for c in CASES}
+    assert {"Qwen/Qwen3-0.6B", "RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic"} <= models
+    assert {rules_for(c["vllm_version"]).name for c in CASES} >= {"v0", "0.10", "0.11"}
+    assert {c["config"].get("tensor_parallel_size", 1) for c in CASES} >= {1, 2}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_each_case(case: dict) -> None:  # type: ignore[type-arg]
+    r = evaluate_case(case)
+    assert r.started == r.planner_started, r.refusal
+    if r.started and r.error is not None:
+        assert abs(r.error) <= TOLERANCE, f"{r.what}: planned {r.planned} vs {r.published}"
+
+
+def test_every_source_is_named_and_every_case_has_its_line() -> None:
+    data = calibration_data()
+    for c in data["cases"]:
+        assert c["source"] in data["sources"]
+        assert data["sources"][c["source"]].startswith("https://")
+        assert c["line"]
+
+
+def test_version_rules() -> None:
+    assert rules_for("0.11.0").name == "0.11"
+    assert rules_for("0.10.1.1").name == "0.10"
+    assert rules_for("0.10.2").name == "0.11"
+    assert rules_for("0.8.5").name == "0.8"
+    assert rules_for("0.6.4").name == "v0"
+    assert rules_for("v0").name == "v0"
+    assert rules_for("0.21.0").name == "0.21"
+    assert rules_for(None).name == "0.11"
+    with pytest.raises(SimError, match="unknown vLLM version"):
+        rules_for("eleven")
+
+
+def test_the_sampler_peak_is_what_max_num_seqs_costs() -> None:
+    """On a large-vocabulary model the profiling sampler, not the forward pass, sets the
+    activation peak (vLLM 0.11: 5.6 GiB for Qwen3 at 1,024 sequences): fewer sequences give
+    a larger KV pool, and the refusal names the knob."""
+    base = EngineConfig(gpu="H100-SXM", model="Qwen/Qwen3-32B", max_model_len=16000)
+    wide = plan_memory(base)
+    narrow = plan_memory(base.model_copy(update={"max_num_seqs": 256}))
+    assert wide.sampler_peak_gib > wide.forward_peak_gib
+    assert narrow.kv_cache_gib > wide.kv_cache_gib + 3.5
+    with pytest.raises(SimError) as e:
+        plan_memory(EngineConfig(gpu="H100-SXM", model="Qwen/Qwen3-32B"))
+    assert "--max-num-seqs" in (e.value.hint or "")
+
+
+def test_cuda_graphs_enter_the_budget_from_021() -> None:
+    cfg = EngineConfig(gpu="H100-SXM", model="meta-llama/Llama-3.1-8B-Instruct")
+    old, new = plan_memory(cfg, "0.11.0"), plan_memory(cfg, "0.21.0")
+    assert old.kv_cache_gib - new.kv_cache_gib == pytest.approx(new.cuda_graph_gib, abs=0.01)
+    assert RULES["0.21"].cuda_graphs_in_budget and not RULES["0.11"].cuda_graphs_in_budget
+
+
+def test_qwen3_32b_as_the_published_runs_started_it() -> None:
+    """vLLM 0.11.0, Qwen3-32B bf16 on one 80 GB GPU, as published: gpustack's A100 command
+    (``vllm serve Qwen/Qwen3-32B --max-model-len 32768``, docs/performance-lab/qwen3-32b/
+    a100.md) and llm-d's H100 start at 16,000 tokens both start; llm-d's H100 at 32,000 was
+    refused by vLLM itself (KV pool 4.45 GiB at 1,024 sequences), so every default
+    (max_model_len 40,960) is refused too, with the largest length that fits and the knobs."""
+    a100 = plan_memory(
+        EngineConfig(gpu="A100-80GB", model="Qwen/Qwen3-32B", max_model_len=32768), "0.11.0"
+    )
+    assert a100.max_concurrency >= 1.0
+    h100 = plan_memory(
+        EngineConfig(gpu="H100-SXM", model="Qwen/Qwen3-32B", max_model_len=16000), "0.11.0"
+    )
+    assert h100.kv_cache_gib == pytest.approx(4.45, rel=TOLERANCE)
+    for length in (32000, None):
+        with pytest.raises(SimError, match="estimated maximum model length is 18") as e:
+            plan_memory(
+                EngineConfig(gpu="H100-SXM", model="Qwen/Qwen3-32B", max_model_len=length),
+                "0.11.0",
+            )
+        assert "--max-model-len" in (e.value.hint or "")
