@@ -12,7 +12,7 @@
 # A part is done when its `.complete` stamp exists; a second run costs nothing. The two engine
 # installs run concurrently (one is mostly download/unpack, the other compiles), the model is
 # made meanwhile. Timings are printed and kept in $SERVETUNE_CACHE/logs/.
-# Recipes and why each flag is there: ../shared/REAL_ENGINES.md and docs/real-engines.md.
+# Recipes and why each flag is there: docs/real-engines.md.
 set -euo pipefail
 
 VLLM_VERSION="0.32.0"

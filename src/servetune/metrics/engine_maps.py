@@ -10,7 +10,7 @@ KV-usage gauge).
 Sources of the names (checked 2026-12):
 - vLLM V1 (≥0.10): ``vllm/v1/metrics/loggers.py`` (PrometheusStatLogger; labels
   ``model_name``, ``engine``; ``request_success_total{finished_reason=stop|length|abort}``),
-  a v0.10.2 capture, and the vLLM CPU 0.32 build of ../shared/REAL_ENGINES.md
+  a v0.10.2 capture, and the vLLM CPU 0.32 build of docs/real-engines.md
   (``inter_token_latency_seconds``, ``request_time_per_output_token_seconds``).
 - vLLM 0.8–0.9: ``vllm/engine/metrics.py`` (V0 engine: ``gpu_cache_usage_perc``,
   ``num_requests_swapped``, ``gpu_prefix_cache_hit_rate``) and the early V1 logger
