@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "engine": ("servetune.commands.engine", "start, stop or print the command of a real engine"),
     "demo": ("servetune.commands.demo", "the seed's whole procedure on the simulated engine"),
     "cost": ("servetune.commands.cost", "$/Mtok of a run or a sweep, from GPU list prices"),
+    "plan": ("servetune.commands.plan", "cheapest deployment that holds a traffic at its SLOs"),
 }
 
 

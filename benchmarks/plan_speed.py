@@ -1,0 +1,87 @@
+"""How long `servetune plan` takes over its default candidate space (target: ≥ 100 candidate
+deployments in under 60 s on 2 cores).
+
+Usage::
+
+    .venv/bin/python benchmarks/plan_speed.py [--workers 2] [--requests-per-point 1000]
+        [--serial]
+
+Plans the seed's model (Qwen2.5-7B-Instruct) for a peak of 40 req/s, average 25 (random 1024
+in / 128 out), SLOs P99 TTFT ≤ 1 s and P99 TPOT ≤ 60 ms, over the default space: 4 GPU types ×
+TP 1, 2, 4 × quantization auto, fp8, awq × 4 knob sets (144; duplicates planned once). Prints
+the candidates, the simulations, the wall seconds, candidates per second and the ratio to the
+60-second target, with the load average (a shared machine's figure means little without it).
+``--serial`` also runs it in one process, side by side, for the parallel speed-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from servetune.cost.prices import PriceBook
+from servetune.plan.planner import PlanRequest, make_plan
+from servetune.plan.space import (
+    DEFAULT_GPUS,
+    DEFAULT_KNOB_SETS,
+    DEFAULT_QUANTIZATIONS,
+    DEFAULT_TP,
+    candidates,
+)
+from servetune.plan.workload import synthetic
+from servetune.results.schema import Slo
+
+TARGET_S = 60.0
+
+
+def one(workers: int, n: int) -> tuple[int, int, float, str]:
+    req = PlanRequest(
+        model="Qwen/Qwen2.5-7B-Instruct",
+        peak_rate=40.0,
+        average_rate=25.0,
+        slo=Slo(ttft=1000, tpot=60),
+        candidates=candidates(
+            "Qwen/Qwen2.5-7B-Instruct",
+            list(DEFAULT_GPUS),
+            list(DEFAULT_TP),
+            list(DEFAULT_QUANTIZATIONS),
+            list(DEFAULT_KNOB_SETS),
+        ),
+        workload=synthetic(1024, 128, 0.0, max(4 * n, 4000), 0, 1.0),
+        requests_per_point=n,
+        workers=workers,
+    )
+    t0 = time.perf_counter()
+    res = make_plan(req, PriceBook())
+    wall = time.perf_counter() - t0
+    win = res.winner.label if res.winner else "none"
+    return len(res.candidates), res.simulations, wall, win
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--requests-per-point", type=int, default=1000)
+    ap.add_argument("--serial", action="store_true", help="also run in one process")
+    args = ap.parse_args()
+    runs = [args.workers] + ([1] if args.serial and args.workers != 1 else [])
+    walls = {}
+    for w in runs:
+        load = os.getloadavg()[0]
+        n_c, sims, wall, win = one(w, args.requests_per_point)
+        walls[w] = wall
+        print(
+            f"workers={w}: {n_c} candidates, {sims} simulations ({args.requests_per_point} "
+            f"requests per point) in {wall:.1f} s = {n_c / wall:.2f} candidates/s; "
+            f"{wall / TARGET_S:.2f}× the {TARGET_S:.0f} s target "
+            f"({'met' if wall < TARGET_S and n_c >= 100 else 'MISSED'}); winner {win}; "
+            f"load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end"
+        )
+    if len(walls) == 2:
+        print(f"parallel speed-up: {walls[1] / walls[args.workers]:.2f}× with {args.workers}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,306 @@
+"""``servetune plan``: the cheapest deployment that holds a traffic at its SLOs, found on the
+simulated engine.
+
+``servetune plan --peak-rate 40 --slo ttft:500 tpot:50 [--rate 25] [--input-len 1024
+--output-len 128 | --dataset FILE | --from-run RUN] [--model M] [--gpus A100-80GB,H100-SXM]
+[--tp 1,2] [--quantizations auto,fp8,awq] [--knob-set default --knob-set max_num_seqs=64]``
+
+For each GPU type × tensor-parallel size × quantization × knob set: whether it starts (vLLM's
+memory planner), its SLO-max rate per replica, the replicas the peak needs, $/hour, $/Mtok,
+headroom; ranked by $/hour, with the exact ``vllm serve`` line of the winner. Writes
+``plan.json`` (``-o``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _list(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in _list(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from servetune.commands._workload_args import parse_rate
+    from servetune.commands.cost import add_price_arguments
+    from servetune.plan.space import (
+        DEFAULT_GPUS,
+        DEFAULT_KNOB_SETS,
+        DEFAULT_QUANTIZATIONS,
+        DEFAULT_TP,
+    )
+
+    t = p.add_argument_group("traffic and SLOs")
+    t.add_argument(
+        "--peak-rate", type=parse_rate, help="req/s the deployment must hold at the SLOs"
+    )
+    t.add_argument(
+        "--rate",
+        type=parse_rate,
+        help="average req/s (costs are computed at it; also the peak when --peak-rate is not "
+        "given)",
+    )
+    t.add_argument(
+        "--slo",
+        nargs="+",
+        metavar="KEY:MS",
+        help="P99 latency SLOs in ms, e.g. ttft:500 tpot:50 e2el:10000",
+    )
+    w = p.add_argument_group("request lengths")
+    w.add_argument("--input-len", type=int, default=1024, help="prompt tokens (random lengths)")
+    w.add_argument("--output-len", type=int, default=128, help="output tokens (random lengths)")
+    w.add_argument("--range-ratio", type=float, default=0.0, help="lengths uniform in L·(1±r)")
+    w.add_argument("--dataset", help="ShareGPT .json or .jsonl file to take lengths from")
+    w.add_argument("--tokenizer", help="local tokenizer for --dataset (default: approximate)")
+    w.add_argument(
+        "--from-run",
+        metavar="RUN_DIR",
+        help="take the lengths (and, unless given, the SLOs, the rate and the model) from a run",
+    )
+    w.add_argument("--burstiness", type=float, default=1.0, help="1 = Poisson arrivals")
+    w.add_argument("--seed", type=int, default=0)
+    s = p.add_argument_group("candidates")
+    s.add_argument(
+        "--model", help="model (`servetune sim models` or a config.json); default Qwen2.5-7B"
+    )
+    s.add_argument(
+        "--gpus",
+        type=_list,
+        default=list(DEFAULT_GPUS),
+        help=f"GPU types (default: {','.join(DEFAULT_GPUS)})",
+    )
+    s.add_argument(
+        "--tp",
+        type=_ints,
+        default=list(DEFAULT_TP),
+        help=f"tensor-parallel sizes (default: {','.join(map(str, DEFAULT_TP))})",
+    )
+    s.add_argument(
+        "--quantizations",
+        type=_list,
+        default=list(DEFAULT_QUANTIZATIONS),
+        help=f"auto, fp8, awq, gptq (default: {','.join(DEFAULT_QUANTIZATIONS)})",
+    )
+    s.add_argument(
+        "--knob-set",
+        action="append",
+        dest="knob_sets",
+        metavar="SPEC",
+        help="'default' or KNOB=V,KNOB=V (repeatable; default: "
+        + "; ".join(DEFAULT_KNOB_SETS)
+        + ")",
+    )
+    s.add_argument("--max-replicas", type=int, default=64)
+    s.add_argument(
+        "--requests-per-point",
+        type=int,
+        default=1000,
+        help="requests simulated per operating point (default: %(default)s)",
+    )
+    s.add_argument("--workers", type=int, help="processes (default: one per core, at most 4)")
+    add_price_arguments(p)
+    o = p.add_argument_group("output")
+    o.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    o.add_argument("-o", "--out", type=Path, help="plan.json path (default: servetune-results/…)")
+    o.add_argument("--top", type=int, default=12, help="rows of the ranked table (default 12)")
+    o.add_argument("--all", action="store_true", help="every candidate in the table")
+    o.add_argument("--no-progress", action="store_true")
+
+
+def _request(args: argparse.Namespace) -> Any:
+    from servetune.commands._workload_args import parse_goodput
+    from servetune.errors import ConfigError
+    from servetune.plan import workload as wl
+    from servetune.plan.planner import PlanRequest
+    from servetune.plan.space import DEFAULT_KNOB_SETS, candidates, parse_quantizations
+    from servetune.sim.catalog import find_model
+
+    n_specs = max(4 * args.requests_per_point, 4000)
+    model = args.model
+    slo = parse_goodput(args.slo)
+    peak, avg = args.peak_rate, args.rate
+    if args.from_run:
+        if args.dataset:
+            raise ConfigError("--dataset and --from-run both give request lengths: pick one")
+        workload, run_cfg = wl.from_run(args.from_run, n_specs, args.seed, args.burstiness)
+        if slo.is_empty():
+            slo = run_cfg.goodput
+        if peak is None and avg is None and run_cfg.request_rate != float("inf"):
+            peak = run_cfg.request_rate
+    elif args.dataset:
+        workload = wl.from_dataset(
+            args.dataset, args.tokenizer, None, n_specs, args.seed, args.burstiness
+        )
+    else:
+        workload = wl.synthetic(
+            args.input_len, args.output_len, args.range_ratio, n_specs, args.seed, args.burstiness
+        )
+    if peak is None and avg is None:
+        raise ConfigError(
+            "a plan needs the traffic to hold", hint="give --peak-rate R and/or --rate R (req/s)"
+        )
+    if peak is None:
+        peak = avg
+    if model is None:
+        model = "Qwen/Qwen2.5-7B-Instruct"
+    model = find_model(model).name if not model.endswith(".json") else model
+    quants = parse_quantizations(args.quantizations)
+    if any(tp < 1 for tp in args.tp):
+        raise ConfigError("--tp sizes must be ≥ 1")
+    from servetune.cost.prices import canonical_gpu
+
+    gpus = [canonical_gpu(g) for g in args.gpus]
+    cands = candidates(model, gpus, args.tp, quants, args.knob_sets or list(DEFAULT_KNOB_SETS))
+    return PlanRequest(
+        model=model,
+        peak_rate=peak,
+        average_rate=avg if args.peak_rate is not None else None,
+        slo=slo,
+        candidates=cands,
+        workload=workload,
+        requests_per_point=args.requests_per_point,
+        max_replicas=args.max_replicas,
+        r=args.r,
+        workers=args.workers,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    from servetune.commands.cost import price_book
+    from servetune.plan.planner import make_plan
+    from servetune.results.plan_file import PLAN_FILE, write_plan_result
+
+    req = _request(args)
+    prices = price_book(args)
+    quiet = args.no_progress or args.json
+
+    def progress(line: str) -> None:
+        if not quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    if not quiet:
+        print(
+            f"planning {len(req.candidates)} candidate deployments of {req.model} for "
+            f"{req.peak_rate:g} req/s on the simulated engine …",
+            file=sys.stderr,
+        )
+    result = make_plan(req, prices, progress)
+    out = args.out or Path("servetune-results") / f"{datetime.now():%Y%m%d-%H%M%S}-plan" / PLAN_FILE
+    written = write_plan_result(out, result)
+    if args.json:
+        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+    else:
+        _print(result, None if args.all else args.top)
+        print(f"written: {written}")
+    return 0 if result.winner is not None else 1
+
+
+def _m(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"${v:,.3f}" if v < 10 else f"${v:,.2f}"
+
+
+def _print(res: Any, top: int | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(highlight=False, width=None if sys.stdout.isatty() else 170)
+    slo = ", ".join(
+        f"P99 {k.upper() if k != 'e2el' else 'E2E'} ≤ {v:g} ms"
+        for k, v in res.slo.model_dump().items()
+        if v is not None
+    )
+    rate = f"peak {res.peak_rate:g} req/s"
+    if res.average_rate != res.peak_rate:
+        rate += f", average {res.average_rate:g} req/s (costs at the average)"
+    con.print(f"[bold]{res.model}[/bold]: {rate}; {slo}")
+    con.print(
+        f"requests: {res.workload} (mean {res.mean_input_tokens:.0f} in / "
+        f"{res.mean_output_tokens:.0f} out tokens); {res.requests_per_point} simulated per point"
+    )
+    ok = [c for c in res.candidates if c.status == "ok"]
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for col in (
+        "#",
+        "deployment",
+        "replicas",
+        "GPUs",
+        "$/hour",
+        "SLO-max/replica",
+        "headroom",
+        "conc@SLO",
+        "out $/Mtok",
+        "blend $/Mtok",
+        "saturated out $/Mtok",
+        "limit",
+    ):
+        t.add_column(col, justify="left" if col in ("deployment", "limit") else "right")
+    shown = ok if top is None else ok[:top]
+    for i, c in enumerate(shown, 1):
+        t.add_row(
+            str(i),
+            c.label,
+            str(c.replicas),
+            str(c.gpus_total),
+            f"${c.usd_per_hour:,.2f}",
+            f"{c.slo_max_rate_per_replica:.3g} req/s",
+            f"{c.headroom:+.0%}",
+            "—" if c.concurrency_at_slo is None else f"{c.concurrency_at_slo:.0f}",
+            _m(c.output_usd_per_mtok),
+            _m(c.blended_usd_per_mtok),
+            _m(c.saturation_output_usd_per_mtok),
+            (c.limiting_metric or "").upper(),
+            style="bold green" if i == 1 else None,
+        )
+    con.print(t)
+    if top is not None and len(ok) > top:
+        con.print(f"… {len(ok) - top} more that hold the traffic (--all shows them)")
+    others = [c for c in res.candidates if c.status != "ok"]
+    if others:
+        con.print(f"\n[bold]{len(others)} candidates that cannot serve it:[/bold]")
+        limit = len(others) if top is None else min(len(others), top)
+        for c in others[:limit]:
+            con.print(f"  {c.label}: [yellow]{c.status.replace('_', ' ')}[/yellow] — {c.reason}")
+        if limit < len(others):
+            con.print(f"  … {len(others) - limit} more (--all, or plan.json)")
+    w = res.winner
+    if w is None:
+        con.print("\n[red]no candidate holds this traffic at these SLOs[/red]")
+    else:
+        con.print(
+            f"\n[bold]winner:[/bold] {w.replicas} × ({w.label}) = {w.gpus_total} GPUs, "
+            f"${w.usd_per_hour:,.2f}/hour; {_m(w.output_usd_per_mtok)}/Mtok output, "
+            f"{_m(w.input_usd_per_mtok)}/Mtok input (r = {res.r:g})"
+        )
+        con.print(f"  [bold]{w.vllm_serve}[/bold]", soft_wrap=True)
+        if res.confirmed is not None:
+            p = res.confirmed
+            con.print(
+                f"  re-simulated at {p.rate:.3g} req/s per replica: P99 TTFT "
+                f"{p.ttft_p99_ms or 0:,.0f} ms, P99 TPOT {p.tpot_p99_ms or 0:,.1f} ms, "
+                f"P99 E2E {p.e2el_p99_ms or 0:,.0f} ms, KV use {p.kv_cache_usage_mean or 0:.0%} "
+                f"— {'meets' if res.confirmed_meets_slo else 'MISSES'} the SLO"
+            )
+        for n in w.notes:
+            con.print(f"  note: {n}")
+    for line in res.warnings[:5]:
+        con.print(f"[dim]{line}[/dim]")
+    if len(res.warnings) > 5:
+        con.print(f"[dim]… {len(res.warnings) - 5} more notes in plan.json[/dim]")
+    con.print(
+        f"[dim]{len(res.candidates)} candidates, {res.simulations} simulations in "
+        f"{res.elapsed_s:.1f} s[/dim]"
+    )

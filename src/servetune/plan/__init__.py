@@ -1,0 +1,10 @@
+"""Plan: which GPUs, how many, and which engine knobs hold a target traffic at its SLOs, for
+the least money — found on the simulated engine.
+
+``workload`` (the traffic's request lengths), ``simulate`` (one configuration at one rate, the
+adapter to the simulated engine), ``capacity`` (a configuration's SLO-max rate per replica and
+its saturated throughput), ``space`` (the candidate deployments), ``planner`` (all of them,
+ranked by $/hour). Entry point::
+
+    make_plan(PlanRequest(...)) -> PlanResult
+"""

@@ -1,0 +1,322 @@
+"""The planner: every candidate deployment on the simulated engine, ranked by $/hour.
+
+For each candidate (one replica's configuration, :mod:`servetune.plan.space`):
+
+1. the memory planner decides whether it starts (vLLM's refusals, in vLLM's words);
+2. :func:`~servetune.plan.capacity.find_capacity` finds its SLO-max rate per replica and its
+   saturated throughput;
+3. replicas = ⌈peak rate ÷ SLO-max rate⌉ (at most ``max_replicas``), GPUs = replicas × TP,
+   $/hour = GPUs × the GPU's price, headroom = replicas × SLO-max rate ÷ peak − 1;
+4. $/Mtok at the planned traffic (:mod:`servetune.cost.formula`; the average rate when given,
+   else the peak), at the SLO limit (every replica at its SLO-max rate) and saturated.
+
+The cheapest that holds the peak wins (ties: more headroom); it is then simulated once more at
+exactly its per-replica rate with twice the requests, and gets one more replica if that misses.
+Candidates run in worker processes (one per core by default).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from datetime import UTC, datetime
+from multiprocessing import get_context
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from servetune.cost.formula import FORMULA, token_cost
+from servetune.cost.prices import PriceBook
+from servetune.errors import ConfigError, SimError
+from servetune.plan.capacity import Capacity, find_capacity, misses
+from servetune.plan.simulate import Point, simulate
+from servetune.plan.space import Candidate
+from servetune.plan.workload import Workload
+from servetune.results.plan_file import PlannedCandidate, PlannedPoint, PlanResult
+from servetune.results.schema import Slo
+from servetune.sim.memory import plan_memory
+
+AWQ_NOTE = (
+    "serve a pre-quantized {q} checkpoint of the model (vLLM cannot quantize to {q} at load "
+    "time); the name above is the base model's"
+)
+
+
+class PlanRequest(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    model: str
+    peak_rate: float
+    average_rate: float | None = None
+    slo: Slo
+    candidates: list[Candidate]
+    workload: Workload
+    requests_per_point: int = 1000
+    max_replicas: int = 64
+    r: float = 4.0
+    workers: int | None = None
+
+
+class _Outcome(BaseModel):
+    """What a worker found for one candidate (no prices: those are the parent's)."""
+
+    index: int
+    refused: str | None = None
+    vllm_serve: str | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    capacity: Capacity | None = None
+
+
+_W: dict[str, Any] = {}
+
+
+def _init(workload: Workload, slo: Slo, n: int) -> None:
+    _W.update(workload=workload, slo=slo, n=n)
+
+
+def _evaluate(index: int, cand: Candidate) -> _Outcome:
+    try:
+        r = cand.engine.resolve()
+        mem = plan_memory(r)
+    except SimError as exc:
+        return _Outcome(index=index, refused=exc.message)
+    serve = "vllm serve " + " ".join(cand.engine.vllm_args())
+    cap = find_capacity(r, mem, _W["workload"], _W["slo"], _W["n"])
+    return _Outcome(
+        index=index,
+        vllm_serve=serve,
+        kv_cache_tokens=mem.kv_cache_tokens,
+        max_concurrency=mem.max_concurrency,
+        capacity=cap,
+    )
+
+
+def _pp(p: Point | None) -> PlannedPoint | None:
+    if p is None:
+        return None
+    return PlannedPoint(
+        rate=None if math.isinf(p.rate) else p.rate,
+        request_throughput=p.request_throughput,
+        input_tok_s=p.input_tok_s,
+        output_tok_s=p.output_tok_s,
+        ttft_p99_ms=p.ttft_p99_ms,
+        tpot_p50_ms=p.tpot_p50_ms,
+        tpot_p99_ms=p.tpot_p99_ms,
+        e2el_p99_ms=p.e2el_p99_ms,
+        kv_cache_usage_mean=p.kv_cache_usage_mean,
+        running_mean=p.running_mean,
+        preemptions=p.preemptions,
+    )
+
+
+def _dedupe(cands: list[Candidate]) -> tuple[list[Candidate], list[str]]:
+    seen: dict[str, Candidate] = {}
+    out: list[Candidate] = []
+    notes: list[str] = []
+    for c in cands:
+        try:
+            summary = c.engine.resolve().summary()
+            summary.pop("defaults_applied", None)  # a knob set to its default is the default
+            key = json.dumps(summary, sort_keys=True, default=str)
+        except SimError:
+            key = c.label
+        if key in seen:
+            notes.append(f"{c.label} is the same configuration as {seen[key].label}: planned once")
+            continue
+        seen[key] = c
+        out.append(c)
+    return out, notes
+
+
+def _price(req: PlanRequest, prices: PriceBook, cand: Candidate, o: _Outcome) -> PlannedCandidate:
+    base = PlannedCandidate(
+        label=cand.label,
+        gpu=cand.engine.resolve().gpu.name if o.refused is None else cand.gpu,
+        tensor_parallel_size=cand.tensor_parallel_size,
+        quantization=cand.quantization,
+        knob_set=cand.knob_set,
+        knobs=cand.knobs,
+        status="cannot_start",
+        reason=o.refused,
+        vllm_serve=o.vllm_serve,
+        kv_cache_tokens=o.kv_cache_tokens,
+        max_concurrency_at_max_len=o.max_concurrency,
+    )
+    if o.refused is not None or o.capacity is None:
+        return base
+    cap = o.capacity
+    price = prices.price(base.gpu).usd_per_gpu_hour
+    tp = cand.tensor_parallel_size
+    w = req.workload
+    base.usd_per_gpu_hour = price
+    base.simulations = cap.evaluations
+    base.saturation = _pp(cap.saturation)
+    base.at_slo = _pp(cap.at_slo)
+    base.limiting_metric = cap.limiting_metric
+    sat = cap.saturation
+    if sat.completed:
+        base.saturation_output_usd_per_mtok = token_cost(
+            price * tp, sat.input_tok_s, sat.output_tok_s, req.r
+        ).output_usd_per_mtok
+    if cand.quantization in ("awq", "gptq"):
+        base.notes.append(AWQ_NOTE.format(q=cand.quantization.upper()))
+    if cap.slo_max_rate is None or cap.at_slo is None:
+        base.status = "misses_slo"
+        base.reason = cap.reason
+        return base
+    base.slo_max_rate_per_replica = cap.slo_max_rate
+    base.concurrency_at_slo = cap.at_slo.running_mean
+    base.slo_limit_output_usd_per_mtok = token_cost(
+        price * tp, cap.at_slo.input_tok_s, cap.at_slo.output_tok_s, req.r
+    ).output_usd_per_mtok
+    replicas = max(1, math.ceil(req.peak_rate / cap.slo_max_rate - 1e-9))
+    if replicas > req.max_replicas:
+        base.status = "too_many_replicas"
+        base.reason = (
+            f"holds {cap.slo_max_rate:.3g} req/s per replica at the SLO: {replicas} replicas "
+            f"needed for {req.peak_rate:g} req/s, more than --max-replicas {req.max_replicas}"
+        )
+        return base
+    _set_replicas(base, req, replicas, w)
+    base.status = "ok"
+    return base
+
+
+def _set_replicas(base: PlannedCandidate, req: PlanRequest, replicas: int, w: Workload) -> None:
+    assert base.usd_per_gpu_hour is not None and base.slo_max_rate_per_replica is not None
+    base.replicas = replicas
+    base.gpus_total = replicas * base.tensor_parallel_size
+    base.usd_per_hour = base.gpus_total * base.usd_per_gpu_hour
+    base.headroom = replicas * base.slo_max_rate_per_replica / req.peak_rate - 1
+    avg = req.average_rate if req.average_rate is not None else req.peak_rate
+    c = token_cost(base.usd_per_hour, avg * w.mean_input, avg * w.mean_output, req.r)
+    base.input_usd_per_mtok = c.input_usd_per_mtok
+    base.output_usd_per_mtok = c.output_usd_per_mtok
+    base.blended_usd_per_mtok = c.blended_usd_per_mtok
+
+
+_ORDER = {"ok": 0, "too_many_replicas": 1, "misses_slo": 2, "cannot_start": 3}
+
+
+def rank(cands: list[PlannedCandidate]) -> list[PlannedCandidate]:
+    return sorted(
+        cands,
+        key=lambda c: (
+            _ORDER[c.status],
+            c.usd_per_hour if c.usd_per_hour is not None else math.inf,
+            -(c.headroom or 0.0),
+            -(c.slo_max_rate_per_replica or 0.0),
+            c.label,
+        ),
+    )
+
+
+def make_plan(
+    req: PlanRequest,
+    prices: PriceBook,
+    progress: Callable[[str], None] | None = None,
+) -> PlanResult:
+    if not req.peak_rate > 0 or math.isinf(req.peak_rate):
+        raise ConfigError(f"the rate must be a positive number of req/s (got {req.peak_rate:g})")
+    if req.average_rate is not None and not 0 < req.average_rate <= req.peak_rate:
+        raise ConfigError(
+            f"--rate {req.average_rate:g} must be > 0 and at most --peak-rate {req.peak_rate:g}"
+        )
+    if req.slo.is_empty():
+        raise ConfigError(
+            "a plan needs latency SLOs to hold", hint="e.g. --slo ttft:500 tpot:50 e2el:10000 (ms)"
+        )
+    if req.requests_per_point < 50:
+        raise ConfigError("--requests-per-point must be ≥ 50 (P99 of fewer means little)")
+    if req.max_replicas < 1:
+        raise ConfigError("--max-replicas must be ≥ 1")
+    for gpu in dict.fromkeys(c.gpu for c in req.candidates):
+        prices.price(gpu)  # fail before simulating anything when a price is missing
+    t0 = time.perf_counter()
+    cands, dup_notes = _dedupe(req.candidates)
+    if not cands:
+        raise ConfigError("no candidate deployment to plan")
+    n = req.requests_per_point
+    workers = req.workers or min(len(cands), os.cpu_count() or 1, 4)
+    outcomes: dict[int, _Outcome] = {}
+    say = progress or (lambda _m: None)
+    if workers <= 1:
+        _init(req.workload, req.slo, n)
+        for i, c in enumerate(cands):
+            outcomes[i] = _evaluate(i, c)
+            say(_progress_line(len(outcomes), len(cands), c, outcomes[i]))
+    else:
+        ctx = get_context("fork") if sys.platform.startswith("linux") else None
+        with ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=ctx,
+            initializer=_init,
+            initargs=(req.workload, req.slo, n),
+        ) as pool:
+            futures = [pool.submit(_evaluate, i, c) for i, c in enumerate(cands)]
+            for fut in as_completed(futures):
+                o = fut.result()
+                outcomes[o.index] = o
+                say(_progress_line(len(outcomes), len(cands), cands[o.index], o))
+    planned = rank([_price(req, prices, cands[i], outcomes[i]) for i in range(len(cands))])
+    sims = sum(c.simulations for c in planned)
+    result = PlanResult(
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        command=["servetune", *sys.argv[1:]],
+        model=req.model,
+        peak_rate=req.peak_rate,
+        average_rate=req.average_rate if req.average_rate is not None else req.peak_rate,
+        slo=req.slo,
+        workload=req.workload.source,
+        mean_input_tokens=req.workload.mean_input,
+        mean_output_tokens=req.workload.mean_output,
+        requests_per_point=n,
+        pricing=prices.pricing if not prices.overrides else f"{prices.pricing} + --price",
+        r=req.r,
+        formula=FORMULA,
+        candidates=planned,
+        warnings=dup_notes,
+    )
+    winner = planned[0] if planned and planned[0].status == "ok" else None
+    if winner is not None:
+        _confirm(req, cands, winner, result)
+        sims += 1
+    result.winner = winner
+    result.simulations = sims
+    result.elapsed_s = time.perf_counter() - t0
+    return result
+
+
+def _confirm(
+    req: PlanRequest, cands: list[Candidate], winner: PlannedCandidate, result: PlanResult
+) -> None:
+    cand = next(c for c in cands if c.label == winner.label)
+    r = cand.engine.resolve()
+    mem = plan_memory(r)
+    assert winner.replicas is not None
+    rate = req.peak_rate / winner.replicas
+    p = simulate(r, mem, req.workload, rate, 2 * req.requests_per_point)
+    result.confirmed = _pp(p)
+    result.confirmed_meets_slo = not misses(p, req.slo)
+    if not result.confirmed_meets_slo:
+        result.warnings.append(
+            f"the winner missed the SLO when re-simulated at {rate:.3g} req/s per replica with "
+            f"{2 * req.requests_per_point} requests: one replica added"
+        )
+        _set_replicas(winner, req, winner.replicas + 1, req.workload)
+
+
+def _progress_line(done: int, total: int, c: Candidate, o: _Outcome) -> str:
+    if o.refused is not None:
+        what = f"cannot start: {o.refused[:70]}"
+    elif o.capacity is not None and o.capacity.slo_max_rate is not None:
+        what = f"{o.capacity.slo_max_rate:.3g} req/s per replica at the SLO"
+    else:
+        what = "misses the SLO at any rate"
+    return f"[{done}/{total}] {c.label}: {what}"

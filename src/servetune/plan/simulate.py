@@ -1,0 +1,151 @@
+"""One configuration at one request rate on the simulated engine: the adapter.
+
+The only place the planner touches the simulator (``sim.offline.OfflineRun``); when the
+simulator exposes a public "simulate this config at this rate" entry point, it replaces the
+body of :func:`simulate` and nothing else changes.
+
+A point's latencies are measured as ``bench`` would: per request from its send, percentiles
+over the requests sent after the first 10% of the sending span (the server starts empty, so
+the first requests see no queue), linear interpolation (numpy's default).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel
+
+from servetune.plan.workload import Workload, offsets_at
+from servetune.results.schema import BenchConfig
+from servetune.sim.config import ResolvedConfig
+from servetune.sim.memory import MemoryPlan
+from servetune.sim.offline import OfflineRun
+from servetune.workload.plan import Plan
+
+WARMUP_SHARE = 0.1
+COOLDOWN_SHARE = 0.1
+
+
+class Point(BaseModel):
+    """What the simulated engine did at one offered rate."""
+
+    rate: float
+    requests: int
+    completed: int
+    failed: int
+    duration_s: float
+    request_throughput: float
+    input_tok_s: float
+    output_tok_s: float
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    e2el_p50_ms: float | None = None
+    e2el_p99_ms: float | None = None
+    kv_cache_usage_mean: float | None = None
+    running_mean: float | None = None
+    preemptions: int = 0
+    inflight_growth_late_share: float | None = None
+    """Growth of the requests in flight over the second half of the sending period, as a
+    share of the offered rate: ≈ 0 for a replica that keeps up, ≥ 0.15 for one past its
+    capacity (diagnose's ``overloaded`` rule, :data:`servetune.diagnose.rules.LATE_GROWTH`)."""
+
+    def p99(self, metric: str) -> float | None:
+        value: float | None = getattr(self, f"{metric}_p99_ms")
+        return value
+
+
+class _Discard:
+    """A samples sink that keeps nothing (what the run needs is kept by :class:`_LeanRun`)."""
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _LeanRun(OfflineRun):
+    """The offline run with a scrape that keeps only what a plan reads (KV use, running):
+    the full scrape (histogram snapshots) is a third of a run's time."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lean: list[tuple[float, float, float]] = []
+
+    def _scrape(self, t: float) -> bytes:
+        self.lean.append((t, self.eng.pool.usage, float(self.eng.num_running)))
+        return b""
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return float(np.percentile(np.array(values), q)) if values else None
+
+
+def _late_growth(sends: np.ndarray, ends: np.ndarray, rate: float) -> float | None:
+    """In-flight growth (req/s) over the second half of the sending period ÷ the rate."""
+    if math.isinf(rate) or sends.size < 20:
+        return None
+    t0, t1 = float(sends[0]), float(sends[-1])
+    if t1 - t0 <= 0:
+        return None
+    ts = np.linspace((t0 + t1) / 2, t1, 40)
+    inflight = np.searchsorted(sends, ts, "right") - np.searchsorted(ends, ts, "right")
+    tc = ts - ts.mean()
+    slope = float((tc * (inflight - inflight.mean())).sum() / (tc @ tc))
+    return slope / rate
+
+
+def simulate(r: ResolvedConfig, mem: MemoryPlan, w: Workload, rate: float, n: int) -> Point:
+    """Run ``n`` requests of ``w`` at ``rate`` req/s (inf: all at once) on a fresh engine."""
+    n = min(n, len(w.specs))
+    plan = Plan(requests=w.specs[:n], offsets_ns=offsets_at(w, rate, n))
+    cfg = BenchConfig(request_rate=rate, num_prompts=n)
+    sim = _LeanRun(plan, cfg, r, mem, samples_out=_Discard(), token_times=False)
+    sim.run()
+    recs = sim.records
+    ok = [x for x in recs if x.ok and x.first_ns is not None and x.last_ns is not None]
+    span = plan.offsets_ns[-1] if plan.offsets_ns else 0
+    start = int(span * WARMUP_SHARE) if not math.isinf(rate) else 0
+    stop = span - int(span * COOLDOWN_SHARE) if not math.isinf(rate) else span
+    measured = [x for x in ok if start <= x.scheduled_ns <= stop]
+    t0 = min((x.send_ns for x in measured), default=0)
+    t1 = max((x.last_ns or 0 for x in measured), default=0)
+    dur = max(1e-9, (t1 - t0) / 1e9)
+    ttft = [(x.first_ns - x.send_ns) / 1e6 for x in measured]  # type: ignore[operator]
+    e2e = [(x.last_ns - x.send_ns) / 1e6 for x in measured]  # type: ignore[operator]
+    tpot = [
+        (x.last_ns - x.first_ns) / 1e6 / (x.output_tokens - 1)  # type: ignore[operator]
+        for x in measured
+        if (x.output_tokens or 0) > 1
+    ]
+    in_tok = sum(x.planned_input_len for x in measured)
+    out_tok = sum(x.output_tokens or 0 for x in measured)
+    in_window = [x for x in sim.lean if t0 / 1e9 <= x[0] <= t1 / 1e9] or sim.lean
+    kv = [x[1] for x in in_window]
+    running = [x[2] for x in in_window]
+    sends = np.sort(np.array([x.send_ns for x in recs], dtype=float) / 1e9)
+    ends = np.sort(np.array([x.end_ns for x in recs], dtype=float) / 1e9)
+    return Point(
+        rate=rate,
+        requests=n,
+        completed=len(ok),
+        failed=sum(1 for x in recs if x.status == "failed"),
+        duration_s=dur,
+        request_throughput=len(measured) / dur,
+        input_tok_s=in_tok / dur,
+        output_tok_s=out_tok / dur,
+        ttft_p50_ms=_pct(ttft, 50),
+        ttft_p99_ms=_pct(ttft, 99),
+        tpot_p50_ms=_pct(tpot, 50),
+        tpot_p99_ms=_pct(tpot, 99),
+        e2el_p50_ms=_pct(e2e, 50),
+        e2el_p99_ms=_pct(e2e, 99),
+        kv_cache_usage_mean=float(np.mean(kv)) if kv else None,
+        running_mean=float(np.mean(running)) if running else None,
+        preemptions=sim.eng.counters.preemptions,
+        inflight_growth_late_share=_late_growth(sends, ends, rate),
+    )

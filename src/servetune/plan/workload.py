@@ -1,0 +1,145 @@
+"""The traffic a plan must hold: request lengths (drawn once) and arrivals at any rate.
+
+Lengths come from the random dataset (``--input-len``/``--output-len``/``--range-ratio``), a
+dataset file (ShareGPT JSON or JSONL, as ``bench`` reads them) or a measured run (each
+successful request's prompt and output tokens, ``--from-run``). Arrivals are Poisson (or gamma
+with ``burstiness``) drawn once at 1 req/s from the seed and scaled by 1/rate, so every
+candidate sees the same requests in the same order, only faster or slower.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from servetune.errors import ConfigError, ServetuneError
+from servetune.results.io import detect_dir, read_records, read_run_result
+from servetune.results.schema import BenchConfig
+from servetune.workload.arrivals import arrival_offsets
+from servetune.workload.spec import RequestSpec
+
+
+class Workload(BaseModel):
+    """Requests in send order, their offsets at 1 req/s, and where they came from."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    specs: list[RequestSpec]
+    unit_offsets: list[float]
+    """Send offsets (s) at a rate of 1 req/s; divide by the rate."""
+    source: str
+    burstiness: float = 1.0
+
+    @property
+    def mean_input(self) -> float:
+        return float(np.mean([s.input_len for s in self.specs]))
+
+    @property
+    def mean_output(self) -> float:
+        return float(np.mean([s.output_len for s in self.specs]))
+
+    @property
+    def max_request(self) -> int:
+        return max(s.input_len + s.output_len for s in self.specs)
+
+
+def _offsets(n: int, seed: int, burstiness: float) -> list[float]:
+    kind = "poisson" if burstiness == 1.0 else "gamma"
+    return [float(x) for x in arrival_offsets(kind, 1.0, n, seed, burstiness)]  # type: ignore[arg-type]
+
+
+def synthetic(
+    input_len: int, output_len: int, range_ratio: float, n: int, seed: int, burstiness: float
+) -> Workload:
+    if input_len < 1 or output_len < 1:
+        raise ConfigError("--input-len and --output-len must be ≥ 1")
+    if not 0 <= range_ratio < 1:
+        raise ConfigError(f"--range-ratio must be in [0, 1) (got {range_ratio})")
+    rng = np.random.default_rng(seed)
+
+    def draw(mean: int) -> np.ndarray:
+        lo, hi = max(1, int(mean * (1 - range_ratio))), max(1, int(mean * (1 + range_ratio)))
+        return rng.integers(lo, hi + 1, n)
+
+    ins, outs = draw(input_len), draw(output_len)
+    specs = [
+        RequestSpec(input_len=int(a), output_len=int(b)) for a, b in zip(ins, outs, strict=True)
+    ]
+    spread = f" ±{range_ratio:.0%}" if range_ratio else ""
+    return Workload(
+        specs=specs,
+        unit_offsets=_offsets(n, seed, burstiness),
+        source=f"random lengths: {input_len}{spread} in, {output_len}{spread} out",
+        burstiness=burstiness,
+    )
+
+
+def from_dataset(
+    path: str, tokenizer: str | None, output_len: int | None, n: int, seed: int, burstiness: float
+) -> Workload:
+    from servetune.workload.datasets import build_dataset
+    from servetune.workload.tokens import load_tokenizer
+
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ConfigError(f"dataset {p} not found", hint="give a ShareGPT .json or a .jsonl file")
+    name = "jsonl" if p.suffix == ".jsonl" else "sharegpt"
+    cfg = BenchConfig(
+        dataset_name=name,  # type: ignore[arg-type]
+        dataset_path=str(p),
+        sharegpt_output_len=output_len,
+        tokenizer=tokenizer,
+        num_prompts=n,
+        seed=seed,
+    )
+    specs = build_dataset(cfg, load_tokenizer(tokenizer), n)
+    return Workload(
+        specs=specs,
+        unit_offsets=_offsets(len(specs), seed, burstiness),
+        source=f"{name} dataset {p}",
+        burstiness=burstiness,
+    )
+
+
+def from_run(path: str, n: int, seed: int, burstiness: float) -> tuple[Workload, BenchConfig]:
+    """The lengths a run's successful requests had (prompt and output tokens as served)."""
+    p = Path(path).expanduser()
+    try:
+        if detect_dir(p) != "run":
+            raise ConfigError(
+                f"--from-run {p} is a sweep", hint="give one of its levels: SWEEP/levels/<label>"
+            )
+        run = read_run_result(p)
+        records = read_records(p)
+    except ServetuneError as exc:
+        raise ConfigError(f"--from-run: {exc.message}", hint=exc.hint) from None
+    pairs = [
+        (r.prompt_tokens or r.planned_input_len, r.output_tokens or r.planned_output_len)
+        for r in records
+        if r.ok
+    ]
+    pairs = [(a, b) for a, b in pairs if a and b]
+    if not pairs:
+        raise ConfigError(f"--from-run {p}: no successful request to take lengths from")
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(pairs), n) if len(pairs) < n else np.arange(n)
+    specs = [RequestSpec(input_len=int(pairs[i][0]), output_len=int(pairs[i][1])) for i in picks]
+    return (
+        Workload(
+            specs=specs,
+            unit_offsets=_offsets(len(specs), seed, burstiness),
+            source=f"request lengths of the run {p} ({len(pairs)} successful requests)",
+            burstiness=burstiness,
+        ),
+        run.config,
+    )
+
+
+def offsets_at(w: Workload, rate: float, n: int) -> list[int]:
+    """Send offsets (ns) of the first ``n`` requests at ``rate`` req/s (all 0 for inf)."""
+    if math.isinf(rate):
+        return [0] * n
+    return [int(x / rate * 1e9) for x in w.unit_offsets[:n]]

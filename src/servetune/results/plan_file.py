@@ -1,0 +1,124 @@
+"""``plan.json``: a capacity plan (what `servetune plan` found), for scripts and the report.
+
+Rates in req/s, latencies in ms, prices in USD, ``*_usd_per_mtok`` per million tokens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from servetune.errors import ResultError
+from servetune.results.jsonfile import read_json_file, write_json_atomic
+from servetune.results.schema import Slo
+
+PLAN_FILE = "plan.json"
+PLAN_SCHEMA_VERSION = 1
+
+CandidateStatus = Literal["ok", "cannot_start", "misses_slo", "too_many_replicas"]
+
+
+class PlannedPoint(BaseModel):
+    """One simulated operating point of one replica."""
+
+    rate: float | None
+    """Offered req/s; None: every request at once (saturation)."""
+    request_throughput: float
+    input_tok_s: float
+    output_tok_s: float
+    ttft_p99_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    e2el_p99_ms: float | None = None
+    kv_cache_usage_mean: float | None = None
+    running_mean: float | None = None
+    preemptions: int = 0
+
+
+class PlannedCandidate(BaseModel):
+    label: str
+    gpu: str
+    tensor_parallel_size: int
+    quantization: str
+    knob_set: str
+    knobs: dict[str, Any] = Field(default_factory=dict)
+    status: CandidateStatus
+    reason: str | None = None
+    """Why it cannot start (the memory planner's words) or misses the SLO."""
+    vllm_serve: str | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency_at_max_len: float | None = None
+    replicas: int | None = None
+    gpus_total: int | None = None
+    usd_per_gpu_hour: float | None = None
+    usd_per_hour: float | None = None
+    slo_max_rate_per_replica: float | None = None
+    limiting_metric: str | None = None
+    headroom: float | None = None
+    """(SLO-max rate × replicas) ÷ the rate planned for − 1."""
+    concurrency_at_slo: float | None = None
+    """Mean requests running per replica at the SLO-max rate."""
+    input_usd_per_mtok: float | None = None
+    output_usd_per_mtok: float | None = None
+    blended_usd_per_mtok: float | None = None
+    """At the planned traffic (the average rate when given, else the peak)."""
+    slo_limit_output_usd_per_mtok: float | None = None
+    """With every replica at its SLO-max rate: the best this configuration does at the SLO."""
+    saturation: PlannedPoint | None = None
+    saturation_output_usd_per_mtok: float | None = None
+    """Saturated offline batch: every request at once, the lowest cost per token."""
+    at_slo: PlannedPoint | None = None
+    simulations: int = 0
+    notes: list[str] = Field(default_factory=list)
+
+
+class PlanResult(BaseModel):
+    schema_version: int = PLAN_SCHEMA_VERSION
+    kind: Literal["plan"] = "plan"
+    created_at: str
+    command: list[str] = Field(default_factory=list)
+    model: str
+    peak_rate: float
+    """The rate the deployment must hold at its SLOs (req/s)."""
+    average_rate: float
+    """The rate costs are computed at."""
+    slo: Slo
+    workload: str
+    mean_input_tokens: float
+    mean_output_tokens: float
+    requests_per_point: int
+    pricing: str
+    r: float
+    formula: str
+    candidates: list[PlannedCandidate]
+    winner: PlannedCandidate | None = None
+    confirmed: PlannedPoint | None = None
+    """The winner re-simulated at exactly its per-replica rate with twice the requests."""
+    confirmed_meets_slo: bool | None = None
+    elapsed_s: float = 0.0
+    simulations: int = 0
+    warnings: list[str] = Field(default_factory=list)
+
+
+def write_plan_result(path: str | Path, plan: PlanResult) -> Path:
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ResultError(
+            f"cannot create {p.parent}: {exc.strerror or exc}", hint="pass -o FILE elsewhere"
+        ) from exc
+    return write_json_atomic(p, plan.model_dump(mode="json"), hint="pass -o FILE elsewhere")
+
+
+def read_plan_result(path: str | Path) -> PlanResult:
+    p = Path(path)
+    if p.is_dir():
+        p = p / PLAN_FILE
+    data = read_json_file(p, "plan", PLAN_SCHEMA_VERSION)
+    try:
+        return PlanResult.model_validate(data)
+    except ValidationError as exc:
+        raise ResultError(f"{p} does not match the plan schema: {exc}") from exc

@@ -1,0 +1,210 @@
+"""`servetune plan` on small candidate spaces: refusals, ranking, the winner checked by an
+independent `sim run`, the JSON document and the errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from servetune.cli import main
+from servetune.cost.prices import PriceBook
+from servetune.plan.capacity import find_capacity, misses
+from servetune.plan.simulate import simulate
+from servetune.plan.workload import synthetic
+from servetune.results.plan_file import read_plan_result
+from servetune.results.schema import Slo
+from servetune.sim.config import EngineConfig
+from servetune.sim.memory import plan_memory
+
+SLO = ["ttft:1000", "tpot:60"]
+
+
+def _plan(tmp_path: Path, *extra: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+    out = tmp_path / "plan.json"
+    code = main(
+        ["plan", "--json", "-o", str(out), "--requests-per-point", "200", "--workers", "1", *extra]
+    )
+    return code, json.loads(out.read_text()) if out.exists() else {}
+
+
+def test_capacity_brackets_the_slo() -> None:
+    w = synthetic(1024, 128, 0.0, 800, 0, 1.0)
+    r = EngineConfig(gpu="A100-80GB").resolve()
+    mem = plan_memory(r)
+    slo = Slo(ttft=600, tpot=40)
+    cap = find_capacity(r, mem, w, slo, 400)
+    assert cap.slo_max_rate is not None and cap.at_slo is not None and cap.above_slo is not None
+    assert not misses(cap.at_slo, slo)
+    assert misses(cap.above_slo, slo)
+    assert cap.above_slo.rate / cap.slo_max_rate <= 1.09
+    assert cap.limiting_metric in ("ttft", "tpot")
+    assert cap.slo_max_rate < cap.saturation.request_throughput
+    # a looser SLO holds a higher rate
+    loose = find_capacity(r, mem, w, Slo(ttft=5000, tpot=150), 400)
+    assert loose.slo_max_rate is not None and loose.slo_max_rate > cap.slo_max_rate
+    # the replica is never planned closer to saturation than the ladder's top
+    assert loose.slo_max_rate <= 0.88 * loose.saturation.request_throughput * 1.001
+
+
+def test_ranked_by_cost_with_refusals_named(tmp_path: Path) -> None:
+    code, doc = _plan(
+        tmp_path,
+        "--peak-rate", "20", "--rate", "12", "--slo", *SLO,
+        "--gpus", "A100-80GB,L4", "--tp", "1,8", "--quantizations", "auto,fp8",
+        "--knob-set", "default",
+    )  # fmt: skip
+    assert code == 0
+    cands = doc["candidates"]
+    assert len(cands) == 8
+    by = {c["label"]: c for c in cands}
+    # Qwen2.5-7B has 28 attention heads: TP 8 cannot start, in vLLM's words
+    tp8 = by["A100-80GB tp8 auto default"]
+    assert tp8["status"] == "cannot_start"
+    assert "divisible by tensor parallel size (8)" in tp8["reason"]
+    ok = [c for c in cands if c["status"] == "ok"]
+    assert ok, cands
+    costs = [c["usd_per_hour"] for c in ok]
+    assert costs == sorted(costs)
+    for c in ok:
+        assert c["replicas"] * c["slo_max_rate_per_replica"] >= 20 * 0.999
+        assert (c["replicas"] - 1) * c["slo_max_rate_per_replica"] < 20
+        assert c["gpus_total"] == c["replicas"] * c["tensor_parallel_size"]
+        assert c["usd_per_hour"] == pytest.approx(c["gpus_total"] * c["usd_per_gpu_hour"])
+        # $/Mtok at the average rate (12 req/s × 1024 in / 128 out)
+        per_s = c["usd_per_hour"] / 3600
+        out = per_s / (12 * 128 + 12 * 1024 / 4) * 1e6
+        assert c["output_usd_per_mtok"] == pytest.approx(out, rel=1e-6)
+        assert c["saturation_output_usd_per_mtok"] <= c["slo_limit_output_usd_per_mtok"] * 1.05
+    w = doc["winner"]
+    assert w["label"] == ok[0]["label"]
+    assert w["vllm_serve"].startswith("vllm serve Qwen/Qwen2.5-7B-Instruct ")
+    assert doc["confirmed_meets_slo"] is True
+    assert read_plan_result(tmp_path / "plan.json").winner is not None
+
+
+def test_winner_holds_in_an_independent_sim_run(tmp_path: Path) -> None:
+    code, doc = _plan(
+        tmp_path, "--peak-rate", "6", "--slo", *SLO, "--gpus", "A100-80GB", "--tp", "1",
+        "--quantizations", "auto", "--knob-set", "default",
+    )  # fmt: skip
+    assert code == 0
+    w = doc["winner"]
+    rate = 6 / w["replicas"]
+    run_dir = tmp_path / "check"
+    args = [
+        "sim",
+        "run",
+        "--gpu",
+        "A100-80GB",
+        "--request-rate",
+        str(rate),
+        "--num-prompts",
+        "600",
+        "--random-input-len",
+        "1024",
+        "--random-output-len",
+        "128",
+        "--seed",
+        "7",
+        "--warmup",
+        "5",
+        "--result-dir",
+        str(run_dir),
+        "--no-progress",
+    ]
+    assert main(args) == 0
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["summary"]["ttft"]["p99"] <= 1000 * 1.15
+    assert run["summary"]["tpot"]["p99"] <= 60 * 1.15
+
+
+def test_a_model_too_big_for_the_gpu_is_refused(tmp_path: Path) -> None:
+    code, doc = _plan(
+        tmp_path, "--peak-rate", "1", "--slo", "e2el:60000", "--model", "Llama-3.1-70B",
+        "--gpus", "L4", "--tp", "1", "--quantizations", "auto", "--knob-set", "default",
+    )  # fmt: skip
+    assert code == 1  # nothing can serve it: the exit status says so
+    (c,) = doc["candidates"]
+    assert c["status"] == "cannot_start" and "out of memory" in c["reason"]
+    assert doc["winner"] is None
+
+
+def test_from_run_takes_lengths_slo_and_rate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    args = [
+        "sim",
+        "run",
+        "--request-rate",
+        "3",
+        "--num-prompts",
+        "120",
+        "--random-input-len",
+        "300",
+        "--random-output-len",
+        "60",
+        "--goodput",
+        "ttft:800",
+        "tpot:50",
+        "--result-dir",
+        str(run_dir),
+        "--no-progress",
+    ]
+    assert main(args) == 0
+    code, doc = _plan(
+        tmp_path, "--from-run", str(run_dir), "--gpus", "A100-80GB", "--tp", "1",
+        "--quantizations", "auto", "--knob-set", "default",
+    )  # fmt: skip
+    assert code == 0
+    assert doc["peak_rate"] == 3.0 and doc["slo"]["ttft"] == 800 and doc["slo"]["tpot"] == 50
+    assert doc["mean_input_tokens"] == pytest.approx(300, rel=0.05)
+    assert "request lengths of the run" in doc["workload"]
+
+
+def test_table_for_people(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "plan", "--peak-rate", "10", "--slo", *SLO, "--gpus", "A100-80GB,H100-SXM",
+            "--tp", "1", "--quantizations", "auto", "--knob-set", "default",
+            "--requests-per-point", "150", "-o", str(tmp_path / "p.json"), "--no-progress",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "winner:" in out and "vllm serve" in out and "$/hour" in out
+    assert "SLO-max/replica" in out and "headroom" in out
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--slo", *SLO], "needs the traffic"),
+        (["--peak-rate", "5"], "needs latency SLOs"),
+        (["--peak-rate", "5", "--slo", "ttft:x"], "not a number"),
+        (["--peak-rate", "5", "--slo", *SLO, "--gpus", "B9000"], "unknown GPU"),
+        (["--peak-rate", "5", "--slo", *SLO, "--quantizations", "int3"], "unknown quantization"),
+        (["--peak-rate", "5", "--slo", *SLO, "--knob-set", "max_num_seqs=lots"], "valid"),
+        (["--peak-rate", "5", "--slo", *SLO, "--knob-set", "turbo=1"], "known knob"),
+        (["--peak-rate", "5", "--slo", *SLO, "--pricing", "reserved-3y"], "no reserved-3y"),
+        (["--peak-rate", "5", "--rate", "9", "--slo", *SLO], "at most --peak-rate"),
+    ],
+)
+def test_bad_input_is_explained(
+    tmp_path: Path, args: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["plan", "-o", str(tmp_path / "p.json"), "--no-progress", *args])
+    assert code == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_simulate_adapter_is_deterministic() -> None:
+    w = synthetic(512, 64, 0.2, 300, 1, 1.0)
+    r = EngineConfig(gpu="H100-SXM").resolve()
+    mem = plan_memory(r)
+    a, b = simulate(r, mem, w, 10.0, 200), simulate(r, mem, w, 10.0, 200)
+    assert a == b
+    assert a.completed == 200 and a.failed == 0
+    assert PriceBook().price("H100-SXM").usd_per_gpu_hour > 0
