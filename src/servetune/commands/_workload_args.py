@@ -12,6 +12,7 @@ from typing import Any
 
 from servetune.errors import ConfigError
 from servetune.results.schema import BenchConfig, Slo
+from servetune.workload.seeds import fresh_seed
 
 
 def parse_rate(text: str) -> float:
@@ -146,7 +147,14 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--arrival", choices=["poisson", "gamma", "constant"], default="poisson")
     g.add_argument("--max-concurrency", type=int, default=None, help="cap on requests in flight")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the prompts and arrivals (default: a fresh one per run, recorded in "
+        "run.json, so that a server's prefix cache never answers an earlier run's prompts; "
+        "give a run's seed to repeat it exactly)",
+    )
     g.add_argument(
         "--warmup",
         type=float,
@@ -191,8 +199,12 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--label", default=None)
 
 
-def workload_config_from_args(args: argparse.Namespace) -> BenchConfig:
-    """A BenchConfig from the target and workload flags."""
+def workload_config_from_args(
+    args: argparse.Namespace, *, fresh_seed_by_default: bool = True
+) -> BenchConfig:
+    """A BenchConfig from the target and workload flags. Without ``--seed`` a fresh seed is
+    drawn (or 0 with ``fresh_seed_by_default=False``: the offline simulator keeps no cache
+    between runs, and a fixed default makes its what-ifs repeat)."""
     fields: dict[str, Any] = {
         k: getattr(args, k)
         for k in BenchConfig.model_fields
@@ -200,6 +212,8 @@ def workload_config_from_args(args: argparse.Namespace) -> BenchConfig:
     }
     if getattr(args, "num_prompts", None) is None:
         fields["num_prompts"] = 1000 if getattr(args, "duration_s", None) is None else 10**9
+    if getattr(args, "seed", None) is None:
+        fields["seed"] = fresh_seed() if fresh_seed_by_default else 0
     fields["goodput"] = parse_goodput(getattr(args, "goodput", None))
     if getattr(args, "workers", None) is not None and args.workers < 1:
         raise ConfigError(f"--workers must be ≥ 1 (got {args.workers})")

@@ -162,7 +162,7 @@ def _run(args: argparse.Namespace) -> int:
     from servetune.sim.memory import plan_memory
     from servetune.sim.offline import run_offline
 
-    bench_cfg = workload_config_from_args(args)
+    bench_cfg = workload_config_from_args(args, fresh_seed_by_default=False)
     bench_cfg = bench_cfg.model_copy(update={"endpoint": args.endpoint, "model": None})
     engine_cfg = engine_config_from_args(args)
     mem = plan_memory(engine_cfg)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from servetune.metrics.prefix_check import check_prefix_cache
 from servetune.results.schema import RunResult, Stats
 
 
@@ -70,10 +71,20 @@ def summary_table(result: RunResult) -> Table:
             else ""
         )
         row("  arrival stamps", h.arrival_stamps + detail)
+    w = result.workload
+    if w is not None:
+        section("Workload")
+        row("  seed (--seed repeats it)", str(w.seed))
+        if w.implied_prefix_hit_rate is not None:
+            row("  prompt share a prefix cache may serve", f"{w.implied_prefix_hit_rate:.1%}")
     if result.server is not None and result.server.engine:
         section("Server")
         row("  engine (from /metrics)", result.server.engine)
         row("  samples", str(result.server.samples))
+        cache = check_prefix_cache(result)
+        if cache is not None:
+            flag = "  [bold red]MEASURED THE CACHE[/bold red]" if cache.flagged else ""
+            row("  prefix-cache hit rate", f"{cache.measured:.1%} (≤ {cache.ceiling:.0%}){flag}")
     return t
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from servetune.commands._result_dir import add_result_dir_argument, result_dir
@@ -260,16 +261,29 @@ def print_sweep(result: SweepResult) -> None:
         print(f"warning: {w}")
 
 
+def _recorded_seed(sweep_dir: Path) -> int | None:
+    """The seed of the sweep being resumed (drawn at its start when none was given)."""
+    from servetune.errors import ResultError
+    from servetune.results.sweep_schema import read_sweep_result
+
+    try:
+        return read_sweep_result(sweep_dir).config.bench.seed
+    except ResultError:
+        return None
+
+
 def run(args: argparse.Namespace) -> int:
     from servetune.errors import ConfigError
     from servetune.sweep.runner import run_sweep
 
-    cfg = sweep_config_from_args(args)
     if args.resume and args.result_dir is None:
         raise ConfigError(
             "--resume needs --result-dir (the sweep to continue)",
             hint="e.g. servetune sweep ... --resume --result-dir servetune-results/<time>-sweep",
         )
+    if args.resume and args.seed is None:
+        args.seed = _recorded_seed(Path(args.result_dir))
+    cfg = sweep_config_from_args(args)
     out = result_dir(args, "sweep")
     runner, server = _runner(args, cfg)
     if cfg.target == "embedded":

@@ -546,6 +546,15 @@ ACTIONS: dict[str, ActionSpec] = {
             verify="the quality metric of your task",
         ),
         ActionSpec(
+            id="fresh_prompts",
+            title="re-run with prompts the server has not seen: leave out --seed (a fresh one "
+            "is drawn per run and per sweep level), or restart the server between runs",
+            expected="TTFT and throughput of traffic the cache cannot answer; the hit rate "
+            "falls to what the workload implies",
+            risk="none",
+            verify="the run's prefix-cache hit rate is within what its workload implies",
+        ),
+        ActionSpec(
             id="fix_client",
             title="give the load generator more room: more --workers, or run it on its own host",
             expected="the planned rate is really offered; the figures describe the server",

@@ -61,6 +61,9 @@ def _cond_line(c: Condition, state: bool | None, fig: Figures, extra: dict[str, 
 def _validity_low(fig: Figures) -> bool:
     if fig.get("client_behind"):
         return True
+    excess = fig.get("prefix_cache_excess")
+    if excess is not None and excess > 0:  # the run measured the cache
+        return True
     samples = fig.get("server_samples")
     return samples is not None and 0 < samples < MIN_SAMPLES
 
@@ -111,7 +114,7 @@ def evaluate_rule(rule: Rule, fig: Figures) -> Finding | None:
         )
     verdict = render(rule.verdict, fig, extra) or rule.verdict.split("{")[0].rstrip(" :(")
     confidence = "medium" if unknown_noted else "high"
-    if _validity_low(fig) and rule.id != "client_behind":
+    if _validity_low(fig) and rule.id not in ("client_behind", "prefix_cache_inflated"):
         confidence = "low"
     actions = [a for a in (build_action(a, fig) for a in rule.actions) if a is not None]
     return Finding(

@@ -28,6 +28,7 @@ import numpy as np
 
 from servetune.diagnose.knobs import KnownConfig
 from servetune.errors import ServetuneError
+from servetune.metrics.prefix_check import check_prefix_cache
 from servetune.metrics.server_summary import summarize_server
 from servetune.results import server_series as ss
 from servetune.results.record import RequestRecord
@@ -93,6 +94,10 @@ FIGURES: dict[str, FigureDef] = {
     "tokens_per_request": FigureDef("mean prompt + output tokens per request", "tokens"),
     "max_request_tokens": FigureDef("longest prompt + output", "tokens"),
     "client_behind": FigureDef("client fell behind its schedule", "flag"),
+    "prefix_cache_hit_rate": FigureDef("prefix-cache hit rate (server)", "pct"),
+    "prefix_hit_rate_implied": FigureDef("prompt share the workload's own prompts repeat", "pct"),
+    "prefix_hit_rate_ceiling": FigureDef("highest hit rate the workload allows", "pct"),
+    "prefix_cache_excess": FigureDef("hit rate above what the workload allows", "pct"),
     "send_lag_p99_ms": FigureDef("P99 client send lag", "ms"),
     "sending_s": FigureDef("sending period", "s"),
     "inflight_mean": FigureDef("mean requests in flight while sending", "count"),
@@ -287,6 +292,12 @@ def _client(fig: Figures, run: RunResult) -> None:
     else:
         fig.put("offered_rate", cfg.request_rate)
     fig.put("client_behind", run.client_health.behind)
+    cache = check_prefix_cache(run)
+    if cache is not None:
+        fig.put("prefix_cache_hit_rate", cache.measured)
+        fig.put("prefix_hit_rate_implied", cache.implied)
+        fig.put("prefix_hit_rate_ceiling", cache.ceiling)
+        fig.put("prefix_cache_excess", cache.measured - cache.ceiling)
     fig.put("send_lag_p99_ms", run.client_health.send_lag.p99)
     if s.completed == 0:
         for name in ("request_throughput", "ttft_p50_ms", "ttft_p99_ms", "tpot_p99_ms"):

@@ -122,6 +122,32 @@ RULES: tuple[Rule, ...] = (
         actions=("fix_client",),
     ),
     Rule(
+        id="prefix_cache_inflated",
+        kind="warning",
+        priority=115,
+        seed="(measurement validity) a load test measures the server only with prompts the "
+        "server has not answered before",
+        verdict="The server answered {prefix_cache_hit_rate:pct} of prompt tokens from its "
+        "prefix cache, more than this run's own prompts allow ({prefix_hit_rate_ceiling:pct}): "
+        "it measured the cache, not the server — TTFT and throughput look better than fresh "
+        "traffic would get",
+        when=(
+            Cond(
+                "prefix_cache_excess",
+                ">",
+                0,
+                "the server's hit rate exceeds what the workload implies",
+            ),
+        ),
+        only_if=("prefix_cache_hit_rate",),
+        evidence=(
+            "prefix-cache hit rate {prefix_cache_hit_rate:pct} over the measured window",
+            "this run's prompts share {prefix_hit_rate_implied:pct} among themselves; with the "
+            "chat template and tolerance at most {prefix_hit_rate_ceiling:pct} can hit",
+        ),
+        actions=("fresh_prompts",),
+    ),
+    Rule(
         id="oom",
         kind="warning",
         priority=110,

@@ -26,6 +26,10 @@ KV_TARGET = 0.8
 """The seed's cost order, step 2: push GPU/KV use to 80%+."""
 
 
+LEVEL_WARNINGS = ("client_behind", "oom", "server_gone", "prefix_cache_inflated")
+"""Warnings of one level that the curve's diagnosis repeats."""
+
+
 def _load_text(row: LevelRow) -> str:
     if row.mode == "concurrency":
         return f"concurrency {row.concurrency}"
@@ -361,10 +365,11 @@ def diagnose_sweep(sweep_dir: str | Path, config: KnownConfig | None = None) -> 
     limit = _limit_finding(sweep, knee, pairs)
     if limit is not None:
         findings.append(limit)
-    # Warnings found on any level (client behind, OOM, failures) are the curve's too.
+    # Warnings found on any level (client behind, OOM, failures, a level that measured the
+    # prefix cache) are the curve's too.
     for row, diag in pairs:
         for f in diag.findings if diag else []:
-            if f.kind == "warning" and f.rule in ("client_behind", "oom", "server_gone"):
+            if f.kind == "warning" and f.rule in LEVEL_WARNINGS:
                 findings.append(
                     f.model_copy(
                         update={

@@ -20,6 +20,7 @@ from servetune.loadgen.driver import PlannedRequest
 from servetune.loadgen.health import client_health, note_stamps
 from servetune.loadgen.progress import ProgressLine
 from servetune.loadgen.runner import LoopSetup, run_load
+from servetune.metrics.prefix_check import check_prefix_cache
 from servetune.metrics.run_result import run_result, run_summary
 from servetune.metrics.scraper import MetricsScraper, describe_info, metrics_url_for
 from servetune.results.environment import this_machine
@@ -33,6 +34,7 @@ from servetune.results.io import (
 )
 from servetune.results.schema import BenchConfig, RunResult, ServerInfo, TargetInfo
 from servetune.workload.plan import Plan, make_plan
+from servetune.workload.prefix_share import workload_facts
 from servetune.workload.server_align import align_with_server
 from servetune.workload.tokens import load_tokenizer
 
@@ -132,6 +134,7 @@ async def run_bench(
                 plan = plan.model_copy(update={"requests": specs})
                 target.tokenizer, target.tokens_approximate = "server", missed > 0
         _check_lengths(plan, target)
+    facts = workload_facts(plan.requests, cfg.seed, chat=cfg.endpoint == "chat")
     items = _planned_requests(plan, cfg, target.model)
     mean_out = sum(s.output_len for s in plan.requests) / max(1, len(plan.requests))
     workers = cfg.workers or choose_workers(plan.planned_rate or cfg.request_rate, mean_out)
@@ -201,8 +204,13 @@ async def run_bench(
         health=health,
         server=server,
         status="interrupted" if outcome.interrupted else "complete",
+        workload=facts,
         warnings=warnings,
     )
+    cache = check_prefix_cache(result)
+    if cache is not None and cache.flagged:
+        result.warnings.append(cache.message())
+        say(cache.message())
     write_run_result(out, result)
     return result
 

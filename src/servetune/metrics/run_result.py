@@ -22,6 +22,7 @@ from servetune.results.schema import (
     ServerInfo,
     Summary,
     TargetInfo,
+    WorkloadFacts,
 )
 
 
@@ -39,6 +40,7 @@ def run_result(
     health: ClientHealth,
     server: ServerInfo | None = None,
     status: Literal["complete", "interrupted", "failed"] = "complete",
+    workload: WorkloadFacts | None = None,
     warnings: Iterable[str] = (),
 ) -> RunResult:
     return RunResult(
@@ -50,6 +52,7 @@ def run_result(
         client_health=health,
         summary=summary,
         server=server,
+        workload=workload,
         metric_definitions=dict(METRIC_DEFINITIONS),
         warnings=[*health.warnings, *warnings],
     )

@@ -220,6 +220,23 @@ class ServerInfo(BaseModel):
     summary: dict[str, Any] = Field(default_factory=dict)
 
 
+class WorkloadFacts(BaseModel):
+    """What the workload itself implies, so that a reader can judge the server's figures by it
+    (``workload/prefix_share.py`` has the definitions)."""
+
+    seed: int
+    """The seed the prompts and arrivals were drawn with (``--seed`` repeats them)."""
+    requests: int = 0
+    distinct_prompts: int = 0
+    mean_prompt_tokens: float | None = None
+    implied_prefix_hit_rate: float | None = None
+    """Share of prompt tokens an unbounded prefix cache could serve from this run's own
+    prompts, in send order (0–1)."""
+    prefix_hit_rate_ceiling: float | None = None
+    """The highest prefix-cache hit rate the server may report before the run is flagged as
+    measuring the cache (implied + chat-template allowance + tolerance)."""
+
+
 class RunResult(BaseModel):
     """``run.json``: one load test, self-describing."""
 
@@ -235,5 +252,6 @@ class RunResult(BaseModel):
     client_health: ClientHealth
     summary: Summary
     server: ServerInfo | None = None
+    workload: WorkloadFacts | None = None
     metric_definitions: dict[str, str] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)

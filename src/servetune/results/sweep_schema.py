@@ -56,7 +56,7 @@ class PlannedLevel(BaseModel):
     """req/s (``inf`` allowed for the probe) or the concurrency cap."""
     role: LevelRole = "level"
     repeat: int = 0
-    """0 for the first run of a load; 1, 2, … for ``--repeats`` (seed + repeat)."""
+    """0 for the first run of a load; 1, 2, … for ``--repeats`` (each with a seed of its own)."""
 
     @field_validator("value", mode="before")
     @classmethod
@@ -118,6 +118,8 @@ class ServerMeans(BaseModel):
     """Preemptions counted inside the window."""
     preemptions_per_s: float | None = None
     gpu_utilization_mean: float | None = None
+    prefix_cache_hit_rate: float | None = None
+    """Share of prompt tokens the server served from its prefix cache in the window."""
 
 
 class LevelRow(BaseModel):
@@ -155,6 +157,11 @@ class LevelRow(BaseModel):
     send_lag_p99: float | None = None
     client_behind: bool = False
     server: ServerMeans | None = None
+    prefix_cache_hit_rate_ceiling: float | None = None
+    """The most the level's own prompts let a prefix cache serve (``run.json``'s
+    ``workload.prefix_hit_rate_ceiling``)."""
+    prefix_cache_flagged: bool = False
+    """The server's hit rate exceeded that ceiling: the level measured the cache."""
     warnings: list[str] = Field(default_factory=list)
 
     @field_validator("offered_rate", mode="before")

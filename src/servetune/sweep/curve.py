@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from servetune.metrics.prefix_check import check_prefix_cache
 from servetune.results import server_series as ss
 from servetune.results.io import read_server_series
 from servetune.results.schema import RunResult
@@ -88,6 +89,12 @@ def row_from_run(
             ci[name] = (float(interval[0]), float(interval[1]))
     samples = read_server_series(level_dir)
     means = server_means(samples, s.window_start_s, s.window_end_s) if samples else None
+    cache = check_prefix_cache(result)
+    if cache is not None:
+        means = means or ServerMeans()
+        means.prefix_cache_hit_rate = cache.measured
+        if cache.flagged:
+            warnings.append(cache.message())
     rate = cfg.request_rate
     return LevelRow(
         label=level.label,
@@ -118,5 +125,7 @@ def row_from_run(
         send_lag_p99=health.send_lag.p99,
         client_behind=health.behind,
         server=means,
+        prefix_cache_hit_rate_ceiling=cache.ceiling if cache else None,
+        prefix_cache_flagged=bool(cache and cache.flagged),
         warnings=warnings,
     )

@@ -15,6 +15,7 @@ from scipy.interpolate import PchipInterpolator
 from servetune.errors import ConfigError
 from servetune.results.schema import BenchConfig
 from servetune.results.sweep_schema import LevelRole, LoadMode, PlannedLevel
+from servetune.workload.seeds import derive_seed
 
 DEFAULT_RATES: tuple[float, ...] = (8.0, 16.0, 32.0, 64.0, 128.0)
 """The seed's sweep."""
@@ -134,11 +135,15 @@ PROBE_MAX_PROMPTS = 2000
 
 
 def level_config(base: BenchConfig, level: PlannedLevel) -> BenchConfig:
-    """The bench configuration of one level: the base with the level's rate or concurrency.
+    """The bench configuration of one level: the base with the level's rate or concurrency,
+    and a seed of its own (:func:`~servetune.workload.seeds.derive_seed` of the sweep's seed
+    and the level's label), so that no level sends the prompts of another: a server's prefix
+    cache would answer them and the level would measure the cache.
 
     The probe sends a fixed number of requests at once (the sweep's ``--num-prompts``, at most
     2000, 1000 under ``--duration``) so that it saturates the server without a huge backlog.
     """
+    seed = derive_seed(base.seed, level.label)
     if level.role == "probe":
         n = base.num_prompts if base.duration_s is None else 1000
         return base.model_copy(
@@ -147,6 +152,7 @@ def level_config(base: BenchConfig, level: PlannedLevel) -> BenchConfig:
                 "num_prompts": min(n, PROBE_MAX_PROMPTS),
                 "duration_s": None,
                 "label": level.label,
+                "seed": seed,
             }
         )
     if level.mode == "rate":
@@ -156,6 +162,5 @@ def level_config(base: BenchConfig, level: PlannedLevel) -> BenchConfig:
             "max_concurrency": int(level.value),
             "label": level.label,
         }
-    if level.repeat:
-        update["seed"] = base.seed + level.repeat
+    update["seed"] = seed
     return base.model_copy(update=update)
