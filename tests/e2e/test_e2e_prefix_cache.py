@@ -68,7 +68,8 @@ def test_a_repeated_run_is_flagged_on_real_vllm(
     one, two = check_prefix_cache(first), check_prefix_cache(second)
     assert one is not None and two is not None
     assert not one.flagged, one
-    # 256-token prompts in 16-token blocks: all but the last partial block hit the second time.
-    assert two.flagged and two.measured > 0.5, two
+    # The CPU build caches in 128-token blocks and always recomputes the block holding a
+    # prompt's last token: a repeated 256-token prompt hits 128 of its tokens (0.5).
+    assert two.flagged and two.measured >= 0.4, two
     assert not math.isnan(two.measured)
     assert any(f.rule == "prefix_cache_inflated" for f in diagnose_path(tmp_path / "b").findings)
