@@ -11,18 +11,50 @@ hint and exits with status 2, never a traceback::
     ├── ResultError                a result directory cannot be written or read
     ├── EngineError                an engine launch failed (the log line that says why)
     └── SimError                   the simulated engine refuses the configuration
+
+Each error also carries a reason ``code``: a stable, dotted name for *why* it was raised, so
+that code deciding on an error (the config doctor choosing fixes, a tuner skipping a
+configuration that will not start) reads the code, never the wording of the message. A class
+has a default code (its own name, e.g. ``config``); a raise site that callers decide on passes
+a specific one. The codes decided on today:
+
+    config                         (default of ConfigError)
+    knob.unknown                   a knob name the registry does not have
+    knob.absent                    the engine has no such knob (the message names the engine)
+    knob.value                     a value of the wrong type, out of range or not a choice
+    knob.conflict                  knobs that contradict each other (e.g. batch < seqs)
+    knob.version                   an engine version that cannot be read
+    knob.command                   a command line that is not the engine's
+    sim                            (default of SimError)
+    sim.config                     a knob value the simulated engine refuses outright
+    sim.model_len_above_model      max_model_len beyond the model's max_position_embeddings
+    sim.batch_below_model_len      chunked prefill off and the step budget < max_model_len
+    sim.batch_below_seqs           max_num_batched_tokens < max_num_seqs
+    sim.heads_not_divisible        tensor parallel size does not divide the heads
+    sim.catalog                    an unknown GPU or model, or a config.json it cannot read
+    sim.weights_do_not_fit         the weights exceed the device memory (load-time OOM)
+    sim.free_memory_short          less free memory than gpu_memory_utilization asks for
+    sim.no_kv_memory               nothing left for the KV pool after weights + activations
+    sim.model_len_above_pool       one max_model_len request does not fit the KV pool
+    sim.graph_capture_oom          no room left outside the budget for CUDA graph capture
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class ServetuneError(Exception):
-    """An error caused by input; carries a one-line hint on what to do about it."""
+    """An error caused by input; carries a one-line hint on what to do about it and a
+    reason code (see the module docstring)."""
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    default_code: ClassVar[str] = "error"
+
+    def __init__(self, message: str, hint: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.code = code or self.default_code
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
@@ -31,26 +63,40 @@ class ServetuneError(Exception):
 class ConfigError(ServetuneError):
     """An invalid flag value or combination."""
 
+    default_code = "config"
+
 
 class DatasetError(ServetuneError):
     """A dataset file that is missing or malformed."""
+
+    default_code = "dataset"
 
 
 class TargetError(ServetuneError):
     """The target server cannot be reached or refuses the request."""
 
+    default_code = "target"
+
 
 class ModelNotServedError(TargetError):
     """The requested model is not listed by the server."""
+
+    default_code = "target.model_not_served"
 
 
 class ResultError(ServetuneError):
     """A result directory that cannot be written or read."""
 
+    default_code = "result"
+
 
 class EngineError(ServetuneError):
     """An engine that failed to start or stop."""
 
+    default_code = "engine"
+
 
 class SimError(ServetuneError):
     """A configuration the simulated engine refuses, as vLLM would."""
+
+    default_code = "sim"

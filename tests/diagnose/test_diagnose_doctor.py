@@ -12,9 +12,9 @@ import pytest
 
 from servetune.diagnose import Diagnosis, diagnose_config, diagnose_path
 from servetune.diagnose.actions import apply_action
-from servetune.diagnose.cmdline import parse_vllm_command
 from servetune.diagnose.doctor import engine_config_from_command
 from servetune.errors import ConfigError, SimError
+from servetune.knobs import parse_command
 from servetune.sim.memory import plan_memory
 
 SEED = (
@@ -31,40 +31,47 @@ def _fired(diag: Diagnosis) -> set[str]:
 
 
 def test_vllm_serve_and_api_server_forms() -> None:
-    a = parse_vllm_command(SEED)
-    assert a.entry == "vllm serve"
-    assert a.fields == {
-        "model": "Qwen/Qwen2.5-7B-Instruct",
+    a = parse_command(SEED)
+    assert a.entry == "vllm serve" and a.engine == "vllm"
+    assert a.model == "Qwen/Qwen2.5-7B-Instruct"
+    assert a.values == {
         "max_model_len": 32768,
         "gpu_memory_utilization": 0.9,
         "max_num_seqs": 256,
         "max_num_batched_tokens": 8192,
     }
-    b = parse_vllm_command(
+    b = parse_command(
         "CUDA_VISIBLE_DEVICES=0 python -m vllm.entrypoints.openai.api_server "
         "--model Qwen/Qwen2.5-7B-Instruct --max_num_seqs=128 -tp 2 --port 8000 "
         "--enable-chunked-prefill false --kv-cache-dtype fp8 --api-key secret "
         "--disable-log-requests"
     )
     assert b.entry.startswith("python -m vllm.entrypoints")
-    assert b.fields["model"] == "Qwen/Qwen2.5-7B-Instruct"
-    assert b.fields["max_num_seqs"] == 128
-    assert b.fields["tensor_parallel_size"] == 2
-    assert b.fields["enable_chunked_prefill"] is False
-    assert b.fields["kv_cache_dtype"] == "fp8"
+    assert b.model == "Qwen/Qwen2.5-7B-Instruct"
+    assert b.values["max_num_seqs"] == 128
+    assert b.values["tensor_parallel_size"] == 2
+    assert b.values["enable_chunked_prefill"] is False
+    assert b.values["kv_cache_dtype"] == "fp8"
     assert b.ignored == ["--port 8000", "--api-key secret", "--disable-log-requests"]
-    c = parse_vllm_command("vllm serve m --no-enable-chunked-prefill --quantization bitsandbytes")
-    assert c.fields["enable_chunked_prefill"] is False
-    assert "quantization" not in c.fields and "bitsandbytes" in c.unsupported[0]
-    d = parse_vllm_command("vllm serve m \\\n  --max-num-seqs 8")
-    assert d.fields["max_num_seqs"] == 8
+    cfg, _ignored, unsupported = engine_config_from_command(
+        "vllm serve Qwen/Qwen2.5-7B-Instruct --no-enable-chunked-prefill "
+        "--quantization bitsandbytes --swap-space 8",
+        "A100-80GB",
+    )
+    assert cfg.enable_chunked_prefill is False
+    assert cfg.quantization is None and any("bitsandbytes" in u for u in unsupported)
+    assert any("swap_space" in u for u in unsupported)
+    d = parse_command("vllm serve m \\\n  --max-num-seqs 8")
+    assert d.values["max_num_seqs"] == 8
 
 
 def test_bad_command_lines_are_clear_errors() -> None:
-    with pytest.raises(ConfigError, match="not a vLLM command line"):
-        parse_vllm_command("sglang.launch_server --model x")
+    with pytest.raises(ConfigError, match="not an engine's command line"):
+        parse_command("sglang.launch_server --model x")
+    with pytest.raises(ConfigError, match="config doctor models vLLM"):
+        engine_config_from_command("python -m sglang.launch_server --model-path x", "A100-80GB")
     with pytest.raises(ConfigError, match="expected an integer"):
-        parse_vllm_command("vllm serve m --max-num-seqs lots")
+        parse_command("vllm serve m --max-num-seqs lots")
     with pytest.raises(ConfigError, match="names no model"):
         engine_config_from_command("vllm serve --max-num-seqs 8", "A100-80GB")
     with pytest.raises(SimError, match="unknown gpu"):
@@ -101,7 +108,7 @@ def test_bad_command_lines_are_clear_errors() -> None:
             "--no-enable-chunked-prefill --max-num-batched-tokens 4096",
             "A100-80GB",
             "max_num_batched_tokens",
-            "chunked_prefill",
+            "enable_chunked_prefill",
         ),
     ],
 )

@@ -33,7 +33,7 @@ def _first_action(diag: Diagnosis, rule: str) -> Action:
 EXPECTED = {
     "under_loaded": ("under_loaded", "add_load", None),
     "kv_pool_full": ("kv_pool_full", "kv_cache_fp8", "kv_cache_dtype"),
-    "prefill_blocked": ("prefill_blocked", "enable_chunked_prefill", "chunked_prefill"),
+    "prefill_blocked": ("prefill_blocked", "enable_chunked_prefill", "enable_chunked_prefill"),
     "short_prompts_wait": (
         "short_prompts_wait",
         "long_prefill_threshold",

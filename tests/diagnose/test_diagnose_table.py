@@ -20,7 +20,8 @@ from servetune.diagnose.figures import (
 )
 from servetune.diagnose.knobs import KnownConfig
 from servetune.diagnose.rules import RULES, Rule
-from servetune.engines.knobs import knob_flag, knob_note
+from servetune.knobs import flag as knob_flag
+from servetune.knobs import note as knob_note
 from servetune.results.schema import (
     BenchConfig,
     ClientHealth,
@@ -201,7 +202,7 @@ def test_engine_flags_speak_each_engine() -> None:
     kv = engine_flags("kv_cache_dtype", "auto", "fp8")
     assert kv["llama.cpp"].startswith("-ctk q8_0 -ctv q8_0")
     assert kv["sglang"].startswith("--kv-cache-dtype fp8_e5m2")
-    assert engine_flags("chunked_prefill", False, True)["tgi"].startswith("no equivalent")
+    assert engine_flags("enable_chunked_prefill", False, True)["tgi"].startswith("no equivalent")
     assert engine_flags("quantization", None, "fp8")["tgi"].startswith("--quantize fp8")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ KNOBS = EngineKnobs(
     max_num_batched_tokens=4096,
     max_model_len=2048,
     gpu_memory_utilization=0.85,
-    chunked_prefill=True,
+    enable_chunked_prefill=True,
     quantization="fp8",
     kv_cache_dtype="fp8",
     tensor_parallel_size=2,
@@ -47,7 +48,7 @@ def test_vllm_gpu_uses_vllm_serve() -> None:
 
 
 def test_vllm_chunked_prefill_off_is_the_no_form() -> None:
-    spec = build_command("vllm", "m", EngineKnobs(chunked_prefill=False), port=1)
+    spec = build_command("vllm", "m", EngineKnobs(enable_chunked_prefill=False), port=1)
     assert "--no-enable-chunked-prefill" in spec.argv
     assert "--enable-chunked-prefill" not in spec.argv
 
@@ -95,6 +96,8 @@ def test_llama_cpp_kv_dtype_sets_both_caches() -> None:
     p = pairs(spec.argv)
     assert p["-ctk"] == "q8_0" and p["-ctv"] == "q8_0"
     spec = build_command("llama.cpp", "m.gguf", EngineKnobs(kv_cache_dtype="auto"), port=7)
+    assert pairs(spec.argv)["-ctk"] == "f16"  # the model's 16-bit type, llama.cpp's default
+    spec = build_command("llama.cpp", "m.gguf", EngineKnobs(), port=7)
     assert "-ctk" not in spec.argv
 
 
@@ -109,7 +112,7 @@ def test_llama_cpp_max_model_len_needs_slots() -> None:
         EngineKnobs(gpu_memory_utilization=0.9),
         EngineKnobs(quantization="awq"),
         EngineKnobs(tensor_parallel_size=2),
-        EngineKnobs(chunked_prefill=True),
+        EngineKnobs(enable_chunked_prefill=True),
     ],
 )
 def test_llama_cpp_refuses_knobs_it_lacks(knobs: EngineKnobs) -> None:
@@ -121,7 +124,7 @@ def test_llama_cpp_refuses_knobs_it_lacks(knobs: EngineKnobs) -> None:
 
 def test_sglang() -> None:
     spec = build_command(
-        "sglang", "org/m", KNOBS.model_copy(update={"chunked_prefill": False}), port=30000
+        "sglang", "org/m", KNOBS.with_values(enable_chunked_prefill=False), port=30000
     )
     assert spec.argv[1:3] == ["-m", "sglang.launch_server"]
     p = pairs(spec.argv)
@@ -137,7 +140,7 @@ def test_sglang() -> None:
 
 def test_tgi() -> None:
     spec = build_command(
-        "tgi", "org/m", KNOBS.model_copy(update={"chunked_prefill": None}), port=3000
+        "tgi", "org/m", KNOBS.with_values(enable_chunked_prefill=None), port=3000
     )
     assert spec.argv[0] == "text-generation-launcher"
     p = pairs(spec.argv)
@@ -150,8 +153,8 @@ def test_tgi() -> None:
     assert p["--quantize"] == "fp8"
     assert p["--num-shard"] == "2"
     assert spec.served_model_name == "org/m"
-    with pytest.raises(ConfigError, match="engine tgi has no knob chunked_prefill"):
-        build_command("tgi", "org/m", EngineKnobs(chunked_prefill=True), port=3000)
+    with pytest.raises(ConfigError, match="engine tgi has no knob enable_chunked_prefill"):
+        build_command("tgi", "org/m", EngineKnobs(enable_chunked_prefill=True), port=3000)
 
 
 def test_sim_runs_servetune_sim_serve() -> None:
@@ -214,6 +217,7 @@ def test_long_prefill_token_threshold_is_a_vllm_flag_the_others_lack() -> None:
         spec = build_command(engine, "m", knobs, port=1)
         assert pairs(spec.argv)["--long-prefill-token-threshold"] == "512"
     sim = build_command("sim", "Qwen2.5-7B-Instruct", knobs, EngineOptions(gpu="A10G"), port=1)
+    assert sim.argv[0] == sys.executable
     # the simulator takes it as vLLM does: `sim serve` parses it into its engine config
     from servetune.cli import build_parser
     from servetune.sim.cli_args import engine_config_from_args

@@ -74,7 +74,9 @@ def test_knob_the_engine_lacks_is_a_two_line_error(capsys: pytest.CaptureFixture
 def test_invalid_value_is_a_two_line_error(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["engine", "cmd", "vllm", "--model", "m", "--gpu-memory-utilization", "1.5"])
     assert code == 2
-    assert "invalid gpu_memory_utilization" in capsys.readouterr().err
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "servetune engine: error: gpu_memory_utilization = 1.5: expected ≤ 1"
+    assert err[1].startswith("  hint: ") and len(err) == 2
 
 
 def test_stop_unknown_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -36,7 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="seconds between /metrics scrapes (0.5–1 recommended)",
     )
     g.add_argument("--dcgm-url", default=None, help="DCGM exporter /metrics URL for GPU use")
-    add_engine_arguments(p.add_argument_group("simulated engine (when no --base-url)"))
+    add_engine_arguments(
+        p.add_argument_group("simulated engine (when no --base-url)"), shared=("model",)
+    )
 
 
 def run(args: argparse.Namespace) -> int:

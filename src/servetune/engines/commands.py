@@ -1,4 +1,5 @@
-"""Command lines for each engine, built from :class:`EngineKnobs` and :class:`EngineOptions`.
+"""Command lines for each engine, built from :class:`EngineKnobs` and :class:`EngineOptions`;
+the knobs are spelled by the knob registry (:mod:`servetune.knobs`).
 
 A :class:`LaunchSpec` is everything needed to start one engine process: argv, the environment
 it adds, and where it will listen. Building one runs nothing, so ``servetune engine cmd``
@@ -16,8 +17,9 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from servetune.engines import provisioned
-from servetune.engines.knobs import EngineKnobs, check_engine, require_flag
+from servetune.engines.knobs import EngineKnobs
 from servetune.errors import ConfigError
+from servetune.knobs import check_engine, has, render_args
 
 # Without a pool size, vLLM's CPU build reserves a fraction of ALL memory: too greedy for a box
 # that also runs the client and another engine.
@@ -74,49 +76,30 @@ class LaunchSpec(BaseModel):
         return f"{env} {cmd}" if env else cmd
 
 
-def _fmt(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def _simple_flags(engine: str, knobs: EngineKnobs, skip: set[str]) -> list[str]:
-    """`--flag value` for every knob given that maps one value to one flag."""
-    out: list[str] = []
-    for knob, value in knobs.given().items():
-        if knob in skip:
-            continue
-        flag = require_flag(engine, knob)
-        out += [flag, _fmt(value)]
-    return out
-
-
-def _vllm_knob_flags(engine: str, knobs: EngineKnobs) -> list[str]:
-    """vLLM's spelling (also the simulated engine's)."""
-    args = _simple_flags(engine, knobs, skip={"chunked_prefill"})
-    if knobs.chunked_prefill is not None:
-        # vLLM's boolean flags take the argparse --x / --no-x form.
-        args.append(
-            "--enable-chunked-prefill" if knobs.chunked_prefill else "--no-enable-chunked-prefill"
-        )
-    return args
-
-
-def _vllm_common(engine: str, knobs: EngineKnobs, opts: EngineOptions, name: str) -> list[str]:
-    args = ["--served-model-name", name, *_vllm_knob_flags(engine, knobs)]
-    if opts.dtype:
-        args += ["--dtype", opts.dtype]
-    if opts.enforce_eager:
-        args.append("--enforce-eager")
-    return args
+def _knob_args(
+    engine: str, knobs: EngineKnobs, opts: EngineOptions
+) -> tuple[list[str], dict[str, str]]:
+    """The registry's flags (and environment) for the knobs, with the options that are knobs
+    of this engine (dtype, enforce-eager, threads) folded in when the knobs leave them unset."""
+    values = knobs.given()
+    for name, value in (
+        ("dtype", opts.dtype),
+        ("enforce_eager", opts.enforce_eager),
+        ("threads", opts.threads),
+    ):
+        if value is not None and values.get(name) is None and has(engine, name):
+            values[name] = value
+    out = render_args(engine, values)
+    return out.args, out.env
 
 
 def _vllm(
     model: str, knobs: EngineKnobs, opts: EngineOptions, host: str, port: int, name: str
 ) -> tuple[list[str], dict[str, str]]:
     exe = opts.executable or "vllm"
-    argv = [exe, "serve", model, "--host", host, "--port", str(port)]
-    return argv + _vllm_common("vllm", knobs, opts, name), {}
+    argv = [exe, "serve", model, "--host", host, "--port", str(port), "--served-model-name", name]
+    args, env = _knob_args("vllm", knobs, opts)
+    return argv + args, env
 
 
 def _vllm_cpu(
@@ -135,6 +118,8 @@ def _vllm_cpu(
         host,
         "--port",
         str(port),
+        "--served-model-name",
+        name,
     ]
     opts_cpu = opts.model_copy(update={"dtype": opts.dtype or "float32"})
     env = {
@@ -145,16 +130,16 @@ def _vllm_cpu(
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
     }
+    args, knob_env = _knob_args("vllm-cpu", knobs, opts_cpu)
+    env.update(knob_env)
     extra: list[str] = []
     kv_gib = opts.cpu_kv_cache_gib
-    if kv_gib is None and knobs.gpu_memory_utilization is None:
+    if kv_gib is None and knobs.get("gpu_memory_utilization") is None:
         kv_gib = DEFAULT_CPU_KV_CACHE_GIB
     if kv_gib is not None:
         # An explicit pool; VLLM_CPU_KVCACHE_SPACE would do it too, but only in whole GiB.
         extra += ["--kv-cache-memory-bytes", str(int(kv_gib * 2**30))]
-    if opts.threads:
-        env["OMP_NUM_THREADS"] = str(opts.threads)
-    return argv + _vllm_common("vllm-cpu", knobs, opts_cpu, name) + extra, env
+    return argv + args + extra, env
 
 
 def _default_vllm_cpu_python() -> str:
@@ -170,7 +155,8 @@ def _sim(
     exe = [opts.executable] if opts.executable else [sys.executable, "-m", "servetune.cli"]
     argv = [*exe, "sim", "serve", "--gpu", opts.gpu, "--model", model]
     argv += ["--host", host, "--port", str(port), "--served-model-name", name]
-    return argv + _vllm_knob_flags("sim", knobs), {}
+    args, env = _knob_args("sim", knobs, opts)
+    return argv + args, env
 
 
 def _sglang(
@@ -191,12 +177,8 @@ def _sglang(
         name,
         "--enable-metrics",
     ]
-    argv += _simple_flags("sglang", knobs, skip={"chunked_prefill"})
-    if knobs.chunked_prefill is False:
-        argv += ["--chunked-prefill-size", "-1"]
-    if opts.dtype:
-        argv += ["--dtype", opts.dtype]
-    return argv, {}
+    args, env = _knob_args("sglang", knobs, opts)
+    return argv + args, env
 
 
 def _tgi(
@@ -204,10 +186,8 @@ def _tgi(
 ) -> tuple[list[str], dict[str, str]]:
     exe = opts.executable or "text-generation-launcher"
     argv = [exe, "--model-id", model, "--hostname", host, "--port", str(port)]
-    argv += _simple_flags("tgi", knobs, skip=set())
-    if opts.dtype:
-        argv += ["--dtype", opts.dtype]
-    return argv, {}
+    args, env = _knob_args("tgi", knobs, opts)
+    return argv + args, env
 
 
 def _llama_cpp(
@@ -215,26 +195,10 @@ def _llama_cpp(
 ) -> tuple[list[str], dict[str, str]]:
     exe = opts.executable or _default_llama_server()
     argv = [exe, "-m", model, "--host", host, "--port", str(port), "--metrics", "-a", name]
-    given = knobs.given()
-    for knob in given:
-        require_flag("llama.cpp", knob)  # the knobs llama.cpp lacks fail first, by name
-    if knobs.max_num_seqs is not None:
-        argv += ["-np", str(knobs.max_num_seqs)]
-    if knobs.max_model_len is not None:
-        if knobs.max_num_seqs is None:
-            raise ConfigError(
-                "engine llama.cpp: max_model_len needs max_num_seqs",
-                hint="llama.cpp's -c is the total context of all -np slots "
-                "(-c = max_model_len × max_num_seqs): give both",
-            )
-        argv += ["-c", str(knobs.max_model_len * knobs.max_num_seqs)]
-    if knobs.max_num_batched_tokens is not None:
-        argv += ["-b", str(knobs.max_num_batched_tokens)]
-    if knobs.kv_cache_dtype is not None and knobs.kv_cache_dtype != "auto":
-        argv += ["-ctk", knobs.kv_cache_dtype, "-ctv", knobs.kv_cache_dtype]
     # One thread by default: with more, a loaded 2-core box stalls for seconds under load.
-    argv += ["-t", str(opts.threads or 1)]
-    return argv, {}
+    opts = opts.model_copy(update={"threads": opts.threads or 1})
+    args, env = _knob_args("llama.cpp", knobs, opts)
+    return argv + args, env
 
 
 def _default_llama_server() -> str:

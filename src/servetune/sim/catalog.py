@@ -122,7 +122,9 @@ class ModelSpec(BaseModel):
 
 
 class CatalogEntryNotFound(SimError):
-    pass
+    """An unknown GPU or model name."""
+
+    default_code = "sim.catalog"
 
 
 def _data(name: str) -> Any:

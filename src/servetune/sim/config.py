@@ -1,35 +1,28 @@
 """EngineConfig: the simulated engine's knobs, named and defaulted as vLLM (V1) names them.
 
 A knob left unset takes the value vLLM V1 gives it, so a configuration found on the simulator
-is a ``vllm serve`` command line (:meth:`EngineConfig.vllm_args`).
-
-Defaults, as vLLM's ``EngineArgs.get_batch_defaults`` decides them for the OpenAI API server
-(``vllm serve``; vllm/engine/arg_utils.py, v0.10–v0.11): on a device with at least 70 GiB whose
-name does not contain "a100" (H100, H200, B200, MI300X) ``max_num_batched_tokens`` = 8192 and
-``max_num_seqs`` = 1024; on every other device 2048 and 256 (A100 is excluded on purpose: a
-large token budget lowered its throughput, vLLM PR #17885). The offline ``LLM`` class uses
-16384/1024 and 8192/256 (``usage_context="llm"``). V1 enables chunked prefill and prefix
-caching by default; ``max_model_len`` defaults to the model's ``max_position_embeddings``;
-``gpu_memory_utilization`` to 0.9; ``block_size`` to 16. With chunked prefill off, the token
-budget must cover one whole ``max_model_len`` prompt, so the default becomes
-max(max_model_len, default) (vLLM's SchedulerConfig rule).
+is a ``vllm serve`` command line (:meth:`EngineConfig.vllm_args`). The knobs, their accepted
+values, their spelling and vLLM's default rules (the scheduler budget by device, chunked
+prefill and prefix caching on in V1, ``max(max_model_len, budget)`` with chunked prefill off)
+are the knob registry's (:mod:`servetune.knobs`, engine ``sim``); ``max_model_len`` defaults
+to the model's ``max_position_embeddings``. The offline ``LLM`` class's budget differs from
+``vllm serve``'s: ``usage_context``.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
-from servetune.errors import SimError
+from servetune.errors import ConfigError, SimError
+from servetune.knobs import DefaultContext, default, render_command, spelling, vllm_batch_defaults
+from servetune.knobs.model import Spelling
 from servetune.sim.catalog import GpuSpec, ModelSpec, find_gpu, find_model
 
-Quantization = Literal["fp8", "awq", "gptq", "awq_marlin", "gptq_marlin"]
-KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
 UsageContext = Literal["openai_api_server", "llm_class"]
 
 GIB = 1024**3
-_LARGE_DEVICE_GIB = 70
 
 
 class EngineConfig(BaseModel):
@@ -46,8 +39,8 @@ class EngineConfig(BaseModel):
     max_model_len: int | None = None
     enable_chunked_prefill: bool | None = None
     enable_prefix_caching: bool | None = None
-    quantization: Quantization | None = None
-    kv_cache_dtype: KvCacheDtype = "auto"
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
     block_size: int = 16
     long_prefill_token_threshold: int = 0
     """V1: cap on one request's prefill chunk per step (0 = none), so that a long prompt being
@@ -59,43 +52,43 @@ class EngineConfig(BaseModel):
     """Hardware override, not a vLLM flag: the GPUs' all-reduce bandwidth (GB/s) when it is
     not the catalog's (e.g. TP across containers that fall back to sockets)."""
 
+    @field_validator("quantization", "kv_cache_dtype")
+    @classmethod
+    def _sim_choice(cls, value: str | None, info: Any) -> str | None:
+        """Only the values the simulated engine models (the registry's ``sim`` choices)."""
+        if value is None:
+            return None
+        s = spelling("sim", info.field_name)
+        if isinstance(s, Spelling) and s.choices and value not in s.choices:
+            raise ValueError(
+                f"the simulated engine models {info.field_name} {', '.join(s.choices)} "
+                f"(got {value!r})"
+            )
+        return value
+
+    def knob_values(self) -> dict[str, Any]:
+        """The registry knobs set explicitly (engine-neutral names → values)."""
+        from servetune.sim.cli_args import SIM_KNOBS
+
+        return {k: getattr(self, k) for k in SIM_KNOBS if k in self.model_fields_set}
+
     def resolve(self) -> ResolvedConfig:
         """Look up the GPU and model, apply vLLM's defaults and check the knobs."""
         return resolve(self)
 
     def vllm_args(self) -> list[str]:
-        """The ``vllm serve`` flags this configuration sets explicitly."""
+        """The ``vllm serve`` arguments (model first) that reproduce this configuration with
+        every default resolved, spelled by the knob registry."""
         r = self.resolve()
-        args = [
-            r.model.name,
-            "--tensor-parallel-size",
-            str(r.tensor_parallel_size),
-            "--max-num-seqs",
-            str(r.max_num_seqs),
-            "--max-num-batched-tokens",
-            str(r.max_num_batched_tokens),
-            "--gpu-memory-utilization",
-            f"{r.gpu_memory_utilization:g}",
-            "--max-model-len",
-            str(r.max_model_len),
-            "--block-size",
-            str(r.block_size),
-            "--kv-cache-dtype",
-            r.kv_cache_dtype,
-        ]
-        args.append(
-            "--enable-chunked-prefill"
-            if r.enable_chunked_prefill
-            else "--no-enable-chunked-prefill"
-        )
-        args.append(
-            "--enable-prefix-caching" if r.enable_prefix_caching else "--no-enable-prefix-caching"
-        )
-        if r.quantization:
-            args += ["--quantization", r.quantization]
-        if r.long_prefill_token_threshold:
-            args += ["--long-prefill-token-threshold", str(r.long_prefill_token_threshold)]
-        return args
+        from servetune.sim.cli_args import SIM_KNOBS
+
+        values = {k: getattr(r, k) for k in SIM_KNOBS}
+        if not values.get("long_prefill_token_threshold"):
+            values.pop("long_prefill_token_threshold", None)
+        try:
+            return render_command("vllm", r.model.name, values).argv[2:]
+        except ConfigError as exc:  # a value the registry refuses for vLLM: a bug, say which
+            raise SimError(exc.message, hint=exc.hint, code="sim.config") from exc
 
 
 class ResolvedConfig(BaseModel):
@@ -162,11 +155,9 @@ def weight_bytes_per_param(quantization: str | None) -> float:
 
 
 def batch_defaults(gpu: GpuSpec, usage: UsageContext) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) as vLLM V1 picks them for this device."""
-    large = gpu.usable_gib >= _LARGE_DEVICE_GIB and "a100" not in gpu.name.lower()
-    if large:
-        return (8192, 1024) if usage == "openai_api_server" else (16384, 1024)
-    return (2048, 256) if usage == "openai_api_server" else (8192, 256)
+    """(max_num_batched_tokens, max_num_seqs) as vLLM V1 picks them for this device (the
+    registry's rule, :func:`servetune.knobs.vllm_batch_defaults`)."""
+    return vllm_batch_defaults(gpu.name, gpu.usable_gib, usage)
 
 
 def resolve(cfg: EngineConfig) -> ResolvedConfig:
@@ -175,7 +166,11 @@ def resolve(cfg: EngineConfig) -> ResolvedConfig:
     applied: dict[str, Any] = {}
     tp = cfg.tensor_parallel_size
     if tp < 1:
-        raise SimError(f"--tensor-parallel-size must be ≥ 1 (got {tp})", hint="use 1, 2, 4 or 8")
+        raise SimError(
+            f"--tensor-parallel-size must be ≥ 1 (got {tp})",
+            hint="use 1, 2, 4 or 8",
+            code="sim.config",
+        )
     if model.num_attention_heads % tp:
         raise SimError(
             f"Total number of attention heads ({model.num_attention_heads}) must be divisible "
@@ -184,53 +179,64 @@ def resolve(cfg: EngineConfig) -> ResolvedConfig:
             f"{model.num_attention_heads} (e.g. "
             + ", ".join(str(d) for d in (1, 2, 4, 8) if model.num_attention_heads % d == 0)
             + ")",
+            code="sim.heads_not_divisible",
         )
     if model.num_key_value_heads % tp and tp % model.num_key_value_heads:
         raise SimError(
             f"Total number of key/value heads ({model.num_key_value_heads}) and tensor "
             f"parallel size ({tp}) must divide one another.",
             hint="choose a --tensor-parallel-size that divides the KV heads or a multiple",
+            code="sim.heads_not_divisible",
         )
     util = cfg.gpu_memory_utilization
     if not 0 < util <= 1:
         raise SimError(
             f"gpu_memory_utilization must be in (0, 1] (got {util:g}).",
             hint="--gpu-memory-utilization is the share of GPU memory vLLM may use, e.g. 0.9",
+            code="sim.config",
         )
     max_model_len = cfg.max_model_len
     if max_model_len is None:
         max_model_len = model.max_position_embeddings
         applied["max_model_len"] = max_model_len
     if max_model_len < 1:
-        raise SimError(f"--max-model-len must be ≥ 1 (got {max_model_len})")
+        raise SimError(f"--max-model-len must be ≥ 1 (got {max_model_len})", code="sim.config")
     if max_model_len > model.max_position_embeddings:
         raise SimError(
             f"User-specified max_model_len ({max_model_len}) is greater than the derived "
             f"max_model_len (max_position_embeddings={model.max_position_embeddings} in "
             "model's config.json).",
             hint=f"lower --max-model-len to at most {model.max_position_embeddings}",
+            code="sim.model_len_above_model",
         )
+    ctx = DefaultContext(device_name=gpu.name, device_gib=gpu.usable_gib, usage=cfg.usage_context)
     chunked = cfg.enable_chunked_prefill
     if chunked is None:
-        chunked = True
-        applied["enable_chunked_prefill"] = True
+        chunked = bool(default("sim", "enable_chunked_prefill", ctx))
+        applied["enable_chunked_prefill"] = chunked
     prefix = cfg.enable_prefix_caching
     if prefix is None:
-        prefix = True
-        applied["enable_prefix_caching"] = True
-    default_tokens, default_seqs = batch_defaults(gpu, cfg.usage_context)
+        prefix = bool(default("sim", "enable_prefix_caching", ctx))
+        applied["enable_prefix_caching"] = prefix
+    ctx = DefaultContext(
+        device_name=gpu.name,
+        device_gib=gpu.usable_gib,
+        usage=cfg.usage_context,
+        chunked_prefill=chunked,
+        max_model_len=max_model_len,
+    )
     max_num_seqs = cfg.max_num_seqs
     if max_num_seqs is None:
-        max_num_seqs = default_seqs
+        max_num_seqs = int(default("sim", "max_num_seqs", ctx))
         applied["max_num_seqs"] = max_num_seqs
     if max_num_seqs < 1:
-        raise SimError(f"--max-num-seqs must be ≥ 1 (got {max_num_seqs})")
+        raise SimError(f"--max-num-seqs must be ≥ 1 (got {max_num_seqs})", code="sim.config")
     mnbt = cfg.max_num_batched_tokens
     if mnbt is None:
-        mnbt = default_tokens if chunked else max(max_model_len, default_tokens)
+        mnbt = int(default("sim", "max_num_batched_tokens", ctx))
         applied["max_num_batched_tokens"] = mnbt
     if mnbt < 1:
-        raise SimError(f"--max-num-batched-tokens must be ≥ 1 (got {mnbt})")
+        raise SimError(f"--max-num-batched-tokens must be ≥ 1 (got {mnbt})", code="sim.config")
     if not chunked and mnbt < max_model_len:
         raise SimError(
             f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len "
@@ -239,19 +245,26 @@ def resolve(cfg: EngineConfig) -> ResolvedConfig:
             "max_num_batched_tokens or decrease max_model_len.",
             hint=f"raise --max-num-batched-tokens to ≥ {max_model_len}, lower --max-model-len, "
             "or turn on --enable-chunked-prefill",
+            code="sim.batch_below_model_len",
         )
     if mnbt < max_num_seqs:
         raise SimError(
             f"max_num_batched_tokens ({mnbt}) must be greater than or equal to "
             f"max_num_seqs ({max_num_seqs}).",
             hint="raise --max-num-batched-tokens or lower --max-num-seqs",
+            code="sim.batch_below_seqs",
         )
     if cfg.block_size not in (1, 8, 16, 32, 64, 128):
-        raise SimError(f"--block-size must be one of 1, 8, 16, 32, 64, 128 (got {cfg.block_size})")
+        raise SimError(
+            f"--block-size must be one of 1, 8, 16, 32, 64, 128 (got {cfg.block_size})",
+            code="sim.config",
+        )
     if cfg.long_prefill_token_threshold < 0:
-        raise SimError("--long-prefill-token-threshold must be ≥ 0")
+        raise SimError("--long-prefill-token-threshold must be ≥ 0", code="sim.config")
     if cfg.interconnect_gb_s is not None and not cfg.interconnect_gb_s > 0:
-        raise SimError(f"--interconnect-gb-s must be > 0 (got {cfg.interconnect_gb_s})")
+        raise SimError(
+            f"--interconnect-gb-s must be > 0 (got {cfg.interconnect_gb_s})", code="sim.config"
+        )
     return ResolvedConfig(
         gpu=gpu,
         model=model,

@@ -1,0 +1,273 @@
+"""A recorded server command line read back into knob values.
+
+Reads ``vllm serve MODEL …``, ``python -m vllm.entrypoints.openai.api_server --model …``,
+``python -m sglang.launch_server …``, ``text-generation-launcher …``, ``llama-server …``,
+``servetune sim serve …``, or just the flags (with the engine given). Every spelling the
+engine has had is read (``--enable-chunked-prefill false`` and ``--no-enable-chunked-prefill``
+alike; for vLLM and SGLang ``_`` for ``-`` and ``--flag=value``); leading ``VAR=value``
+assignments are read as the environment. Flags that are not knobs (ports, API keys, logging)
+are listed as ignored, never an error: a real command line carries many.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import PurePath
+from typing import Any
+
+from servetune.errors import ConfigError
+from servetune.knobs.model import Spelling
+from servetune.knobs.registry import check_engine, check_value, knob
+from servetune.knobs.table import KNOBS
+
+_MODEL_FLAGS = {"--model", "--model-path", "--model-id", "-m"}
+_NAME_FLAGS = {"--served-model-name", "-a", "--alias"}
+
+
+@dataclass
+class ParsedCommand:
+    """What a command line sets: the engine, the model and the knobs (engine-neutral)."""
+
+    engine: str
+    values: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None
+    served_model_name: str | None = None
+    entry: str = ""
+    ignored: list[str] = field(default_factory=list)
+    """Tokens that set no knob (ports, keys, logging …), as given."""
+    notes: list[str] = field(default_factory=list)
+    """How a value was read where it is not one flag for one knob."""
+
+
+def _detect(tokens: list[str]) -> tuple[str | None, str, list[str], str | None]:
+    """(engine or None, the entry in words, the remaining tokens, a positional model)."""
+    if not tokens:
+        return None, "", [], None
+    first = PurePath(tokens[0]).name
+    if first in ("vllm",) and len(tokens) >= 2 and tokens[1] == "serve":
+        rest = tokens[2:]
+        model = rest.pop(0) if rest and not rest[0].startswith("-") else None
+        return "vllm", "vllm serve", rest, model
+    for i, tok in enumerate(tokens):
+        if tok == "-m" and i + 1 < len(tokens):
+            module = tokens[i + 1]
+            if module.startswith("vllm.entrypoints"):
+                return "vllm", f"python -m {module}", tokens[i + 2 :], None
+            if module.startswith("sglang.launch_server"):
+                return "sglang", f"python -m {module}", tokens[i + 2 :], None
+            if module in ("servetune", "servetune.cli") and tokens[i + 2 : i + 4] == [
+                "sim",
+                "serve",
+            ]:
+                return "sim", "servetune sim serve", tokens[i + 4 :], None
+    if first == "sglang" and len(tokens) >= 2 and tokens[1] == "serve":
+        return "sglang", "sglang serve", tokens[2:], None
+    if first.startswith("text-generation-launcher"):
+        return "tgi", first, tokens[1:], None
+    if first.startswith("llama-server"):
+        return "llama.cpp", first, tokens[1:], None
+    if first == "servetune" and tokens[1:3] == ["sim", "serve"]:
+        return "sim", "servetune sim serve", tokens[3:], None
+    if tokens[0].startswith("-"):
+        return None, "flags", tokens, None
+    raise ConfigError(
+        f"not an engine's command line: {' '.join(tokens[:3])} …",
+        hint='give "vllm serve MODEL --flag …", "python -m vllm.entrypoints.openai.api_server '
+        '--model MODEL …", "python -m sglang.launch_server …", "text-generation-launcher …", '
+        '"llama-server …", or just the flags with the engine',
+        code="knob.command",
+    )
+
+
+def _compatible(given: str, detected: str) -> bool:
+    return given == detected or (given == "vllm-cpu" and detected == "vllm")
+
+
+def _table(engine: str) -> dict[str, tuple[str, Spelling]]:
+    """Every flag (and alias) the engine has had → (knob, spelling); env vars keyed as such."""
+    out: dict[str, tuple[str, Spelling]] = {}
+    for k in KNOBS:
+        # newest first: where a flag changed its form, the current form reads it
+        for s in reversed(k.spellings.get(engine, ())):
+            if not isinstance(s, Spelling):
+                continue
+            if s.env:
+                out.setdefault("env:" + s.env, (k.name, s))
+                continue
+            for f in (s.flag, *s.aliases, *s.also):
+                out.setdefault(f, (k.name, s))
+    return out
+
+
+def _norm(engine: str, tok: str) -> tuple[str, str | None]:
+    name, eq, value = tok.partition("=")
+    if engine in ("vllm", "vllm-cpu", "sim", "sglang") and name.startswith("--"):
+        name = "--" + name[2:].replace("_", "-")
+    return name, (value if eq else None)
+
+
+def _reverse(s: Spelling, word: str, choices: tuple[str, ...]) -> str:
+    """The engine-neutral value of an engine's WORD (the word itself when it is one)."""
+    if word in choices:
+        return word
+    for neutral, engine_word in s.values.items():
+        if engine_word == word:
+            return neutral
+    return word
+
+
+def parse_command(line: str | list[str], engine: str | None = None) -> ParsedCommand:
+    """The knob values of a server command line (see the module docstring). ENGINE: the
+    engine when the line is only flags, or to tell vLLM's CPU build from vLLM."""
+    tokens = shlex.split(line.replace("\\\n", " ")) if isinstance(line, str) else list(line)
+    env: dict[str, str] = {}
+    while tokens and "=" in tokens[0] and not tokens[0].startswith("-"):
+        key, _, val = tokens.pop(0).partition("=")
+        env[key] = val
+    if tokens and PurePath(tokens[0]).name == "env":
+        tokens.pop(0)
+        while tokens and "=" in tokens[0] and not tokens[0].startswith("-"):
+            key, _, val = tokens.pop(0).partition("=")
+            env[key] = val
+    detected, entry, rest, model = _detect(tokens)
+    if engine is not None:
+        check_engine(engine)
+        if detected is not None and not _compatible(engine, detected):
+            raise ConfigError(
+                f"the command line is {detected}'s ({entry}), not {engine}'s",
+                hint=f"drop the engine, or give {engine}'s command line",
+                code="knob.command",
+            )
+    name = engine or detected or "vllm"
+    out = ParsedCommand(engine=name, entry=entry or "flags", model=model)
+    table = _table(name)
+    for var, raw in env.items():
+        hit = table.get("env:" + var)
+        if hit is not None:
+            out.values[hit[0]] = _read(hit[0], hit[1], raw, out)
+    i = 0
+    while i < len(rest):
+        tok = rest[i]
+        nxt = rest[i + 1] if i + 1 < len(rest) else None
+        if not tok.startswith("-") or _is_number(tok):
+            out.ignored.append(tok)
+            i += 1
+            continue
+        flag, inline = _norm(name, tok)
+        if flag in _MODEL_FLAGS | _NAME_FLAGS:
+            given = inline if inline is not None else nxt
+            if given is None:
+                raise ConfigError(f"{flag} needs a value", code="knob.command")
+            if flag in _MODEL_FLAGS:
+                out.model = given
+            else:
+                out.served_model_name = given
+            i += 1 if inline is not None else 2
+            continue
+        negated = flag.startswith("--no-") and ("--" + flag[5:]) in table
+        hit = table.get("--" + flag[5:] if negated else flag)
+        if hit is None:
+            out.ignored.append(tok)
+            if inline is None and nxt is not None and (not nxt.startswith("-") or _is_number(nxt)):
+                out.ignored[-1] += f" {nxt}"
+                i += 1
+            i += 1
+            continue
+        kname, s = hit
+        used = 1
+        if negated:
+            value: Any = False if s.style != "switch" else not s.on
+        elif s.style in ("bool_optional", "bool_value", "switch"):
+            word = inline
+            if word is None and nxt is not None and _is_bool_word(s, nxt):
+                word, used = nxt, 2
+            if word is None:
+                value = s.on if s.style == "switch" else True
+            else:
+                value = _bool(s, word, flag)
+                if value is not None and s.style == "switch" and not s.on:
+                    value = not value
+        elif s.style == "list":
+            items: list[str] = [inline] if inline is not None else []
+            j = i + 1
+            while inline is None and j < len(rest) and not rest[j].startswith("-"):
+                items.append(rest[j])
+                j += 1
+            if not items:
+                raise ConfigError(f"{flag} needs values", code="knob.command")
+            used = 1 if inline is not None else j - i
+            value = _read(kname, s, ",".join(items), out)
+        else:
+            arg = inline if inline is not None else nxt
+            if arg is None:
+                raise ConfigError(
+                    f"{flag} needs a value", hint=f"e.g. {flag} 256", code="knob.command"
+                )
+            used = 1 if inline is not None else 2
+            value = _read(kname, s, arg, out)
+        if value is not None:
+            out.values[kname] = value
+        i += used
+    _finish(out, table)
+    return out
+
+
+def _is_number(tok: str) -> bool:
+    try:
+        float(tok)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_bool_word(s: Spelling, tok: str) -> bool:
+    words = {w.lower() for w in s.words} | {"true", "false", "1", "0", "yes", "no", "on", "off"}
+    if s.style == "bool_value":
+        words.add("auto")
+    return tok.lower() in words
+
+
+def _bool(s: Spelling, raw: str, flag: str) -> bool | None:
+    """On, off, or None for "auto" (the engine decides: its default)."""
+    low = raw.lower()
+    if low in (s.words[0].lower(), "true", "1", "yes", "on"):
+        return True
+    if low in (s.words[1].lower(), "false", "0", "no", "off"):
+        return False
+    if low == "auto":
+        return None
+    raise ConfigError(f"{flag} {raw!r}: expected on or off", code="knob.value")
+
+
+def _read(kname: str, s: Spelling, raw: str, out: ParsedCommand) -> Any:
+    k = knob(kname)
+    if s.style == "off_value":
+        return raw.strip() != s.off
+    if s.style == "slots_total":
+        out.notes.append(f"{s.flag} {raw} is the context of all slots; divided by -np")
+        return check_value("max_model_len", raw)
+    if s.style in ("bool_value",) or k.type == "bool":
+        return _bool(s, raw, s.flag)
+    if k.type in ("choice",):
+        return check_value(kname, _reverse(s, raw.strip(), k.choices))
+    try:
+        return check_value(kname, raw)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{s.flag} {raw!r}: {exc.message.split(': ', 1)[-1]}",
+            hint=f"fix {s.flag} in the command line",
+            code="knob.value",
+        ) from None
+
+
+def _finish(out: ParsedCommand, table: dict[str, tuple[str, Spelling]]) -> None:
+    """Values that need the whole line: llama.cpp's per-slot context."""
+    if out.engine != "llama.cpp" or "max_model_len" not in out.values:
+        return
+    total = int(out.values["max_model_len"])
+    slots = out.values.get("max_num_seqs")
+    if slots:
+        out.values["max_model_len"] = max(1, total // int(slots))
+    else:
+        out.notes.append("-np not given: the whole -c counted as one request's limit")

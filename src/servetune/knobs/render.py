@@ -1,0 +1,156 @@
+"""A configuration as an engine's command line: the flags (and environment variables) that
+set each knob, spelled as the engine at a given version reads them.
+
+    render_command("vllm", "Qwen/Qwen2.5-7B-Instruct", {"max_num_seqs": 128})
+    → Command(argv=["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct", "--max-num-seqs", "128"])
+
+Knobs left unset (None) are not rendered: the engine applies its default. A knob the engine
+lacks is a ConfigError naming the engine (``knob.absent``).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from servetune.errors import ConfigError
+from servetune.knobs.model import Spelling
+from servetune.knobs.registry import KNOB_NAMES, Version, check_values, knob, require
+
+ENTRY: dict[str, tuple[list[str], str | None]] = {
+    "vllm": (["vllm", "serve"], None),
+    "vllm-cpu": (["python", "-m", "vllm.entrypoints.openai.api_server"], "--model"),
+    "sim": (["servetune", "sim", "serve"], "--model"),
+    "sglang": (["python", "-m", "sglang.launch_server"], "--model-path"),
+    "tgi": (["text-generation-launcher"], "--model-id"),
+    "llama.cpp": (["llama-server"], "-m"),
+}
+"""engine → (the command that serves, the flag naming the model; None: a positional)."""
+
+
+@dataclass
+class Rendered:
+    """Flags and environment variables that set a configuration."""
+
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Command:
+    """A whole command line: environment assignments, then argv."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def shell(self) -> str:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        cmd = shlex.join(self.argv)
+        return f"{env} {cmd}" if env else cmd
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _word(engine: str, name: str, s: Spelling, value: Any) -> str:
+    """The engine's word for a non-boolean VALUE, checked against its choices."""
+    text = s.values.get(_fmt(value), _fmt(value))
+    if s.choices and text not in s.choices:
+        raise ConfigError(
+            f"engine {engine} does not take {name} = {value!r}",
+            hint=f"{s.flag} takes: {', '.join(s.choices)}",
+            code="knob.value",
+        )
+    return text
+
+
+def _spell(engine: str, name: str, s: Spelling, value: Any, cfg: Mapping[str, Any]) -> Rendered:
+    out = Rendered()
+    style = s.style
+    if style == "bool_optional":
+        out.args = [s.flag] if value else ["--no-" + s.flag[2:]]
+    elif style == "bool_value":
+        word = s.words[0] if value else s.words[1]
+        if s.env:
+            out.env[s.env] = word
+        else:
+            out.args = [s.flag, word]
+    elif style == "switch":
+        out.args = [s.flag] if bool(value) == s.on else []
+    elif style == "off_value":
+        out.args = [] if value else [s.flag, s.off]
+    elif style == "list":
+        out.args = [s.flag, *(_fmt(x) for x in value)]
+    elif style == "csv":
+        out.args = [s.flag, ",".join(_fmt(x) for x in value)]
+    elif style == "slots_total":
+        slots = cfg.get("max_num_seqs")
+        if slots is None:
+            raise ConfigError(
+                f"engine {engine}: {name} needs max_num_seqs",
+                hint=f"{s.note}: give both",
+                code="knob.conflict",
+            )
+        out.args = [s.flag, str(int(value) * int(slots))]
+    else:
+        word = _word(engine, name, s, value)
+        if s.env:
+            out.env[s.env] = word
+        else:
+            out.args = [s.flag, word]
+    for extra in s.also:
+        out.args += [extra, out.args[1]] if len(out.args) >= 2 else []
+    return out
+
+
+def render_args(engine: str, values: Mapping[str, Any], version: Version = None) -> Rendered:
+    """The flags and environment that set VALUES on ENGINE (unset knobs: not rendered)."""
+    cfg = check_values(values)
+    out = Rendered()
+    for name in KNOB_NAMES:
+        if name not in cfg:
+            continue
+        s = require(engine, name, version)
+        part = _spell(engine, name, s, cfg[name], cfg)
+        out.args += part.args
+        out.env.update(part.env)
+    return out
+
+
+def render_value(engine: str, name: str, value: Any, version: Version = None) -> str:
+    """One knob's setting as a person types it (``--max-num-seqs 256``, ``-ctk q8_0 -ctv
+    q8_0``, ``PREFIX_CACHING=0``); empty when the value is the flag's absence (a switch
+    left off)."""
+    k = knob(name)
+    s = require(engine, k.name, version)
+    cfg: dict[str, Any] = {k.name: value}
+    if s.style == "slots_total":
+        cfg["max_num_seqs"] = 1
+    part = _spell(engine, k.name, s, check_values(cfg)[k.name], check_values(cfg))
+    text = " ".join(part.args)
+    if s.style == "slots_total":
+        text = f"{s.flag} {value} × the -np slots"
+    envs = " ".join(f"{key}={v}" for key, v in part.env.items())
+    return " ".join(x for x in (envs, text) if x)
+
+
+def render_command(
+    engine: str,
+    model: str,
+    values: Mapping[str, Any],
+    version: Version = None,
+    extra: list[str] | None = None,
+) -> Command:
+    """The command that serves MODEL on ENGINE with VALUES (``vllm serve MODEL …``), as the
+    engine's own argument parser reads it."""
+    entry, model_flag = ENTRY[engine]
+    argv = [*entry, *([model_flag, model] if model_flag else [model])]
+    part = render_args(engine, values, version)
+    return Command(argv=[*argv, *part.args, *(extra or [])], env=part.env)
