@@ -139,9 +139,7 @@ def test_sglang() -> None:
 
 
 def test_tgi() -> None:
-    spec = build_command(
-        "tgi", "org/m", KNOBS.with_values(enable_chunked_prefill=None), port=3000
-    )
+    spec = build_command("tgi", "org/m", KNOBS.with_values(enable_chunked_prefill=None), port=3000)
     assert spec.argv[0] == "text-generation-launcher"
     p = pairs(spec.argv)
     assert p["--model-id"] == "org/m"

@@ -138,7 +138,16 @@ class Default:
         return self.fn(ctx) if self.fn is not None else self.value
 
     def describe(self) -> str:
-        return self.rule or repr(self.value)
+        if self.rule:
+            return self.rule
+        v = self.value
+        if v is None:
+            return "unset"
+        if isinstance(v, bool):
+            return "on" if v else "off"
+        if isinstance(v, list):
+            return ", ".join(str(x) for x in v)
+        return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 @dataclass(frozen=True)
