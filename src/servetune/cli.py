@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("servetune.commands.sim", "the embedded simulated engine (server, offline run)"),
     "engine": ("servetune.commands.engine", "start, stop or print the command of a real engine"),
     "demo": ("servetune.commands.demo", "the seed's whole procedure on the simulated engine"),
+    "gateway": ("servetune.commands.gateway", "keys, caps, token quotas, fair queueing, canaries"),
+    "rollout": ("servetune.commands.rollout", "move traffic to a candidate; promote or roll back"),
     "cost": ("servetune.commands.cost", "$/Mtok of a run or a sweep, from GPU list prices"),
     "plan": ("servetune.commands.plan", "cheapest deployment that holds a traffic at its SLOs"),
 }

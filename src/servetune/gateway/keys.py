@@ -73,6 +73,7 @@ class KeyRing:
     def __init__(self) -> None:
         self._by_prefix: dict[bytes, list[KeyEntry]] = {}
         self.count = 0
+        self.tenant_keys = 0
 
     def add(self, digest: bytes, tenant: str, admin: bool = False) -> None:
         entries = self._by_prefix.setdefault(digest[:8], [])
@@ -84,6 +85,8 @@ class KeyRing:
                 return
         entries.append(KeyEntry(digest, tenant, admin))
         self.count += 1
+        if not admin:
+            self.tenant_keys += 1
 
     def lookup(self, presented: str | bytes) -> KeyEntry | None:
         raw = (

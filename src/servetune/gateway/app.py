@@ -1,0 +1,1058 @@
+"""The gateway: an OpenAI-compatible front on servetune's HTTP layer.
+
+A generation request (``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``) goes
+through, in order — each step refuses with an OpenAI-shaped error and nothing forwarded:
+
+1. **auth** — ``Authorization: Bearer KEY`` (or ``x-api-key``) → tenant (401 otherwise);
+2. **body** — a JSON object with ``model`` and well-typed fields (400 otherwise);
+3. **caps** — input tokens over ``max_input_tokens`` → 400; ``max_tokens`` over the cap →
+   clamped (or 400 with ``max_tokens_policy: refuse``), and set to the cap when absent;
+4. **quota** — concurrency, rpm and tpm reserved at once (``input + max_tokens × n``), 429
+   with ``Retry-After`` when a bucket is short;
+5. **route** — a group by weight (canary), then a slot on one of its upstreams, waiting in
+   the fair queue when all are at their admission limit (429 past the deadline or bound);
+6. **forward** — streamed through as it arrives; retried on another upstream only before the
+   first byte (connect error, reset, timeout before the head, 502/503/504);
+7. **settle** — the reservation to the engine's ``usage``; the slot freed; metrics and the
+   canary's observation recorded.
+
+``/v1/models`` is passed through (auth only); ``/health``, ``/metrics`` (Prometheus) and the
+admin API (``/admin/state``, ``/admin/rollout``, ``/admin/weights``, ``/admin/reload``; admin
+key) are the gateway's own. SIGHUP reloads the configuration without dropping streams:
+in-flight requests finish on the objects they started with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from servetune.errors import ConfigError, ServetuneError
+from servetune.gateway import quota as q
+from servetune.gateway.admission import LiveSignals, comfortable_concurrency
+from servetune.gateway.audit import AuditLog, config_hash
+from servetune.gateway.breaker import Breaker
+from servetune.gateway.canary import Observation
+from servetune.gateway.config import GatewayConfig, TenantLimits, host_port, load_config
+from servetune.gateway.exposition import GatewayMetrics, labels
+from servetune.gateway.keys import KeyRing, parse_hashed, read_key_file
+from servetune.gateway.pool import Pool, QueueRefusal, Router, Upstream
+from servetune.gateway.redis_state import RedisState, replica_id
+from servetune.gateway.relay import Relay, UpstreamLost
+from servetune.gateway.requests import ENDPOINTS, BadRequest, InputCounter, Parsed, parse_body
+from servetune.gateway.rollout import (
+    Hooks,
+    RolloutController,
+    RolloutState,
+    parse_steps,
+)
+from servetune.gateway.upstream import ConnectionPool, fetch
+from servetune.http import Exchange, HTTPServer
+from servetune.http import Limits as HTTPLimits
+from servetune.http import Router as HTTPRouter
+
+log = logging.getLogger("servetune.gateway")
+
+DEFAULT_TENANT = "default"
+_RETRY_STATUSES = (502, 503, 504)
+_SYNC_S = 0.5
+_STREAM_HEADERS = [(b"Cache-Control", b"no-cache"), (b"X-Accel-Buffering", b"no")]
+
+
+@dataclass
+class TenantRuntime:
+    name: str
+    weight: float
+    priority: int
+    limits: TenantLimits
+    quota: q.Limits
+    queue_timeout_s: float
+    max_queued: int
+
+
+def error_body(message: str, type_: str, code: str | int | None, param: str | None = None) -> bytes:
+    return orjson.dumps(
+        {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    )
+
+
+def _retry_after(seconds: float | None) -> list[tuple[bytes, bytes]]:
+    if seconds is None:
+        return []
+    return [(b"Retry-After", b"%d" % max(1, math.ceil(seconds)))]
+
+
+class _Attempt:
+    """What one request ended with (for settlement, metrics and the canary)."""
+
+    __slots__ = ("code", "error", "first_ns", "output", "prompt", "sent_ns", "usage_exact")
+
+    def __init__(self) -> None:
+        self.code = 0
+        self.error = False
+        self.first_ns = 0
+        self.sent_ns = 0
+        self.prompt = 0
+        self.output = 0
+        self.usage_exact = False
+
+
+class Gateway:
+    def __init__(
+        self, cfg: GatewayConfig, config_path: str | None = None, store: q.QuotaStore | None = None
+    ) -> None:
+        self.cfg = cfg
+        self.config_path = config_path
+        self.replica = replica_id()
+        self.metrics = GatewayMetrics()
+        self.metrics.gauges.append(self._gauges)
+        self.upstreams: dict[tuple[str, str], Upstream] = {}
+        self.conns: dict[tuple[str, int], ConnectionPool] = {}
+        self.signals: dict[tuple[str, str], LiveSignals] = {}
+        self.redis: RedisState | None = None
+        if store is not None:
+            self.store = store
+        elif cfg.redis:
+            self.redis = RedisState(cfg.redis, cfg.redis_prefix, cfg.lease_s)
+            self.store = self.redis
+        else:
+            self.store = q.MemoryQuota()
+        self.audit = AuditLog(cfg.audit_log, self.replica)
+        self.rollout: RolloutController | None = None
+        self.rollout_task: asyncio.Task[RolloutState] | None = None
+        self.rollout_state: RolloutState | None = None
+        self._obs: list[Observation] = []
+        self._obs_pushed: list[bytes] = []
+        self._obs_read = 0
+        self._weights_version: dict[str, float] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping: set[asyncio.Future[None]] = set()
+        self.server: HTTPServer | None = None
+        self.port = 0
+        self._apply(cfg)
+
+    # -- configuration -----------------------------------------------------------------------
+    def _apply(self, cfg: GatewayConfig) -> None:
+        """Build keys, tenants, pools and routing from ``cfg`` (startup and reload)."""
+        ring = KeyRing()
+        for i, key in enumerate(cfg.admin_keys):
+            ring.add(parse_hashed(key, f"admin_keys[{i}]"), "", admin=True)
+        tenants: dict[str, TenantRuntime] = {}
+        prio = {name: i for i, name in enumerate(cfg.queue.priorities)}
+        default_prio = prio.get("standard", len(prio) // 2)
+        for t in cfg.tenants:
+            tenants[t.name] = self._tenant(
+                cfg, t.name, t.weight, prio[t.priority], cfg.limits_of(t)
+            )
+            for j, key in enumerate(t.keys):
+                ring.add(parse_hashed(key, f"tenants[{t.name}].keys[{j}]"), t.name)
+        for path in cfg.key_files:
+            for n, (stored, tenant) in enumerate(read_key_file(path), 1):
+                name = tenant or f"key{n}"
+                if name not in tenants:
+                    tenants[name] = self._tenant(cfg, name, 1.0, default_prio, cfg.defaults)
+                ring.add(parse_hashed(stored, f"{path}:{n}"), name)
+        self.auth = ring.tenant_keys > 0
+        if not self.auth:
+            tenants.setdefault(
+                DEFAULT_TENANT, self._tenant(cfg, DEFAULT_TENANT, 1.0, default_prio, cfg.defaults)
+            )
+        classes = len(cfg.queue.priorities)
+        pools: dict[str, Pool] = {}
+        counters: dict[str, InputCounter] = {}
+        for g in cfg.groups:
+            limit = g.max_concurrency
+            if g.from_sweep:
+                swept, source = comfortable_concurrency(g.from_sweep)
+                limit = swept if limit is None else min(limit, swept)
+                log.info("group %s: admission limit %d per upstream (%s)", g.name, limit, source)
+            ups = []
+            for url in g.urls:
+                u = self.upstreams.get((g.name, url))
+                if u is None:
+                    u = Upstream(
+                        url, g.name, limit, Breaker(cfg.breaker.failures, cfg.breaker.cooldown_s)
+                    )
+                    self.upstreams[(g.name, url)] = u
+                else:
+                    u.breaker.threshold = cfg.breaker.failures
+                    u.breaker.cooldown_s = cfg.breaker.cooldown_s
+                    if u.configured != limit:
+                        u.configured = u.adaptive = u.share = limit
+                        u.recompute()
+                ups.append(u)
+            old = getattr(self, "pools", {}).get(g.name)
+            pool = Pool(g.name, ups, classes)
+            if old is not None:  # keep the waiters and the fairness counters
+                pool.queue = old.queue
+                pool.service_ewma_s = old.service_ewma_s
+            pools[g.name] = pool
+            counters[g.name] = InputCounter(g.tokenizer)
+        live = {(g.name, url) for g in cfg.groups for url in g.urls}
+        for gone in [k for k in self.upstreams if k not in live]:
+            del self.upstreams[gone]  # in-flight requests keep their reference
+        self.cfg = cfg
+        self.keys = ring
+        self.tenants = tenants
+        self.pools = pools
+        self.counters = counters
+        weights = {g.name: g.weight for g in cfg.groups}
+        if self.rollout_state is not None and not self.rollout_state.done:
+            weights = {**weights, **self.rollout_state.weights}
+        if not hasattr(self, "router"):
+            self.router = Router(weights)
+        else:
+            self.router.set(weights)
+        self.default_counter = next(iter(counters.values()))
+        self.config_id = config_hash(cfg.model_dump_json().encode())
+
+    def _tenant(
+        self, cfg: GatewayConfig, name: str, weight: float, priority: int, lim: TenantLimits
+    ) -> TenantRuntime:
+        return TenantRuntime(
+            name,
+            weight,
+            priority,
+            lim,
+            q.Limits(lim.max_concurrency or 0, lim.rpm or 0, lim.tpm or 0),
+            lim.queue_timeout_s or cfg.queue.timeout_s,
+            lim.max_queued if lim.max_queued is not None else cfg.queue.max_queued_per_tenant,
+        )
+
+    async def reload(self) -> bool:
+        """Re-read the configuration file; keep everything as it was if it is invalid."""
+        if self.config_path is None:
+            log.warning("reload: the gateway was started from flags; nothing to re-read")
+            return False
+        try:
+            cfg = await asyncio.to_thread(load_config, self.config_path)
+            if (cfg.redis or None) != (self.cfg.redis or None):
+                raise ConfigError("redis cannot change on reload (restart the gateway)")
+            old = dict(self.router.weights)
+            self._apply(cfg)
+            self._start_signals()
+        except ServetuneError as exc:
+            log.error("reload refused, configuration kept: %s", exc)
+            await asyncio.to_thread(
+                self.audit.write, "reload_refused", reason=str(exc), config=self.config_id
+            )
+            return False
+        await asyncio.to_thread(
+            self.audit.write,
+            "reload",
+            reason=f"configuration re-read from {self.config_path}",
+            old_weights=old,
+            new_weights=dict(self.router.weights),
+            config=self.config_id,
+        )
+        log.info("configuration reloaded (%s)", self.config_id)
+        return True
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self, host: str | None = None, port: int | None = None) -> int:
+        h, p = host_port(self.cfg.listen)
+        host = h if host is None else host
+        port = p if port is None else port
+        await self.store.start()
+        if self.redis is not None:
+            shared = await self.redis.get_weights()
+            if shared:
+                self.router.set({g: shared.get(g, 0.0) for g in self.router.weights})
+            else:
+                await self.redis.set_weights(dict(self.router.weights))
+            self._tasks.append(asyncio.create_task(self._sync_loop(), name="gateway-sync"))
+        self._start_signals()
+        router = HTTPRouter()
+        for path in ENDPOINTS:
+            router.post(path, self._generate)
+        router.get("/v1/models", self._models)
+        router.get("/health", self._health)
+        router.get("/metrics", self._metrics)
+        router.get("/admin/state", self._admin_state)
+        router.add(("GET", "POST", "DELETE"), "/admin/rollout", self._admin_rollout)
+        router.post("/admin/weights", self._admin_weights)
+        router.post("/admin/reload", self._admin_reload)
+        router.prefix("/v1/", self._not_found)
+        self.server = HTTPServer(
+            router,
+            limits=HTTPLimits(max_body_bytes=self.cfg.max_body_bytes, keepalive_timeout_s=75.0),
+        )
+        self.port = await self.server.start(host, port)
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            asyncio.get_running_loop().add_signal_handler(
+                signal.SIGHUP, lambda: asyncio.ensure_future(self.reload())
+            )
+        return self.port
+
+    def _start_signals(self) -> None:
+        for g in self.cfg.groups:
+            for url in g.urls:
+                key = (g.name, url)
+                u = self.upstreams[key]
+                existing = self.signals.get(key)
+                if existing is not None:
+                    existing.upstream, existing.pool = u, self.pools[g.name]
+                    existing.adaptive = g.adaptive
+                    continue
+                if u.configured is None:
+                    continue  # nothing to tighten
+                sig = LiveSignals(u, self.pools[g.name], self.cfg.metrics_interval_s, g.adaptive)
+                sig.start()
+                self.signals[key] = sig
+        live = {(g.name, url) for g in self.cfg.groups for url in g.urls}
+        for key in [k for k in self.signals if k not in live]:
+            stopping = asyncio.ensure_future(self.signals.pop(key).stop())
+            self._stopping.add(stopping)
+            stopping.add_done_callback(self._stopping.discard)
+
+    async def stop(self, drain_s: float = 10.0) -> None:
+        if self.rollout is not None:
+            self.rollout.abort()
+        if self.rollout_task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(self.rollout_task, 5.0)
+        if self.server is not None:
+            await self.server.drain(drain_s)
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        for sig in self.signals.values():
+            await sig.stop()
+        for pool in self.conns.values():
+            pool.close()
+        with contextlib.suppress(Exception):
+            await self._flush_obs()
+        await self.store.close()
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _conns(self, u: Upstream) -> ConnectionPool:
+        key = (u.host, u.port)
+        pool = self.conns.get(key)
+        if pool is None:
+            pool = self.conns[key] = ConnectionPool(u.host, u.port, self.cfg.timeouts.connect_s)
+        return pool
+
+    def _authenticate(self, ex: Exchange) -> TenantRuntime | None:
+        """The tenant, or None after answering 401."""
+        if not self.auth:
+            return self.tenants[DEFAULT_TENANT]
+        key = _presented_key(ex)
+        if key is None:
+            ex.respond(
+                401,
+                error_body(
+                    "missing API key: send 'Authorization: Bearer KEY'",
+                    "invalid_request_error",
+                    "invalid_api_key",
+                ),
+            )
+            return None
+        entry = self.keys.lookup(key)
+        if entry is None or entry.admin:
+            ex.respond(
+                401, error_body("invalid API key", "invalid_request_error", "invalid_api_key")
+            )
+            return None
+        return self.tenants[entry.tenant]
+
+    def _is_admin(self, ex: Exchange) -> bool:
+        key = _presented_key(ex)
+        entry = self.keys.lookup(key) if key is not None else None
+        if entry is not None and entry.admin:
+            return True
+        if not self.cfg.admin_keys:
+            msg = "the admin API is off: configure admin_keys (servetune gateway keygen --admin)"
+        else:
+            msg = "the admin API needs an admin key"
+        ex.respond(403 if key else 401, error_body(msg, "invalid_request_error", "admin_only"))
+        return False
+
+    def _refuse(
+        self,
+        ex: Exchange,
+        tenant: str,
+        reason: str,
+        status: int,
+        message: str,
+        type_: str,
+        retry_after: float | None = None,
+    ) -> None:
+        self.metrics.reject(tenant, reason)
+        self.metrics.requests[(tenant, "", str(status))] += 1
+        ex.respond(status, error_body(message, type_, reason), headers=_retry_after(retry_after))
+
+    # -- the generation path -----------------------------------------------------------------
+    async def _generate(self, ex: Exchange) -> None:
+        tenant = self._authenticate(ex)
+        if tenant is None:
+            return
+        name = tenant.name
+        lim = tenant.limits
+        try:
+            parsed = parse_body(ex.body, ENDPOINTS[ex.path.rstrip("/")])
+        except BadRequest as exc:
+            self.metrics.reject(name, "bad_request")
+            ex.respond(
+                exc.status, error_body(exc.message, "invalid_request_error", None, exc.param)
+            )
+            return
+        body = parsed.body
+        n_in = self.default_counter.count(parsed)
+        if lim.max_input_tokens is not None and n_in > lim.max_input_tokens:
+            how = "counted" if self.default_counter.exact else "estimated"
+            return self._refuse(
+                ex,
+                name,
+                "input_too_long",
+                400,
+                f"the prompt has {n_in} tokens ({how}); this key's limit is {lim.max_input_tokens}",
+                "invalid_request_error",
+            )
+        headers: list[tuple[bytes, bytes]] = []
+        max_tokens = parsed.max_tokens
+        if (
+            parsed.endpoint != "embeddings"
+            and lim.max_tokens is not None
+            and (max_tokens is None or max_tokens > lim.max_tokens)
+        ):
+            if max_tokens is not None and lim.max_tokens_policy == "refuse":
+                return self._refuse(
+                    ex,
+                    name,
+                    "max_tokens_over_cap",
+                    400,
+                    f"max_tokens {max_tokens} is over this key's cap of {lim.max_tokens}",
+                    "invalid_request_error",
+                )
+            if max_tokens is not None:
+                headers.append((b"x-servetune-max-tokens-clamped", b"%d" % lim.max_tokens))
+            max_tokens = lim.max_tokens
+            body["max_tokens"] = max_tokens
+            body.pop("max_completion_tokens", None)
+        out_reserve = 0 if parsed.endpoint == "embeddings" else (max_tokens or 0) * parsed.choices
+        reserve_tokens = n_in + out_reserve
+        if tenant.quota.tpm and parsed.endpoint != "embeddings" and max_tokens is None:
+            return self._refuse(
+                ex,
+                name,
+                "max_tokens_required",
+                400,
+                "this key has a token quota: set max_tokens (the gateway reserves "
+                "prompt + max_tokens before sending the request)",
+                "invalid_request_error",
+            )
+        if not tenant.quota.unlimited:
+            res = await self.store.reserve(name, tenant.quota, reserve_tokens)
+            if isinstance(res, q.Refusal):
+                return self._quota_refused(ex, name, res)
+        else:
+            res = None
+        strip_usage = False
+        if parsed.stream and not parsed.usage_asked and parsed.endpoint != "embeddings":
+            opts = body.get("stream_options")
+            body["stream_options"] = {**(opts or {}), "include_usage": True}
+            strip_usage = True
+        att = _Attempt()
+        group = ""
+        step = self._canary_step()
+        try:
+            group = self.router.pick(self._healthy())
+            await self._forward(
+                ex, tenant, parsed, group, reserve_tokens, strip_usage, headers, att
+            )
+        finally:
+            used: int | None
+            if att.usage_exact:
+                used = att.prompt + att.output
+            elif att.sent_ns:
+                used = n_in + att.output  # no usage from the engine: counted chunks
+            else:
+                used = 0  # never reached an engine
+            if res is not None:
+                await self.store.settle(res, used)
+            fair = self.pools.get(group)
+            if fair is not None and att.sent_ns and used != reserve_tokens:
+                fair.queue.charge(name, tenant.weight, used - reserve_tokens)
+            self._record(name, group, att, ex.arrival_ns, n_in, step)
+
+    def _quota_refused(self, ex: Exchange, name: str, res: q.Refusal) -> None:
+        if res.reason == "tpm_too_large":
+            return self._refuse(ex, name, res.reason, 400, res.message, "invalid_request_error")
+        if res.reason == "state_unavailable":
+            return self._refuse(ex, name, res.reason, 503, res.message, "server_error", 1.0)
+        type_ = {"rpm": "requests", "tpm": "tokens"}.get(res.reason, "requests")
+        self._refuse(ex, name, res.reason, 429, res.message, type_, res.retry_after_s or 1.0)
+
+    def _healthy(self) -> dict[str, bool] | None:
+        pools = self.pools
+        if all(u.breaker.state == "closed" for p in pools.values() for u in p.upstreams):
+            return None
+        return {n: p.healthy() for n, p in pools.items()}
+
+    async def _forward(
+        self,
+        ex: Exchange,
+        tenant: TenantRuntime,
+        parsed: Parsed,
+        group: str,
+        cost: int,
+        strip_usage: bool,
+        headers: list[tuple[bytes, bytes]],
+        att: _Attempt,
+    ) -> None:
+        pool = self.pools[group]
+        qcost = float(cost)  # fair-queueing cost: the tokens reserved
+        try:
+            slot = await pool.acquire(
+                tenant.name,
+                tenant.weight,
+                tenant.priority,
+                qcost,
+                tenant.queue_timeout_s,
+                self.cfg.queue.max_queued,
+                tenant.max_queued,
+            )
+        except QueueRefusal as exc:
+            status = 503 if exc.reason == "no_upstream" else 429
+            type_ = "server_error" if status == 503 else "requests"
+            self._refuse(ex, tenant.name, exc.reason, status, exc.message, type_, exc.retry_after_s)
+            att.code = status
+            return
+        if slot.queued_s > 0:
+            self.metrics.observe_queue(tenant.name, slot.queued_s)
+        upstream = slot.upstream
+        payload = orjson.dumps(parsed.body)
+        tried: list[Upstream] = []
+        last_error = ""
+        attempts = 0
+        t_start = time.perf_counter()
+        while True:
+            relay, error = await self._try(ex, upstream, payload, strip_usage)
+            if (
+                relay is not None
+                and relay.status in _RETRY_STATUSES
+                and attempts < self.cfg.retries
+            ):
+                relay.conn.abort()
+                error = f"HTTP {relay.status}"
+                relay = None
+            if relay is not None:
+                break
+            # failed before the first byte: count it, free the slot, try another upstream
+            last_error = error
+            kind = "status" if error.startswith("HTTP") else "connect"
+            self.metrics.failures[(upstream.url, kind)] += 1
+            upstream.breaker.failure()
+            pool.release(upstream)
+            tried.append(upstream)
+            attempts += 1
+            if attempts > self.cfg.retries:
+                att.code = 502
+                att.error = True
+                ex.respond(
+                    502,
+                    error_body(
+                        f"upstream failed before answering ({last_error}); "
+                        f"tried {attempts} time(s)",
+                        "upstream_error",
+                        "upstream_unavailable",
+                    ),
+                )
+                return
+            self.metrics.retries[upstream.url] += 1
+            nxt = pool.try_acquire(avoid=tried)
+            if nxt is None:
+                try:
+                    nxt = (
+                        await pool.acquire(
+                            tenant.name,
+                            tenant.weight,
+                            tenant.priority,
+                            qcost,
+                            tenant.queue_timeout_s,
+                            self.cfg.queue.max_queued,
+                            tenant.max_queued,
+                            avoid=tried,
+                        )
+                    ).upstream
+                except QueueRefusal as exc:
+                    att.code = 503
+                    att.error = True
+                    ex.respond(
+                        503,
+                        error_body(
+                            f"{exc.message} (after: {last_error})", "server_error", exc.reason
+                        ),
+                        headers=_retry_after(exc.retry_after_s),
+                    )
+                    return
+            upstream = nxt
+        # committed to this upstream's answer
+        att.sent_ns = relay.last_ns or time.perf_counter_ns()
+        att.code = relay.status
+        ok = True
+        try:
+            if relay.sse:
+                relay.commit_stream(
+                    [*_STREAM_HEADERS, (b"x-servetune-group", group.encode()), *headers]
+                )
+                ok = await relay.done
+            else:
+                ok = await relay.done
+                ctype = next(
+                    (v for k, v in relay.headers if k == b"content-type"), b"application/json"
+                )
+                data = relay.body()
+                if ok:
+                    ex.respond(
+                        relay.status,
+                        data,
+                        ctype,
+                        [(b"x-servetune-group", group.encode()), *headers],
+                    )
+                    self._usage_from_json(data, att)
+                else:
+                    att.code = 502
+                    ex.respond(502, error_body(relay.end_reason, "upstream_error", "upstream_cut"))
+        except asyncio.CancelledError:
+            relay.cancel()  # the client left: the engine aborts the request
+            upstream.breaker.neutral()
+            att.code = 499
+            self._settle_stream(relay, att)
+            pool.release(upstream, time.perf_counter() - t_start)
+            raise
+        if relay.status >= 500 or not ok:
+            upstream.breaker.failure()
+            att.error = True
+        else:
+            upstream.breaker.success()
+        if relay.sse:
+            self._settle_stream(relay, att)
+        if ok and relay.conn.keep:
+            self._conns(upstream).put(relay.conn)
+        else:
+            relay.conn.abort()
+        pool.release(upstream, time.perf_counter() - t_start)
+
+    async def _try(
+        self, ex: Exchange, u: Upstream, payload: bytes, strip_usage: bool
+    ) -> tuple[Relay | None, str]:
+        """Send the request; (relay with its head in, "") or (None, why it failed)."""
+        conns = self._conns(u)
+        head = (
+            b"POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\nAccept: application/json, text/event-stream\r\n"
+            % ((u.prefix + ex.path).encode(), u.host.encode(), u.port, len(payload))
+        )
+        gauth = self._group_key(u.group)
+        if gauth:
+            head += b"Authorization: Bearer %s\r\n" % gauth
+        data = head + b"\r\n" + payload
+        for fresh_retry in (False, True):
+            try:
+                conn, reused = await conns.get()
+            except (OSError, TimeoutError) as exc:
+                return None, f"connect to {u.host}:{u.port} failed ({exc or 'timeout'})"
+            relay = Relay(ex, conn, strip_usage, self.cfg.timeouts.idle_s)
+            relay.last_ns = time.perf_counter_ns()
+            conn.send(data, relay)
+            try:
+                await asyncio.wait_for(asyncio.shield(relay.head), self.cfg.timeouts.first_byte_s)
+                return relay, ""
+            except UpstreamLost as exc:
+                conn.abort()
+                if reused and not fresh_retry:
+                    continue  # an idle connection the server had closed: once more, fresh
+                return None, exc.detail
+            except TimeoutError:
+                conn.abort()
+                return None, f"no response head within {self.cfg.timeouts.first_byte_s:g} s"
+            except asyncio.CancelledError:
+                conn.abort()
+                raise
+        return None, "unreachable"  # pragma: no cover
+
+    def _group_key(self, group: str) -> bytes | None:
+        for g in self.cfg.groups:
+            if g.name == group:
+                return g.api_key.encode() if g.api_key else None
+        return None
+
+    @staticmethod
+    def _settle_stream(relay: Relay, att: _Attempt) -> None:
+        att.first_ns = relay.first_token_ns
+        u = relay.usage
+        if u is not None:
+            att.prompt = int(u.get("prompt_tokens") or 0)
+            att.output = int(u.get("completion_tokens") or 0)
+            att.usage_exact = True
+        else:
+            att.output = max(0, relay.events - 1) if relay.events else 0
+
+    @staticmethod
+    def _usage_from_json(data: bytes, att: _Attempt) -> None:
+        att.first_ns = time.perf_counter_ns()
+        if b'"usage"' not in data:
+            return
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return
+        u = obj.get("usage") if isinstance(obj, dict) else None
+        if isinstance(u, dict):
+            att.prompt = int(u.get("prompt_tokens") or 0)
+            att.output = int(u.get("completion_tokens") or 0)
+            att.usage_exact = True
+
+    def _record(
+        self, tenant: str, group: str, att: _Attempt, arrival_ns: int, n_in: int, step: int | None
+    ) -> None:
+        if att.code == 0 or not group:
+            return
+        now = time.perf_counter_ns()
+        ok = 200 <= att.code < 300 and not att.error
+        ttft = (att.first_ns - arrival_ns) / 1e9 if ok and att.first_ns else None
+        e2e = (now - arrival_ns) / 1e9 if ok else None
+        tpot = None
+        if ok and att.first_ns and att.output > 1:
+            tpot = (now - att.first_ns) / 1e9 / (att.output - 1)
+        self.metrics.observe_request(
+            tenant,
+            group,
+            att.code,
+            ttft,
+            tpot,
+            e2e,
+            att.prompt if att.usage_exact else n_in,
+            att.output,
+        )
+        if step is not None and att.code != 499 and att.sent_ns:
+            # the canary compares the upstreams: latencies from the moment the request left
+            c_ttft = (att.first_ns - att.sent_ns) / 1e9 if ok and att.first_ns else None
+            c_e2e = (now - att.sent_ns) / 1e9 if ok else None
+            self._observe(Observation(group, step, c_ttft, tpot, c_e2e, not ok))
+
+    # -- canary plumbing ---------------------------------------------------------------------
+    def _canary_step(self) -> int | None:
+        st = self.rollout_state
+        if st is None or st.status != "running":
+            return None
+        return st.step_index
+
+    def _observe(self, o: Observation) -> None:
+        if self.redis is None:
+            self._obs.append(o)
+        else:
+            self._obs_pushed.append(orjson.dumps([o.group, o.step, o.ttft, o.tpot, o.e2e, o.error]))
+
+    async def _flush_obs(self) -> None:
+        st = self.rollout_state
+        if self.redis is None or not self._obs_pushed or st is None:
+            return
+        lines, self._obs_pushed = self._obs_pushed, []
+        await self.redis.push_observations(st.id, lines)
+
+    async def _take_obs(self) -> list[Observation]:
+        if self.redis is None:
+            out, self._obs = self._obs, []
+            return out
+        st = self.rollout_state
+        assert st is not None
+        await self._flush_obs()
+        raw = await self.redis.read_observations(st.id, self._obs_read)
+        self._obs_read += len(raw)
+        out = []
+        for line in raw:
+            g, s, ttft, tpot, e2e, err = orjson.loads(line)
+            out.append(Observation(g, s, ttft, tpot, e2e, bool(err)))
+        return out
+
+    async def _sync_loop(self) -> None:
+        """Redis: follow the shared weights and rollout state; push observations."""
+        assert self.redis is not None
+        while True:
+            await asyncio.sleep(_SYNC_S)
+            try:
+                await self._flush_obs()
+                weights = await self.redis.get_weights()
+                if weights and weights != self.router.weights:
+                    self.router.set({g: weights.get(g, 0.0) for g in self.router.weights})
+                if self.rollout is None:  # another replica decides: follow its state
+                    raw = await self.redis.get_json("rollout")
+                    if raw:
+                        self.rollout_state = RolloutState.model_validate_json(raw)
+                replicas = await self.store.live_replicas()
+                for u in self.upstreams.values():
+                    share = None if u.configured is None else math.ceil(u.configured / replicas)
+                    if share != u.share:
+                        u.share = share
+                        u.recompute()
+            except Exception as exc:
+                log.warning("gateway: Redis sync failed: %s", exc)
+
+    async def _set_weights(self, weights: dict[str, float]) -> None:
+        self.router.set({g: weights.get(g, 0.0) for g in self.router.weights})
+        if self.redis is not None:
+            await self.redis.set_weights(dict(self.router.weights))
+
+    async def _get_weights(self) -> dict[str, float]:
+        return dict(self.router.weights)
+
+    async def _publish(self, st: RolloutState) -> None:
+        self.rollout_state = st
+        if self.redis is not None:
+            await self.redis.set_json("rollout", st.model_dump_json().encode())
+
+    def start_rollout(self, candidate: str, steps: list[float]) -> RolloutState:
+        if self.rollout_task is not None and not self.rollout_task.done():
+            raise ConfigError(
+                f"a rollout is already running ({self.rollout_state and self.rollout_state.id})"
+            )
+        if candidate not in self.pools:
+            raise ConfigError(
+                f"no upstream group named {candidate!r}", hint=f"groups: {sorted(self.pools)}"
+            )
+        state = RolloutController.new(candidate, steps)
+        hold = None
+        if self.redis is not None:
+            redis = self.redis
+            owner = self.replica
+
+            async def hold_lease() -> bool:
+                return await redis.hold_lock("rollout-lock", owner, 10_000)
+
+            hold = hold_lease
+        hooks = Hooks(
+            self._get_weights,
+            self._set_weights,
+            self._take_obs,
+            self._publish,
+            lambda: self.config_id,
+            hold,
+        )
+        self._obs = []
+        self._obs_read = 0
+        self.rollout = RolloutController(state, self.cfg.canary, hooks, self.audit)
+        self.rollout_state = state
+        self.rollout_task = asyncio.create_task(self._run_rollout(self.rollout))
+        return state
+
+    async def _run_rollout(self, ctl: RolloutController) -> RolloutState:
+        try:
+            if self.redis is not None and not await self.redis.hold_lock(
+                "rollout-lock", self.replica, 10_000
+            ):
+                ctl.state.status = "aborted"
+                ctl.state.reason = "another replica is running a rollout"
+                return ctl.state
+            return await ctl.run()
+        except ServetuneError as exc:
+            ctl.state.status = "aborted"
+            ctl.state.reason = exc.message
+            return ctl.state
+        finally:
+            self.rollout = None
+
+    # -- other endpoints ---------------------------------------------------------------------
+    def _health(self, ex: Exchange) -> None:
+        healthy = any(p.healthy() for p in self.pools.values())
+        ex.respond_json(
+            200 if healthy else 503, {"status": "ok" if healthy else "no healthy upstream"}
+        )
+
+    def _metrics(self, ex: Exchange) -> None:
+        ex.respond(200, self.metrics.render(), b"text/plain; version=0.0.4; charset=utf-8")
+
+    def _not_found(self, ex: Exchange) -> None:
+        ex.respond(
+            404,
+            error_body(
+                f"the gateway does not serve {ex.method} {ex.path} (it serves "
+                "/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models)",
+                "invalid_request_error",
+                "not_found",
+            ),
+        )
+
+    async def _models(self, ex: Exchange) -> None:
+        if self._authenticate(ex) is None:
+            return
+        name = max(self.router.weights, key=self.router.weights.__getitem__)
+        pool = self.pools.get(name) or next(iter(self.pools.values()))
+        u = next((u for u in pool.upstreams if u.breaker.would_allow()), pool.upstreams[0])
+        try:
+            status, headers, body = await fetch(
+                self._conns(u), "GET", u.prefix + "/v1/models", timeout_s=10.0
+            )
+        except (OSError, ConnectionError, TimeoutError) as exc:
+            ex.respond(
+                502,
+                error_body(f"upstream {u.url}: {exc}", "upstream_error", "upstream_unavailable"),
+            )
+            return
+        ctype = next((v for k, v in headers if k == b"content-type"), b"application/json")
+        ex.respond(status, body, ctype)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "replica": self.replica,
+            "store": self.store.name,
+            "config": self.config_id,
+            "auth": self.auth,
+            "weights": dict(self.router.weights),
+            "groups": {
+                name: {
+                    "queued": len(p.queue),
+                    "upstreams": [
+                        {
+                            "url": u.url,
+                            "inflight": u.inflight,
+                            "limit": u.limit,
+                            "configured": u.configured,
+                            "adaptive": u.adaptive,
+                            "share": u.share,
+                            "circuit": u.breaker.state,
+                            "signals": u.signals,
+                        }
+                        for u in p.upstreams
+                    ],
+                }
+                for name, p in self.pools.items()
+            },
+            "tenants": sorted(self.tenants),
+            "rollout": None if self.rollout_state is None else self.rollout_state.model_dump(),
+        }
+
+    def _admin_state(self, ex: Exchange) -> None:
+        if self._is_admin(ex):
+            ex.respond_json(200, self.state())
+
+    async def _admin_rollout(self, ex: Exchange) -> None:
+        if not self._is_admin(ex):
+            return
+        if ex.method == "GET":
+            if self.rollout_state is None:
+                ex.respond(404, error_body("no rollout has run", "invalid_request_error", "none"))
+            else:
+                ex.respond_json(200, self.rollout_state.model_dump())
+            return
+        if ex.method == "DELETE":
+            if self.rollout is None:
+                ex.respond(
+                    409, error_body("no rollout is running", "invalid_request_error", "none")
+                )
+                return
+            self.rollout.abort()
+            if self.rollout_task is not None:
+                await asyncio.wait([self.rollout_task], timeout=10)
+            assert self.rollout_state is not None
+            ex.respond_json(200, self.rollout_state.model_dump())
+            return
+        try:
+            req = orjson.loads(ex.body or b"{}")
+            if not isinstance(req, dict) or not isinstance(req.get("candidate"), str):
+                raise BadRequest('expected {"candidate": GROUP, "steps": [5, 25, 50, 100]}')
+            steps = parse_steps(req.get("steps") or [5, 25, 50, 100])
+            state = self.start_rollout(req["candidate"], steps)
+        except (orjson.JSONDecodeError, BadRequest, ServetuneError) as exc:
+            msg = getattr(exc, "message", None) or str(exc)
+            ex.respond(
+                400 if not isinstance(exc, ConfigError) else 409,
+                error_body(msg, "invalid_request_error", "rollout_refused"),
+            )
+            return
+        ex.respond_json(202, state.model_dump())
+
+    async def _admin_weights(self, ex: Exchange) -> None:
+        if not self._is_admin(ex):
+            return
+        try:
+            req = orjson.loads(ex.body or b"{}")
+            weights = req.get("weights") if isinstance(req, dict) else None
+            if not isinstance(weights, dict) or not all(
+                isinstance(v, int | float) and v >= 0 for v in weights.values()
+            ):
+                raise BadRequest('expected {"weights": {"GROUP": number >= 0, ...}}')
+            unknown = set(weights) - set(self.pools)
+            if unknown:
+                raise BadRequest(f"unknown groups {sorted(unknown)}")
+            new = {**self.router.weights, **{k: float(v) for k, v in weights.items()}}
+            if not any(v > 0 for v in new.values()):
+                raise BadRequest("at least one group needs a weight > 0")
+        except (orjson.JSONDecodeError, BadRequest) as exc:
+            ex.respond(
+                400, error_body(getattr(exc, "message", str(exc)), "invalid_request_error", None)
+            )
+            return
+        if self.rollout is not None:
+            ex.respond(
+                409,
+                error_body("a rollout is running: abort it first", "invalid_request_error", None),
+            )
+            return
+        old = dict(self.router.weights)
+        await self._set_weights(new)
+        await asyncio.to_thread(
+            self.audit.write,
+            "weights",
+            reason="set by the operator",
+            old_weights=old,
+            new_weights=new,
+            config=self.config_id,
+        )
+        ex.respond_json(200, {"weights": new})
+
+    async def _admin_reload(self, ex: Exchange) -> None:
+        if not self._is_admin(ex):
+            return
+        ok = await self.reload()
+        ex.respond_json(200 if ok else 409, {"reloaded": ok, "config": self.config_id})
+
+    def _gauges(self) -> list[tuple[str, str, float]]:
+        out: list[tuple[str, str, float]] = []
+        for p in self.pools.values():
+            out.append(("queue_depth", labels(group=p.name), float(len(p.queue))))
+            for u in p.upstreams:
+                lab = labels(upstream=u.url, group=p.name)
+                out.append(("upstream_inflight", lab, float(u.inflight)))
+                out.append(
+                    ("upstream_limit", lab, float(u.limit) if u.limit is not None else math.inf)
+                )
+                out.append(
+                    ("upstream_circuit_open", lab, 0.0 if u.breaker.state == "closed" else 1.0)
+                )
+        for g, w in self.router.weights.items():
+            out.append(("group_weight", labels(group=g), w))
+        if isinstance(self.store, q.MemoryQuota):
+            for t in self.tenants:
+                out.append(("tenant_inflight", labels(tenant=t), float(self.store.inflight(t))))
+        st = self.rollout_state
+        if st is not None:
+            out.append(("canary_step", labels(candidate=st.candidate), float(st.step or 0)))
+            for s in ("waiting_peak", "running", "promoted", "rolled_back", "aborted"):
+                out.append(("canary_state", labels(state=s), 1.0 if st.status == s else 0.0))
+        return out
+
+
+def _presented_key(ex: Exchange) -> bytes | None:
+    auth = ex.header(b"authorization")
+    if auth is not None:
+        scheme, _, value = auth.partition(b" ")
+        if scheme.lower() == b"bearer" and value.strip():
+            return value.strip()
+        return None
+    for name in (b"x-api-key", b"api-key"):
+        v = ex.header(name)
+        if v:
+            return v.strip()
+    return None

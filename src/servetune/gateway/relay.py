@@ -1,0 +1,254 @@
+"""One upstream response on its way to the client: head, then the body as it arrives.
+
+Before the response is *committed* (its head written to the client) nothing has reached the
+client, so the request may still be retried elsewhere; body bytes that arrive in that moment
+are held and flushed at commit. Once committed, every piece goes straight to the client
+(:meth:`Relay.on_body` runs inside the upstream connection's ``data_received``).
+
+While passing an event stream it also
+
+- stamps the first piece that carries a generated token (a chat stream's role-only opening
+  chunk does not count) — the gateway's own TTFT;
+- reads the engine's ``usage`` from the stream (the gateway asks for it with
+  ``stream_options.include_usage`` and, when the client did not, removes the usage-only chunk
+  vLLM sends, so the client gets exactly the stream it asked for); a piece is only scanned
+  when it holds ``"usage"`` (or an event split across reads is pending);
+- counts data events, the fallback output count when a stream ends without usage;
+- ends an idle stream (nothing for ``idle_s``) with a terminal error event inside the 200.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from typing import Any
+
+import orjson
+
+from servetune.gateway.upstream import UpstreamConnection
+from servetune.http import Exchange
+
+_HIGH_WATER = 256 * 1024
+_EVENT_END = re.compile(rb"\r?\n\r?\n")
+
+
+class UpstreamLost(Exception):
+    """The upstream went away (or timed out) before its response head."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
+
+
+def error_event(message: str, type_: str, code: int) -> bytes:
+    body = orjson.dumps({"error": {"message": message, "type": type_, "param": None, "code": code}})
+    return b"data: " + body + b"\n\ndata: [DONE]\n\n"
+
+
+def _token_piece(data: bytes) -> bool:
+    # A chat stream opens with a role-only chunk; any other piece with an event carries output.
+    return b'"role"' not in data or data.count(b"data:") > 1
+
+
+class Relay:
+    __slots__ = (
+        "_parts",
+        "_rest",
+        "_resume_task",
+        "_timer",
+        "committed",
+        "conn",
+        "done",
+        "end_reason",
+        "events",
+        "ex",
+        "first_token_ns",
+        "head",
+        "headers",
+        "idle_s",
+        "last_ns",
+        "sse",
+        "status",
+        "strip_usage",
+        "usage",
+    )
+
+    def __init__(
+        self, ex: Exchange, conn: UpstreamConnection, strip_usage: bool, idle_s: float
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        self.ex = ex
+        self.conn = conn
+        self.strip_usage = strip_usage
+        self.idle_s = idle_s
+        self.head: asyncio.Future[int] = loop.create_future()
+        self.done: asyncio.Future[bool] = loop.create_future()
+        """True: the body ended normally; False: cut (``end_reason`` says why)."""
+        self.end_reason = ""
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.sse = False
+        self.committed = False
+        self._parts: list[bytes] = []
+        self._rest = b""
+        self.first_token_ns = 0
+        self.last_ns = 0
+        self.events = 0
+        self.usage: dict[str, Any] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._resume_task: asyncio.Task[None] | None = None
+
+    # -- events from the upstream connection -------------------------------------------------
+    def on_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        self.status = status
+        self.headers = headers
+        for k, v in headers:
+            if k == b"content-type":
+                self.sse = v.startswith(b"text/event-stream")
+                break
+        if not self.head.done():
+            self.head.set_result(status)
+
+    def on_body(self, data: bytes) -> None:
+        if not self.committed or not self.sse:
+            self._parts.append(data)
+            return
+        self._pass(data)
+
+    def on_end(self, keep_alive: bool) -> None:
+        self._finish(True, "")
+
+    def on_lost(self, meaning: str, error: str) -> None:
+        if not self.head.done():
+            self.head.set_exception(UpstreamLost("reset", f"{error} before the response head"))
+            return
+        if meaning == "complete":  # a body framed by the close itself
+            self._finish(True, "")
+        else:
+            self._finish(False, f"the upstream closed the connection mid-response ({error})")
+
+    # -- passing the stream ------------------------------------------------------------------
+    def commit_stream(self, headers: list[tuple[bytes, bytes]]) -> None:
+        """Write the streamed response's head and whatever body arrived before it."""
+        self.ex.start(200 if self.status == 200 else self.status, headers=headers)
+        self.committed = True
+        self.last_ns = time.perf_counter_ns()
+        self._arm_idle()
+        parts, self._parts = self._parts, []
+        for p in parts:
+            self._pass(p)
+        if self.done.done():
+            self._close_stream()
+
+    def _pass(self, data: bytes) -> None:
+        now = time.perf_counter_ns()
+        self.last_ns = now
+        if not self.first_token_ns and b"data:" in data and _token_piece(data):
+            self.first_token_ns = now
+        self.events += data.count(b"data: {")
+        if self.strip_usage or self._rest or b'"usage"' in data:
+            data = self._scan(data)
+        if data:
+            ex = self.ex
+            ex.send(data)
+            if ex.conn.buffered > _HIGH_WATER:
+                self._backpressure()
+
+    def _scan(self, data: bytes) -> bytes:
+        """Read ``usage`` from whole events; with ``strip_usage`` hold back a split event and
+        drop the usage-only chunk. Returns the bytes to forward."""
+        buf = self._rest + data if self._rest else data
+        ends = list(_EVENT_END.finditer(buf))
+        if not ends:
+            self._rest = buf
+            return b"" if self.strip_usage else data
+        cut = ends[-1].end()
+        whole, self._rest = buf[:cut], buf[cut:]
+        if b'"usage"' not in whole:
+            return whole if self.strip_usage else data
+        out: list[bytes] = []
+        start = 0
+        for m in ends:
+            event = whole[start : m.end()]
+            start = m.end()
+            if b'"usage"' in event:
+                payload = event.strip()
+                if payload.startswith(b"data:"):
+                    try:
+                        obj = orjson.loads(payload[5:].strip())
+                    except orjson.JSONDecodeError:
+                        obj = None
+                    if isinstance(obj, dict) and isinstance(obj.get("usage"), dict):
+                        self.usage = obj["usage"]
+                        if self.strip_usage and not obj.get("choices"):
+                            continue
+            out.append(event)
+        return b"".join(out) if self.strip_usage else data
+
+    def _backpressure(self) -> None:
+        if self._resume_task is not None:
+            return
+        self.conn.pause()
+
+        async def resume() -> None:
+            try:
+                await self.ex.drain()
+            finally:
+                self._resume_task = None
+                self.conn.resume()
+
+        self._resume_task = asyncio.create_task(resume())
+
+    # -- idle and the end --------------------------------------------------------------------
+    def _arm_idle(self) -> None:
+        self._timer = asyncio.get_running_loop().call_later(self.idle_s, self._idle_check)
+
+    def _idle_check(self) -> None:
+        self._timer = None
+        if self.done.done():
+            return
+        left = self.idle_s - (time.perf_counter_ns() - self.last_ns) / 1e9
+        if left > 0:
+            self._timer = asyncio.get_running_loop().call_later(left, self._idle_check)
+            return
+        self.conn.abort()
+        self._finish(False, f"the upstream sent nothing for {self.idle_s:g} s", idle=True)
+
+    def _finish(self, ok: bool, reason: str, idle: bool = False) -> None:
+        if self.done.done():
+            return
+        self.end_reason = reason
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.committed and self.sse:
+            if not ok:
+                kind = "upstream_idle_timeout" if idle else "upstream_error"
+                code = 504 if idle else 502
+                self.ex.send(error_event(reason, kind, code))
+            elif self._rest and self.strip_usage:
+                rest, self._rest = self._rest, b""
+                self.ex.send(rest)
+        self.done.set_result(ok)
+        if self.committed and self.sse:
+            self._close_stream()
+
+    def _close_stream(self) -> None:
+        if not self.ex.finished:
+            self.ex.end()
+
+    def body(self) -> bytes:
+        parts, self._parts = self._parts, []
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def cancel(self) -> None:
+        """The client left: stop the upstream's work for it."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.conn.abort()
+        if not self.done.done():
+            self.end_reason = "the client disconnected"
+            self.done.set_result(False)

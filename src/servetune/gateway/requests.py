@@ -1,0 +1,164 @@
+"""What a client sent: check the body before anything is reserved or forwarded, and count its
+input tokens.
+
+Every check answers a 4xx with an OpenAI-shaped error that says what was wrong — never a 5xx,
+never a forward: a body that is not JSON, not an object (a string, list, number, null), has no
+``model``, or has fields of the wrong type (``stream``, ``max_tokens``, ``n``, ``messages``,
+``prompt``, ``input``).
+
+Input tokens are counted with the served model's tokenizer when the group names one
+(``tokenizer:``, a local folder or ``tokenizer.json``), else *estimated* with servetune's
+word-piece counter (:class:`~servetune.workload.tokens.ApproxTokenizer`: a word of up to 7
+characters or a punctuation mark is one token, a longer word one per 7 characters). Chat
+templates add a few tokens per message that neither counts. The estimate decides only the
+``max_input_tokens`` cap and the size of the reservation; the reservation is settled to the
+engine's own count (``usage``) when the request ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from servetune.workload.tokens import ApproxTokenizer, TokenCounter, load_tokenizer
+
+Endpoint = Literal["chat", "completions", "embeddings"]
+ENDPOINTS: dict[str, Endpoint] = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/v1/embeddings": "embeddings",
+}
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.param = param
+
+
+@dataclass
+class Parsed:
+    body: dict[str, Any]
+    endpoint: Endpoint
+    model: str
+    stream: bool
+    max_tokens: int | None
+    """As asked (``max_tokens`` or chat's ``max_completion_tokens``); None when not given."""
+    choices: int
+    """``n`` (or ``best_of`` when larger): each choice generates up to max_tokens."""
+    usage_asked: bool
+    """The client asked for ``stream_options.include_usage``."""
+
+
+def _int_field(body: dict[str, Any], name: str, minimum: int) -> int | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise BadRequest(f"'{name}' must be an integer, got {type(v).__name__}", param=name)
+    if v < minimum:
+        raise BadRequest(f"'{name}' must be at least {minimum}, got {v}", param=name)
+    return v
+
+
+def parse_body(raw: bytes, endpoint: Endpoint) -> Parsed:
+    if not raw:
+        raise BadRequest("the request has no body: send a JSON object")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"the body is not valid JSON ({exc.msg} at position {exc.pos})") from None
+    if not isinstance(body, dict):
+        kind = "null" if body is None else type(body).__name__
+        raise BadRequest(f"the body must be a JSON object, got {kind}")
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise BadRequest("'model' is required: the served model's name", param="model")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise BadRequest("'stream' must be true or false", param="stream")
+    opts = body.get("stream_options")
+    if opts is not None and not isinstance(opts, dict):
+        raise BadRequest("'stream_options' must be an object", param="stream_options")
+    usage_asked = bool(opts.get("include_usage")) if isinstance(opts, dict) else False
+    max_tokens = _int_field(body, "max_tokens", 1)
+    if endpoint == "chat":
+        mct = _int_field(body, "max_completion_tokens", 1)
+        if mct is not None:
+            max_tokens = mct if max_tokens is None else min(max_tokens, mct)
+    n = _int_field(body, "n", 1) or 1
+    best_of = _int_field(body, "best_of", 1) or 1
+    if endpoint == "chat":
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            raise BadRequest("'messages' must be a non-empty list", param="messages")
+        if not all(isinstance(m, dict) for m in msgs):
+            raise BadRequest("each message must be an object", param="messages")
+    elif endpoint == "completions":
+        if not _prompt_ok(body.get("prompt")):
+            raise BadRequest(
+                "'prompt' must be a string, a list of strings, or token ids", param="prompt"
+            )
+    else:
+        if not _prompt_ok(body.get("input")):
+            raise BadRequest(
+                "'input' must be a string, a list of strings, or token ids", param="input"
+            )
+    return Parsed(body, endpoint, model, stream, max_tokens, max(n, best_of), usage_asked)
+
+
+def _prompt_ok(p: Any) -> bool:
+    if isinstance(p, str):
+        return True
+    if isinstance(p, list) and p:
+        if all(isinstance(x, str) for x in p):
+            return True
+        if all(isinstance(x, int) and not isinstance(x, bool) for x in p):
+            return True
+        return all(
+            isinstance(x, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in x)
+            for x in p
+        )
+    return False
+
+
+class InputCounter:
+    """Prompt tokens of a request: exact with a tokenizer, else the documented estimate."""
+
+    def __init__(self, tokenizer: str | None = None) -> None:
+        self.counter: TokenCounter = load_tokenizer(tokenizer) if tokenizer else ApproxTokenizer()
+        self.exact = tokenizer is not None
+
+    def _text(self, text: str) -> int:
+        return self.counter.count(text) if text else 0
+
+    def _prompt(self, p: Any) -> int:
+        if isinstance(p, str):
+            return self._text(p)
+        if isinstance(p, list):
+            if p and all(isinstance(x, int) for x in p):
+                return len(p)
+            return sum(self._prompt(x) for x in p)
+        return 0
+
+    def count(self, parsed: Parsed) -> int:
+        body = parsed.body
+        if parsed.endpoint == "chat":
+            total = 0
+            for m in body["messages"]:
+                content = m.get("content")
+                if isinstance(content, str):
+                    total += self._text(content)
+                elif isinstance(content, list):
+                    for part in content:
+                        if isinstance(part, dict) and isinstance(part.get("text"), str):
+                            total += self._text(part["text"])
+            return total
+        key = "prompt" if parsed.endpoint == "completions" else "input"
+        return self._prompt(body.get(key))

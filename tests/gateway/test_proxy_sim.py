@@ -1,0 +1,241 @@
+"""The gateway in front of the simulated engine: streaming, caps, exact quotas, fairness,
+disconnects, bad bodies."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+from harness import MODEL, complete, engine_metric, gateway_config, running, sim, url, wait_until
+
+from servetune.gateway.keys import hash_key, new_key
+from servetune.gateway.requests import InputCounter, parse_body
+from servetune.sim.embedded import EmbeddedServer
+
+PROMPT = "the cat sat on the mat"
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[EmbeddedServer]:
+    srv = sim()
+    yield srv
+    srv.stop()
+
+
+def prompt_tokens(prompt: str = PROMPT) -> int:
+    body = orjson.dumps({"model": MODEL, "prompt": prompt})
+    return InputCounter().count(parse_body(body, "completions"))
+
+
+def test_streams_pass_through_with_usage_stripped(engine: EmbeddedServer, tmp_path: Path) -> None:
+    async def main() -> None:
+        cfg = gateway_config(tmp_path, groups=[{"name": "g", "urls": [engine.base_url]}])
+        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+            status, body, headers = await complete(s, gw, max_tokens=20)
+            assert status == 200 and headers["X-Accel-Buffering"] == "no"
+            events = [e for e in body.split(b"\n\n") if e.startswith(b"data:")]
+            assert events[-1] == b"data: [DONE]"
+            assert b'"usage"' not in body  # not asked for: the gateway's own request removed
+            assert sum(b'"text"' in e for e in events) == 20
+            status, body, _ = await complete(
+                s, gw, max_tokens=5, stream_options={"include_usage": True}
+            )
+            assert b'"completion_tokens":5' in body  # asked for: passed through
+            status, body, _ = await complete(s, gw, max_tokens=5, stream=False)
+            assert status == 200 and orjson.loads(body)["usage"]["completion_tokens"] == 5
+            async with s.get(url(gw, "/metrics")) as r:
+                text = await r.text()
+            assert 'servetune_gateway_tokens_total{tenant="default",kind="completion"} 30' in text
+            assert "servetune_gateway_ttft_seconds_bucket" in text
+
+    asyncio.run(main())
+
+
+def test_tokens_arrive_as_they_are_generated(engine: EmbeddedServer, tmp_path: Path) -> None:
+    """No buffering: the first token reaches the client long before the last is made."""
+
+    async def main() -> None:
+        cfg = gateway_config(tmp_path, groups=[{"name": "g", "urls": [engine.base_url]}])
+        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+            body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 200, "stream": True}
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            first = last = 0.0
+            async with s.post(url(gw), json=body) as r:
+                async for _chunk in r.content.iter_any():
+                    last = loop.time() - t0
+                    first = first or last
+            assert last > 0.5 and first < last / 4, (first, last)
+
+    asyncio.run(main())
+
+
+def test_keys_caps_and_clamping(engine: EmbeddedServer, tmp_path: Path) -> None:
+    key_a, key_b = new_key(), new_key()
+
+    async def main() -> None:
+        cfg = gateway_config(
+            tmp_path,
+            groups=[{"name": "g", "urls": [engine.base_url]}],
+            tenants=[
+                {"name": "a", "keys": [hash_key(key_a)], "max_tokens": 10, "max_input_tokens": 20},
+                {"name": "b", "keys": [hash_key(key_b)], "max_tokens": 10,
+                 "max_tokens_policy": "refuse"},
+            ],
+        )  # fmt: skip
+        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+            status, body, _ = await complete(s, gw, key=None)
+            assert status == 401 and b"missing API key" in body
+            status, body, _ = await complete(s, gw, key="st-" + "x" * 40)
+            assert status == 401 and b"invalid API key" in body
+            status, body, headers = await complete(s, gw, key=key_a, max_tokens=500, stream=False)
+            assert status == 200 and orjson.loads(body)["usage"]["completion_tokens"] == 10
+            assert headers["x-servetune-max-tokens-clamped"] == "10"
+            status, body, _ = await complete(s, gw, key=key_b, max_tokens=500)
+            assert status == 400 and b"over this key's cap" in body
+            status, body, _ = await complete(s, gw, key=key_a, prompt="word " * 50)
+            assert status == 400 and b"this key's limit is 20" in body
+
+    asyncio.run(main())
+
+
+def test_tpm_exact_under_concurrency(engine: EmbeddedServer, tmp_path: Path) -> None:
+    """tpm worth exactly 10 requests, 50 at once: exactly 10 admitted, 40 told when to retry."""
+    worth = prompt_tokens() + 64
+
+    async def main() -> list[tuple[int, bytes, dict[str, str]]]:
+        cfg = gateway_config(
+            tmp_path,
+            groups=[{"name": "g", "urls": [engine.base_url]}],
+            defaults={"tpm": 10 * worth},
+        )
+        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+            return list(await asyncio.gather(*(complete(s, gw, max_tokens=64) for _ in range(50))))
+
+    results = asyncio.run(main())
+    codes = [r[0] for r in results]
+    assert codes.count(200) == 10 and codes.count(429) == 40, codes
+    refused = [r for r in results if r[0] == 429]
+    assert all(int(r[2]["Retry-After"]) >= 1 for r in refused)
+    assert all(orjson.loads(r[1])["error"]["type"] == "tokens" for r in refused)
+
+
+def test_concurrency_cap_exact(engine: EmbeddedServer, tmp_path: Path) -> None:
+    async def main() -> list[int]:
+        cfg = gateway_config(
+            tmp_path,
+            groups=[{"name": "g", "urls": [engine.base_url]}],
+            defaults={"max_concurrency": 3},
+        )
+        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+            res = await asyncio.gather(*(complete(s, gw, max_tokens=100) for _ in range(12)))
+            return [r[0] for r in res]
+
+    codes = asyncio.run(main())
+    assert codes.count(200) == 3 and codes.count(429) == 9, codes
+
+
+def test_client_disconnect_aborts_the_engine_request(
+    engine: EmbeddedServer, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        cfg = gateway_config(tmp_path, groups=[{"name": "g", "urls": [engine.base_url]}])
+        before = await engine_metric(engine, "vllm:request_success_total", finished_reason="abort")
+        async with running(cfg) as gw:
+            reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+            body = orjson.dumps(
+                {"model": MODEL, "prompt": PROMPT, "max_tokens": 3000, "stream": True}
+            )
+            writer.write(
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            await writer.drain()
+            got = b""
+            while got.count(b"data: {") < 3:
+                got += await asyncio.wait_for(reader.read(65536), 20)
+            writer.transport.abort()  # gone mid-stream
+
+            async def aborted() -> bool:
+                now = await engine_metric(
+                    engine, "vllm:request_success_total", finished_reason="abort"
+                )
+                return now > before
+
+            await wait_until(aborted, 20, "the engine counts the abort")
+            assert await engine_metric(engine, "vllm:num_requests_running") == 0
+            pool = gw.pools["g"]
+            await wait_until(lambda: _true(pool.upstreams[0].inflight == 0), 5, "slot freed")
+
+    asyncio.run(main())
+
+
+async def _true(v: bool) -> bool:
+    return v
+
+
+def test_fair_share_light_tenant_is_not_starved(engine: EmbeddedServer, tmp_path: Path) -> None:
+    """One upstream slot; a heavy tenant floods it with long requests, a light one sends short
+    ones: the light tenant's requests pass the heavy queue."""
+    heavy, light = new_key(), new_key()
+
+    async def main() -> tuple[list[float], list[float]]:
+        cfg = gateway_config(
+            tmp_path,
+            groups=[{"name": "g", "urls": [engine.base_url], "max_concurrency": 1,
+                     "adaptive": False}],
+            tenants=[{"name": "heavy", "keys": [hash_key(heavy)]},
+                     {"name": "light", "keys": [hash_key(light)]}],
+        )  # fmt: skip
+        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+            loop = asyncio.get_running_loop()
+            done: dict[str, list[float]] = {"heavy": [], "light": []}
+            t0 = loop.time()
+
+            async def one(who: str, key: str, n: int) -> None:
+                status, _b, _h = await complete(s, gw, key=key, max_tokens=n, stream=False)
+                assert status == 200
+                done[who].append(loop.time() - t0)
+
+            tasks = [asyncio.create_task(one("heavy", heavy, 60)) for _ in range(6)]
+            await asyncio.sleep(0.2)
+            tasks += [asyncio.create_task(one("light", light, 4)) for _ in range(4)]
+            await asyncio.gather(*tasks)
+            return done["heavy"], done["light"]
+
+    heavy_t, light_t = asyncio.run(main())
+    # all four light requests finish before the heavy queue is half done
+    assert max(light_t) < sorted(heavy_t)[2], (heavy_t, light_t)
+
+
+def test_bad_bodies_are_4xx(engine: EmbeddedServer, tmp_path: Path) -> None:
+    cases = [
+        b"", b"not json", b'"a string"', b"[1, 2]", b"42", b"null", b"{}",
+        b'{"model": 3, "prompt": "x"}', b'{"model": "m"}', b'{"model": "m", "prompt": {}}',
+        b'{"model": "m", "prompt": "x", "max_tokens": -1}',
+        b'{"model": "m", "prompt": "x", "max_tokens": "9"}',
+        b'{"model": "m", "prompt": "x", "stream": "yes"}',
+        b'{"model": "m", "prompt": "x", "n": 0}',
+    ]  # fmt: skip
+
+    async def main() -> None:
+        cfg = gateway_config(tmp_path, groups=[{"name": "g", "urls": [engine.base_url]}],
+                             max_body_bytes=4096)  # fmt: skip
+        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+            for raw in [*cases, b'{"model": "m", "prompt": "' + b"x" * 5000 + b'"}']:
+                async with s.post(url(gw), data=raw) as r:
+                    assert 400 <= r.status < 500, (raw[:60], r.status)
+                    err = orjson.loads(await r.read())["error"]
+                    assert err["message"]
+            async with s.post(
+                url(gw, "/v1/chat/completions"), data=b'{"model":"m","messages":[]}'
+            ) as r:
+                assert r.status == 400
+            async with s.post(url(gw, "/v1/nothing"), data=b"{}") as r:
+                assert r.status == 404
+
+    asyncio.run(main())
