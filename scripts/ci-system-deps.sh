@@ -19,6 +19,11 @@ PACKAGES=(
   chromium:chromium
   # a real Redis shared by gateway replicas: tests/gateway (started on loopback by its conftest)
   redis-server:redis-server
+  # a real Prometheus (and promtool) scraping the simulated engine: tests/watch (alert rules
+  # checked by promtool, the KV-full alert fired by a Prometheus started on loopback)
+  prometheus:promtool
+  # a terminal for `servetune watch` under test: tests/watch/test_watch_tmux.py
+  tmux:tmux
 )
 
 in_ci() { [ "$(printf '%s' "${CI:-}" | tr '[:upper:]' '[:lower:]')" = "true" ]; }
