@@ -18,8 +18,8 @@ Usage::
    the seed's random prompts (the engine is far past saturation at 128 req/s: few long steps,
    each writing to every running stream), and one shared prompt (prefix-cache hits: short
    decode-only steps, the most writes per second). Requests still running 15 s after the last
-   send are cut off (a disconnect aborts them in the engine). ``SERVETUNE_SIM_WRITER=serial``
-   (or ``threads``) in the environment runs the server with its older ways of writing.
+   send are cut off (a disconnect aborts them in the engine). ``--writer fanout`` runs the
+   server with the opt-in two-thread writer (default: ``plain``, as ``sim serve`` runs).
 """
 
 from __future__ import annotations
@@ -160,13 +160,13 @@ def _workload(rate: float, seconds: float, shared: bool) -> tuple[list[str], lis
     return prompts, [o / 1e9 for o in plan.offsets_ns]
 
 
-def realtime_once(rate: float, seconds: float, shared: bool) -> dict[str, Any]:
+def realtime_once(rate: float, seconds: float, shared: bool, writer: str) -> dict[str, Any]:
     import aiohttp
 
     from servetune.sim.embedded import start_embedded
 
     prompts, offsets = _workload(rate, seconds, shared)
-    srv = start_embedded(SEED)
+    srv = start_embedded(SEED, writer=writer)
     try:
         load_before = os.getloadavg()[0]
         t = time.perf_counter()
@@ -192,7 +192,7 @@ def realtime_once(rate: float, seconds: float, shared: bool) -> dict[str, Any]:
     }
 
 
-def realtime(seconds: float, rate: float, repeat: int) -> None:
+def realtime(seconds: float, rate: float, repeat: int, writer: str = "plain") -> None:
     print(
         f"\nreal-time server: {rate:g} req/s for {seconds:g} s of sends, 1024/128, seed baseline "
         f"config (server in its own process); {os.cpu_count()} cores shared with other sessions"
@@ -202,7 +202,7 @@ def realtime(seconds: float, rate: float, repeat: int) -> None:
         print(f"  {what}:")
         p99s = []
         for k in range(repeat):
-            res = realtime_once(rate, seconds, shared)
+            res = realtime_once(rate, seconds, shared, writer)
             lag = res["stats"]["emission_lag_ms"]
             st = res["stats"]
             p99s.append(lag["p99"])
@@ -248,11 +248,12 @@ def main() -> int:
     ap.add_argument("--realtime-seconds", type=float, default=10.0)
     ap.add_argument("--rate", type=float, default=128.0)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--writer", choices=["plain", "fanout"], default="plain")
     args = ap.parse_args()
     if not args.skip_offline:
         offline()
     if not args.skip_realtime:
-        realtime(args.realtime_seconds, args.rate, args.repeat)
+        realtime(args.realtime_seconds, args.rate, args.repeat, args.writer)
     return 0
 
 

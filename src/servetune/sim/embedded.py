@@ -17,6 +17,7 @@ from collections import deque
 from servetune.errors import SimError
 from servetune.sim.config import EngineConfig
 from servetune.sim.memory import plan_memory
+from servetune.sim.step_writer import writer_mode
 
 _READY_TIMEOUT_S = 30.0
 
@@ -63,9 +64,13 @@ class EmbeddedServer:
         self.stop()
 
 
-def start_embedded(engine_cfg: EngineConfig, port: int = 0) -> EmbeddedServer:
-    """Start the real-time simulated server on 127.0.0.1 (``port`` 0 = any free port)."""
+def start_embedded(
+    engine_cfg: EngineConfig, port: int = 0, writer: str = "plain"
+) -> EmbeddedServer:
+    """Start the real-time simulated server on 127.0.0.1 (``port`` 0 = any free port;
+    ``writer``: :mod:`servetune.sim.step_writer`'s setting)."""
     plan_memory(engine_cfg)  # a configuration vLLM would refuse fails here, in this process
+    writer_mode(writer)
     cmd = [
         sys.executable,
         "-m",
@@ -74,6 +79,8 @@ def start_embedded(engine_cfg: EngineConfig, port: int = 0) -> EmbeddedServer:
         engine_cfg.model_dump_json(),
         "--port",
         str(port),
+        "--writer",
+        writer,
     ]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
@@ -106,5 +113,7 @@ def start_embedded(engine_cfg: EngineConfig, port: int = 0) -> EmbeddedServer:
     return EmbeddedServer(proc, int(result[0].split()[1]), engine_cfg)
 
 
-async def astart_embedded(engine_cfg: EngineConfig, port: int = 0) -> EmbeddedServer:
-    return await asyncio.to_thread(start_embedded, engine_cfg, port)
+async def astart_embedded(
+    engine_cfg: EngineConfig, port: int = 0, writer: str = "plain"
+) -> EmbeddedServer:
+    return await asyncio.to_thread(start_embedded, engine_cfg, port, writer)

@@ -8,14 +8,10 @@ V1 (``vllm:kv_cache_usage_perc``, ``vllm:request_time_per_output_token_seconds``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from servetune.sim.config import ResolvedConfig
+from servetune.sim.engine import Engine
 from servetune.sim.hist import Hist
-
-if TYPE_CHECKING:
-    from servetune.sim.config import ResolvedConfig
-    from servetune.sim.memory import MemoryPlan
-    from servetune.sim.server import SimServer
+from servetune.sim.memory import MemoryPlan
 
 
 def cache_config_labels(r: ResolvedConfig, mem: MemoryPlan) -> dict[str, str]:
@@ -45,11 +41,12 @@ def _hist(out: list[str], name: str, help_: str, h: Hist, labels: str) -> None:
     out.append(f"{name}_sum{{{labels}}} {h.sum!r}")
 
 
-def render(srv: SimServer) -> bytes:
-    eng = srv.eng
+def render(eng: Engine, r: ResolvedConfig, mem: MemoryPlan, emission_lag: Hist) -> bytes:
+    """The page: the engine's gauges, counters and histograms, the cache config, and the
+    simulator's own emission lag."""
     c = eng.counters
     pool = eng.pool
-    lab = f'engine="0",model_name="{srv.model}"'
+    lab = f'engine="0",model_name="{r.served_model_name}"'
     out: list[str] = []
 
     def gauge(name: str, help_: str, v: float) -> None:
@@ -153,7 +150,7 @@ def render(srv: SimServer) -> bytes:
         eng.h_decode,
         lab,
     )
-    info = ",".join(f'{k}="{v}"' for k, v in cache_config_labels(srv.r, srv.mem).items())
+    info = ",".join(f'{k}="{v}"' for k, v in cache_config_labels(r, mem).items())
     out.append("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig")
     out.append("# TYPE vllm:cache_config_info gauge")
     out.append(f"vllm:cache_config_info{{{info}}} 1.0")
@@ -161,7 +158,7 @@ def render(srv: SimServer) -> bytes:
         out,
         "servetune_sim:emission_lag_seconds",
         "Token write time minus the simulated step end (the simulator's own lateness).",
-        srv.lag,
+        emission_lag,
         lab,
     )
     out.append("# HELP servetune_sim:engine_busy_seconds Simulated GPU busy time.")

@@ -34,6 +34,17 @@ _WORDS = list(dict.fromkeys(_WORDS))
 _PIECE = re.compile(r"\w+|[^\w\s]")
 
 
+def word_pieces(text: str) -> list[str]:
+    """What :class:`ApproxTokenizer` counts: the words and punctuation marks of ``text``."""
+    return _PIECE.findall(text)
+
+
+def approx_count(pieces: list[str]) -> int:
+    """Tokens in ``pieces`` by the approximate rule: one per word of ≤ 7 characters or
+    punctuation mark, a long word one per 7 characters."""
+    return sum(1 + (len(p) - 1) // 7 for p in pieces)
+
+
 class TokenCounter(Protocol):
     """What workload generation needs from a tokenizer."""
 
@@ -65,8 +76,13 @@ class ApproxTokenizer:
         self._words = list(_WORDS)
         self._index = {w: i for i, w in enumerate(self._words)}
 
+    @property
+    def words(self) -> tuple[str, ...]:
+        """The one-token words random prompts are built from."""
+        return tuple(self._words)
+
     def count(self, text: str) -> int:
-        return sum(1 + (len(p) - 1) // 7 for p in _PIECE.findall(text))
+        return approx_count(_PIECE.findall(text))
 
     def encode(self, text: str) -> list[int]:
         # Unknown words get ids past the word list; only counts matter for them.

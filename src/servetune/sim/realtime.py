@@ -1,0 +1,258 @@
+"""The simulated engine on the wall clock: step, wait for the step's simulated end, write.
+
+The engine core (:mod:`servetune.sim.engine`) runs on ``perf_counter`` (uvloop's
+``loop.time()`` counts whole milliseconds): a step starts, its duration comes from the
+step-time model, the bytes of every token of the step are built while its simulated time
+runs, and at the step's end only the writes are left — one per stream per step (a vLLM
+server too emits one chunk per request per step), sent by the :class:`StepWriter`.
+
+Generation requests wait in :attr:`RealtimeEngine.intake` until the loop takes them in, in the
+waits between steps (they could not join a running step anyway), so that reading a burst of
+prompts (JSON, counting) never delays a write. After each step's writes the live objects are
+frozen out of the garbage collector (O(1)), so no collection scans the whole server
+mid-step; the full collection runs when the engine is idle. :class:`LoopStats` keeps the
+emission lag and where it comes from.
+
+Where the bytes go is opaque here (``Stream.out``): the HTTP side
+(:mod:`servetune.sim.server`) passes its exchanges in and answers refusals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import itertools
+import math
+import time
+from collections import deque
+from typing import Any
+
+import orjson
+
+from servetune.http import Exchange
+from servetune.sim.config import ResolvedConfig
+from servetune.sim.engine import DONE, Engine, SimRequest
+from servetune.sim.intake import Refusal, block_hashes, read_request
+from servetune.sim.loop_stats import LoopStats
+from servetune.sim.memory import MemoryPlan
+from servetune.sim.step_writer import CHUNK, LAST, WHOLE, StepWriter, Write, WriterMode
+from servetune.sim.streams import Stream
+
+SPIN_S = 0.004
+"""Wake this long before a step ends and sleep the rest precisely (uvloop's timers fire in
+whole milliseconds, and the loop's callbacks can run late: with 2 ms the loop thread reached
+the step's end 1.4–3 ms late at its p99 under 128 req/s, with 4 ms 0.25–0.6 ms)."""
+INTAKE_S = 0.002
+"""Take requests in for at most this long at a time between steps."""
+
+_SSE_HEADERS = [(b"Cache-Control", b"no-cache")]
+
+
+class RealtimeEngine:
+    """The engine, its clock, its intake queue and its writer."""
+
+    def __init__(self, r: ResolvedConfig, mem: MemoryPlan, writer: WriterMode = "plain") -> None:
+        self.r = r
+        self.model = r.served_model_name
+        self.names = {self.model, r.model.name, r.model.name.split("/")[-1]}
+        self.eng = Engine(r, mem)
+        self.stats = LoopStats()
+        self.writer = StepWriter(writer)
+        self.intake: deque[tuple[Exchange, bool]] = deque()
+        """Generation requests not read yet: (exchange, chat)."""
+        self.t0 = time.perf_counter()
+        self._ids = itertools.count()
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def clock(self) -> float:
+        """The engine's clock: seconds since start."""
+        return time.perf_counter() - self.t0
+
+    # -- life -----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._wake = asyncio.Event()
+        self.stats.watch_gc()
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def close(self) -> None:
+        self.stats.unwatch_gc()
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        self.writer.close()
+
+    # -- requests -------------------------------------------------------------------------
+    def queue(self, ex: Exchange, chat: bool) -> None:
+        """A generation request came in: read between steps (at once when idle)."""
+        self.intake.append((ex, chat))
+        if self._wake is not None and self.eng.idle():
+            self._wake.set()
+
+    def take_intake(self, until: float = math.inf) -> None:
+        """Read the queued generation requests, while ``perf_counter() < until``."""
+        perf = time.perf_counter
+        while self.intake and perf() < until:
+            ex, chat = self.intake.popleft()
+            if not ex.conn.closed:
+                self.submit(ex, chat)
+
+    def submit(self, ex: Exchange, chat: bool) -> None:
+        """Read one generation request: refuse it (as vLLM would), or add it to the engine."""
+        try:
+            body: Any = orjson.loads(ex.body) if ex.body else {}
+        except orjson.JSONDecodeError as exc:
+            ex.error(400, f"invalid JSON body: {exc}", "BadRequestError")
+            return
+        if not isinstance(body, dict):
+            ex.error(400, "invalid JSON body: the body must be a JSON object", "BadRequestError")
+            return
+        ask = read_request(body, chat, self.names, self.r.max_model_len)
+        if isinstance(ask, Refusal):
+            ex.error(ask.status, ask.message, ask.type)
+            return
+        rid_n = next(self._ids)
+        r = self.r
+        hashes = block_hashes(ask.pieces, r.block_size) if r.enable_prefix_caching else ()
+        arrival = ex.arrival_ns / 1e9 - self.t0  # its first byte, on the engine's clock
+        req = SimRequest(rid_n, ask.prompt_len, ask.max_tokens, arrival, hashes)
+        rid = ("chatcmpl-" if chat else "cmpl-") + f"{rid_n:x}"
+        s = Stream(ex, req, rid, self.model, chat, ask.stream, ask.include_usage)
+        req.tag = s
+        ex.tag = s
+        ex.on_close = lambda: self.abort(s)
+        if ask.stream:
+            ex.start(200, headers=_SSE_HEADERS)  # the head now, as vLLM sends it
+        self.eng.add(req)
+        assert self._wake is not None
+        self._wake.set()
+
+    def abort(self, s: Stream) -> None:
+        """The client went away: the request leaves the engine (``finished_reason=abort``)."""
+        if s.closed:
+            return
+        s.closed = True
+        if s.req.state != DONE:
+            self.eng.abort(s.req)
+        s.req.tag = None
+
+    # -- the loop -------------------------------------------------------------------------
+    async def _loop(self) -> None:
+        """Step, then wait for the step's simulated end, then write its tokens.
+
+        Requests are read in the wait (they join the next step, as in vLLM) or, when the
+        engine has nothing to do, at once. After each step's writes the objects alive are
+        frozen out of the garbage collector (``gc.freeze`` is O(1)), so that a collection
+        never scans the server's whole state in the middle of a step; the full collection
+        runs when the engine goes idle.
+        """
+        eng, stats, writer = self.eng, self.stats, self.writer
+        assert self._wake is not None
+        wake = self._wake
+        perf = time.perf_counter
+        while True:
+            if eng.idle():
+                if self.intake:
+                    self.take_intake()
+                    continue
+                stats.idle_gc = True
+                gc.unfreeze()
+                gc.collect()
+                gc.freeze()
+                stats.idle_gc = False
+                wake.clear()
+                await wake.wait()
+                continue
+            if self.intake:
+                # a backlog is taken in a little at a time: the engine keeps stepping
+                self.take_intake(perf() + INTAKE_S)
+            now = perf() - self.t0
+            if eng.now < now:
+                eng.now = now
+            t = perf()
+            emitted = eng.advance(collect=True)
+            if eng.finished:
+                eng.finished.clear()
+            # Build every write of this step while its simulated time runs, so that at the
+            # step's end only the writes are left.
+            writes = self._build(emitted)
+            target = self.t0 + eng.now
+            writer.arm(writes, target)
+            stats.phase("step_and_build", perf() - t)
+            if self.intake:
+                self.take_intake(target - SPIN_S - INTAKE_S)
+            delay = target - perf()
+            if delay > SPIN_S:
+                await asyncio.sleep(delay - SPIN_S)
+                stats.phase("coarse_sleep_late", perf() - (target - SPIN_S))
+            if writes:
+                writer.hold_cpu()
+            rest = target - perf()
+            if rest > 0:
+                time.sleep(rest)
+                stats.phase("fine_sleep_late", perf() - target)
+            if writes:
+                self._write(writes, target)
+                gc.freeze()
+            else:
+                await asyncio.sleep(0)
+
+    def _build(self, emitted: list[SimRequest]) -> list[Write]:
+        """(exchange, bytes, kind) for every token of a step."""
+        out: list[Write] = []
+        for req in emitted:
+            s: Stream | None = req.tag  # type: ignore[assignment]
+            if s is None or s.closed:
+                continue
+            ex: Exchange = s.out
+            last = req.state == DONE
+            if not s.stream:
+                s.sent += 1
+                if last:
+                    req.out = s.sent
+                    out.append((ex, s.full_body(self.model), WHOLE))
+                continue
+            data = s.token_bytes(last)
+            if last:
+                out.append((ex, ex.frame(data + s.closing_bytes(), last=True), LAST))
+            else:
+                out.append((ex, ex.frame(data), CHUNK))
+        return out
+
+    def _write(self, writes: list[Write], target: float) -> None:
+        """Send a step's writes, end the streams they finish, note the lags."""
+        t_start = time.perf_counter()
+        stamps, first, side_start = self.writer.send(writes, t_start)
+        for ex, _, kind in writes:
+            if kind != CHUNK:
+                s: Stream = ex.tag
+                self._ended(s)
+                if kind == LAST:
+                    ex.complete()
+        self.stats.step_written(stamps, target, t_start, first, side_start)
+
+    @staticmethod
+    def _ended(s: Stream) -> None:
+        s.closed = True
+        s.out.on_close = None
+        s.req.tag = None  # no cycle request <-> stream left for the GC
+
+    # -- read-outs ------------------------------------------------------------------------
+    def report(self) -> dict[str, Any]:
+        """``/sim/stats``: the loop's figures and the engine's state."""
+        c = self.eng.counters
+        return {
+            **self.stats.report(),
+            "writer": self.writer.name,
+            "steps": c.steps,
+            "generation_tokens": c.generation_tokens,
+            "preemptions": c.preemptions,
+            "running": self.eng.num_running,
+            "waiting": self.eng.num_waiting,
+            "kv_cache_usage": self.eng.pool.usage,
+            "engine_busy_s": self.eng.busy_s,
+            "uptime_s": self.clock(),
+        }
