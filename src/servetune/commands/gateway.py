@@ -149,6 +149,8 @@ def _serve(args: argparse.Namespace) -> int:
             cfg.listen = args.listen
         if args.redis:
             cfg.redis = args.redis
+        if args.audit_log:
+            cfg.audit_log = args.audit_log
     else:
         if not args.upstream:
             raise ConfigError(

@@ -234,13 +234,13 @@ class StepAnalysis:
             return (
                 "rollback",
                 "candidate worse than tolerated: " + ", ".join(_describe(m) for m in worse),
-                ev,
+                self.evidence(percentiles=True),
             )
         if all(m["verdict"] == "as_good" for m in metrics):
             return (
                 "promote",
                 "candidate as good as the baseline on " + ", ".join(_describe(m) for m in metrics),
-                ev,
+                self.evidence(percentiles=True),
             )
         open_ = [str(m["metric"]) for m in metrics if m["verdict"] == "undecided"]
         return "continue", "undecided on " + ", ".join(open_), ev

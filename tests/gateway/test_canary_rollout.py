@@ -1,0 +1,104 @@
+"""Canary rollouts on live traffic through the gateway: a slower candidate (the simulated
+engine with a badly set knob: one sequence at a time) is rolled back by itself; an equal one
+is promoted."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import aiohttp
+from harness import MODEL, gateway_config, running, sim, url
+
+from servetune.gateway.audit import read_audit
+from servetune.gateway.keys import hash_key, new_key
+from servetune.gateway.rollout import RolloutState
+
+PROMPT = " ".join(["the"] * 300)  # a long prompt: prefill matters
+
+
+async def drive(gw_url: str, stop: asyncio.Event, concurrency: int = 8) -> int:
+    sent = 0
+    async with aiohttp.ClientSession() as s:
+
+        async def worker() -> None:
+            nonlocal sent
+            body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 12, "stream": True}
+            while not stop.is_set():
+                async with s.post(gw_url, json=body) as r:
+                    await r.read()
+                sent += 1
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return sent
+
+
+def rollout(tmp: Path, candidate_knobs: dict[str, object]) -> tuple[RolloutState, list[dict]]:
+    base, cand = sim(), sim(**candidate_knobs)
+    admin = new_key()
+    try:
+
+        async def main() -> RolloutState:
+            cfg = gateway_config(
+                tmp,
+                admin_keys=[hash_key(admin)],
+                groups=[{"name": "baseline", "urls": [base.base_url]},
+                        {"name": "candidate", "urls": [cand.base_url], "weight": 0}],
+                canary={"min_requests": 40, "min_batches": 8, "batch_size": 3,
+                        "tolerance": 0.2, "max_step_s": 90},
+            )  # fmt: skip
+            async with running(cfg) as gw:
+                stop = asyncio.Event()
+                load = asyncio.create_task(drive(url(gw), stop))
+                try:
+                    async with aiohttp.ClientSession() as s:
+                        r = await s.post(
+                            url(gw, "/admin/rollout"),
+                            json={"candidate": "candidate", "steps": [25, 50, 100]},
+                            headers={"Authorization": f"Bearer {admin}"},
+                        )
+                        assert r.status == 202, await r.text()
+                        for _ in range(480):
+                            await asyncio.sleep(0.5)
+                            r = await s.get(
+                                url(gw, "/admin/rollout"),
+                                headers={"Authorization": f"Bearer {admin}"},
+                            )
+                            st = RolloutState.model_validate_json(await r.read())
+                            if st.done:
+                                return st
+                        raise AssertionError("the rollout did not decide within 240 s")
+                finally:
+                    stop.set()
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(load, 30)
+
+        st = asyncio.run(main())
+        return st, read_audit(tmp / "audit.jsonl")
+    finally:
+        base.stop()
+        cand.stop()
+
+
+def test_slower_candidate_is_rolled_back_automatically(tmp_path: Path) -> None:
+    # one request at a time (--max-num-seqs 1): the seed's "batch too small" config
+    st, audit = rollout(tmp_path, {"max_num_seqs": 1})
+    assert st.status == "rolled_back", st.reason
+    assert st.weights["candidate"] == 0 and st.weights["baseline"] == 100
+    assert "worse than tolerated" in st.reason and "ttft" in st.reason
+    actions = [a["action"] for a in audit]
+    assert actions[0] == "rollout_start" and actions[-1] == "rollback"
+    last = audit[-1]
+    assert last["old_weights"]["candidate"] > 0 and last["new_weights"]["candidate"] == 0
+    assert (
+        last["evidence"]["candidate"]["ttft_p50_ms"] > last["evidence"]["baseline"]["ttft_p50_ms"]
+    )
+
+
+def test_equal_candidate_is_promoted(tmp_path: Path) -> None:
+    st, audit = rollout(tmp_path, {})
+    assert st.status == "promoted", st.reason
+    assert st.weights == {"baseline": 0.0, "candidate": 100.0}
+    actions = [a["action"] for a in audit]
+    assert actions.count("step_passed") == 2 and actions[-1] == "promote"

@@ -1,0 +1,92 @@
+"""SIGHUP re-reads gateway.yaml without dropping the streams in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import aiohttp
+from harness import MODEL, sim
+from test_replicas_redis import start_gateway, stop
+
+from servetune.gateway.audit import read_audit
+from servetune.gateway.keys import hash_key, new_key
+
+
+def test_sighup_reload_keeps_streams(tmp_path: Path) -> None:
+    engine = sim()
+    old_key, new = new_key(), new_key()
+    cfg = tmp_path / "gateway.yaml"
+
+    def write(keys: list[str]) -> None:
+        cfg.write_text(
+            f"groups:\n  - name: g\n    urls: [{engine.base_url}]\n"
+            f"tenants:\n  - name: t\n    keys: [{', '.join(hash_key(k) for k in keys)}]\n"
+        )
+
+    write([old_key])
+    proc, port = start_gateway(["--config", str(cfg)], tmp_path)
+    try:
+
+        async def main() -> None:
+            async with aiohttp.ClientSession() as s:
+                base = f"http://127.0.0.1:{port}/v1/completions"
+                body = {"model": MODEL, "prompt": "x y z", "max_tokens": 400, "stream": True}
+
+                async def call(key: str, b: dict[str, object]) -> tuple[int, bytes]:
+                    async with s.post(
+                        base, json=b, headers={"Authorization": f"Bearer {key}"}
+                    ) as r:
+                        return r.status, await r.read()
+
+                assert (await call(new, {**body, "max_tokens": 2}))[0] == 401
+                long = asyncio.create_task(call(old_key, body))
+                await asyncio.sleep(0.5)  # streaming now
+                write([new])  # the old key is gone from the new configuration
+                proc.send_signal(signal.SIGHUP)
+                for _ in range(100):
+                    await asyncio.sleep(0.1)
+                    if (await call(new, {**body, "max_tokens": 2}))[0] == 200:
+                        break
+                else:
+                    raise AssertionError("the new key never worked: no reload")
+                assert (await call(old_key, {**body, "max_tokens": 2}))[0] == 401
+                status, data = await long
+                assert status == 200 and data.rstrip().endswith(b"data: [DONE]")
+                assert data.count(b'"text"') == 400  # the whole stream, uncut
+
+        asyncio.run(main())
+    finally:
+        stop(proc)
+        engine.stop()
+    assert [a["action"] for a in read_audit(tmp_path / "audit.jsonl")] == ["reload"]
+
+
+def test_invalid_reload_keeps_the_running_configuration(tmp_path: Path) -> None:
+    engine = sim()
+    key = new_key()
+    cfg = tmp_path / "gateway.yaml"
+    cfg.write_text(
+        f"groups:\n  - name: g\n    urls: [{engine.base_url}]\n"
+        f"tenants:\n  - name: t\n    keys: [{hash_key(key)}]\n"
+    )
+    proc, port = start_gateway(["--config", str(cfg)], tmp_path)
+    try:
+        cfg.write_text("groups: [\n")
+        proc.send_signal(signal.SIGHUP)
+
+        async def main() -> int:
+            await asyncio.sleep(1.0)
+            async with aiohttp.ClientSession() as s:
+                body = {"model": MODEL, "prompt": "x", "max_tokens": 2}
+                async with s.post(f"http://127.0.0.1:{port}/v1/completions", json=body,
+                                  headers={"Authorization": f"Bearer {key}"}) as r:  # fmt: skip
+                    return r.status
+
+        assert asyncio.run(main()) == 200
+    finally:
+        stop(proc)
+        engine.stop()
+    rows = read_audit(tmp_path / "audit.jsonl")
+    assert rows[-1]["action"] == "reload_refused" and "YAML" in rows[-1]["reason"]
