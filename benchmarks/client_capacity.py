@@ -16,7 +16,11 @@ p99 TTFT error at half that rate against a 50 ms-TTFT server: per request, the c
 first-token stamp minus the moment the server wrote that token (one CLOCK_MONOTONIC for both
 processes). Then the ratios.
 
-    .venv/bin/python benchmarks/client_capacity.py [--quick]
+    .venv/bin/python benchmarks/client_capacity.py [--quick] [--against OTHER/src]
+
+``--against`` runs a third client, servetune's from another checkout (say, main before a
+change: ``git worktree add /tmp/before <commit>``), level by level beside this one, so that a
+change to the client is judged side by side in one run on one loaded box.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ SEND_LAG_MS = 5.0
 RATE_FLOOR = 0.97
 TRIALS = 2
 RATES = {
-    "burst": [400, 800, 1200, 1600, 2000, 2400, 2800, 3200, 3600, 4000, 4800],
+    "burst": [400, 800, 1200, 1600, 2000, 2400, 2800, 3200, 3600, 4000, 4800, 5600, 6400],
     "spaced": [100, 200, 300, 400, 500, 600, 700, 800, 1000, 1200],
 }
 
@@ -317,8 +321,15 @@ def run_baseline(root: str, rate: float) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_servetune(root: str, rate: float) -> dict[str, Any]:
+AGAINST: dict[str, str] = {}
+"""Client name -> another servetune source tree (``--against``) whose client runs instead."""
+
+
+def run_servetune(root: str, rate: float, src: str | None = None) -> dict[str, Any]:
     n = int(rate * LEVEL_SECONDS)
+    env = dict(os.environ)
+    if src is not None:  # another checkout's client, same interpreter and dependencies
+        env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     with tempfile.TemporaryDirectory() as d:
         cmd = [
             sys.executable,
@@ -344,7 +355,7 @@ def run_servetune(root: str, rate: float) -> dict[str, Any]:
             "--result-dir",
             d,
         ]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
         if out.returncode != 0:
             raise RuntimeError(out.stderr[-2000:])
         run = json.loads((Path(d) / "run.json").read_text())
@@ -365,7 +376,10 @@ def run_servetune(root: str, rate: float) -> dict[str, Any]:
 
 def level(client: str, root: str, rate: float) -> dict[str, Any]:
     server_stats(root)  # reset the server's record
-    r = run_baseline(root, rate) if client == "baseline" else run_servetune(root, rate)
+    if client == "baseline":
+        r = run_baseline(root, rate)
+    else:
+        r = run_servetune(root, rate, AGAINST.get(client))
     stats = server_stats(root)
     r["server_p99_ttft_ms"] = float(stats["p99_ttft_ms"])
     r["err_p50_ms"], r["err_p99_ms"] = stamp_error_ms(r.pop("firsts"), stats["first_writes"])
@@ -379,35 +393,46 @@ def level(client: str, root: str, rate: float) -> dict[str, Any]:
     return r
 
 
-def sustained(client: str, shape: str, rates: list[int]) -> tuple[float, dict[str, Any] | None]:
+def sustained(
+    clients: list[str], shape: str, rates: list[int]
+) -> dict[str, tuple[float, dict[str, Any] | None]]:
+    """Each client's highest sustained rate; the clients take turns at every level (one
+    server process), so that a disturbance of the shared box hits them alike."""
     proc, root = start_server(shape, 0)
-    best, best_row, misses = 0.0, None, 0
+    best: dict[str, tuple[float, dict[str, Any] | None]] = {c: (0.0, None) for c in clients}
+    misses = dict.fromkeys(clients, 0)
     try:
         for rate in rates:
-            # A shared box has hiccups: a level gets TRIALS tries, the same for both clients.
-            for _ in range(TRIALS):
-                r = level(client, root, rate)
+            racing = [c for c in clients if misses[c] < 2]
+            if not racing:
+                break
+            for client in racing:
+                # A shared box has hiccups: a level gets TRIALS tries, the same for each client.
+                for _ in range(TRIALS):
+                    r = level(client, root, rate)
+                    if r["ok"]:
+                        break
+                w = f" workers={r['workers']}" if "workers" in r else ""
+                print(
+                    f"  {client:13s} {shape:6s} {rate:5d} req/s: achieved {r['achieved']:7.1f}  "
+                    f"p99 TTFT {r['p99_ttft_ms']:6.2f} ms (server {r['server_p99_ttft_ms']:.2f})  "
+                    f"send lag p99 {r['send_lag_p99_ms']:5.2f} ms  "
+                    f"cpu/req {r['cpu_per_request_ms']:.3f} ms  "
+                    f"stamp err p99 {r['err_p99_ms']:.2f} ms{w}  "
+                    f"{'ok' if r['ok'] else 'MISS'}  [{load()}]",
+                    flush=True,
+                )
                 if r["ok"]:
-                    break
-            w = f" workers={r['workers']}" if "workers" in r else ""
-            print(
-                f"  {client:9s} {shape:6s} {rate:5d} req/s: achieved {r['achieved']:7.1f}  "
-                f"p99 TTFT {r['p99_ttft_ms']:6.2f} ms (server {r['server_p99_ttft_ms']:.2f})  "
-                f"send lag p99 {r['send_lag_p99_ms']:5.2f} ms  "
-                f"cpu/req {r['cpu_per_request_ms']:.3f} ms  "
-                f"stamp err p99 {r['err_p99_ms']:.2f} ms{w}  "
-                f"{'ok' if r['ok'] else 'MISS'}",
-                flush=True,
-            )
-            if r["ok"]:
-                best, best_row, misses = rate, r, 0
-            else:
-                misses += 1
-                if misses >= 2:
-                    break
+                    best[client], misses[client] = (rate, r), 0
+                else:
+                    misses[client] += 1
     finally:
         proc.kill()
-    return best, best_row
+    return best
+
+
+def load() -> str:
+    return f"load {os.getloadavg()[0]:.2f}"
 
 
 def ttft_error(client: str, shape: str, rate: float) -> float:
@@ -417,7 +442,7 @@ def ttft_error(client: str, shape: str, rate: float) -> float:
     finally:
         proc.kill()
     print(
-        f"  {client:9s} {shape:6s} at {r['rate']:.0f} req/s vs a 50 ms-TTFT server: stamp error "
+        f"  {client:13s} {shape:6s} at {r['rate']:.0f} req/s vs a 50 ms-TTFT server: stamp error "
         f"p50 {r['err_p50_ms']:.3f} ms, p99 {r['err_p99_ms']:.3f} ms; client p99 TTFT − server "
         f"p99 TTFT {r['p99_ttft_ms'] - r['server_p99_ttft_ms']:.2f} ms",
         flush=True,
@@ -430,35 +455,55 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer, shorter levels")
     ap.add_argument("--shape", choices=["burst", "spaced", "all"], default="all")
     ap.add_argument("--trials", type=int, default=2, help="tries per level (best counts)")
+    ap.add_argument(
+        "--against",
+        metavar="SRC",
+        help="also run the servetune client of another checkout's src/ directory (e.g. the "
+        "main branch before a change), level by level beside this one",
+    )
+    ap.add_argument("--no-baseline", action="store_true", help="skip the aiohttp baseline")
     args = ap.parse_args()
     global LEVEL_SECONDS, TRIALS
     TRIALS = max(1, args.trials)
     if args.quick:
         LEVEL_SECONDS = 2.0
+    clients = [] if args.no_baseline else ["baseline"]
+    clients.append("servetune")
+    if args.against:
+        AGAINST["servetune@src"] = str(Path(args.against).resolve())
+        clients.append("servetune@src")
+        print(f"servetune@src: the client of {AGAINST['servetune@src']}")
     print(
         f"client capacity on {os.cpu_count()} cores; {LEVEL_SECONDS:g} s per level; "
-        f"{TOKENS} tokens per stream"
+        f"{TOKENS} tokens per stream; {load()}"
     )
     results: dict[tuple[str, str], dict[str, Any]] = {}
     shapes = {k: v for k, v in RATES.items() if args.shape in (k, "all")}
     for shape, rates in shapes.items():
-        for client in ("baseline", "servetune"):
-            best, row = sustained(client, shape, rates)
-            err = ttft_error(client, shape, best / 2) if best else float("nan")
-            results[(client, shape)] = {"rate": best, "row": row, "ttft_err": err}
+        best = sustained(clients, shape, rates)
+        for client in clients:
+            rate, row = best[client]
+            err = ttft_error(client, shape, rate / 2) if rate else float("nan")
+            results[(client, shape)] = {"rate": rate, "row": row, "ttft_err": err}
     print()
     print(
-        f"{'shape':8s}{'client':11s}{'sustained req/s':>17s}{'cpu/req ms':>12s}"
+        f"{'shape':8s}{'client':15s}{'sustained req/s':>17s}{'cpu/req ms':>12s}"
         f"{'p99 TTFT err @ half rate':>27s}"
     )
     for shape in shapes:
-        for client in ("baseline", "servetune"):
+        for client in clients:
             r = results[(client, shape)]
             cpu = r["row"]["cpu_per_request_ms"] if r["row"] else float("nan")
-            print(f"{shape:8s}{client:11s}{r['rate']:17.0f}{cpu:12.3f}{r['ttft_err']:24.2f} ms")
-        b, s = results[("baseline", shape)], results[("servetune", shape)]
-        ratio = s["rate"] / b["rate"] if b["rate"] else float("nan")
-        print(f"{shape:8s}ratio servetune/baseline sustained rate: {ratio:.2f}x (target ≥ 1.5x)")
+            print(f"{shape:8s}{client:15s}{r['rate']:17.0f}{cpu:12.3f}{r['ttft_err']:24.2f} ms")
+        s = results[("servetune", shape)]
+        for other in clients:
+            if other == "servetune":
+                continue
+            o = results[(other, shape)]
+            ratio = s["rate"] / o["rate"] if o["rate"] else float("nan")
+            target = " (target ≥ 1.5x)" if other == "baseline" else ""
+            print(f"{shape:8s}ratio servetune/{other} sustained rate: {ratio:.2f}x{target}")
+    print(load())
 
 
 if __name__ == "__main__":

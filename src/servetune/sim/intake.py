@@ -1,19 +1,21 @@
 """What a generation request asks the simulated engine for, checked as vLLM checks it.
 
-:func:`read_request` turns an OpenAI ``/v1/completions`` or ``/v1/chat/completions`` body into
-an :class:`Ask` (prompt length and pieces, ``max_tokens``, streaming options) or a
-:class:`Refusal` with vLLM's status, message and error type: an unknown model (404), a
-``max_tokens`` that is not a positive integer, a prompt plus ``max_tokens`` beyond
-``max_model_len`` (400, vLLM's wording). Prompts are counted with the approximate counter of
-:mod:`servetune.workload.tokens` (one word or punctuation mark ≈ one token); a prompt given as
-token ids counts its ids. :func:`block_hashes` chains the prompt's full KV blocks for the
-prefix cache.
+:func:`json_object` reads the body; :func:`read_request` turns an OpenAI
+``/v1/completions`` or ``/v1/chat/completions`` body into an :class:`Ask` (prompt length and
+pieces, ``max_tokens``, streaming options) or a :class:`Refusal` with vLLM's status, message
+and error type: an unknown model (404), a ``max_tokens`` that is not a positive integer, a
+prompt plus ``max_tokens`` beyond ``max_model_len`` (400, vLLM's wording). Prompts are counted
+with the approximate counter of :mod:`servetune.workload.tokens` (one word or punctuation mark
+≈ one token); a prompt given as token ids counts its ids. :func:`block_hashes` chains the
+prompt's full KV blocks for the prefix cache.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from servetune.workload.tokens import approx_count, word_pieces
 
@@ -38,6 +40,17 @@ class Refusal:
     status: int
     message: str
     type: str
+
+
+def json_object(raw: bytes) -> dict[str, Any] | Refusal:
+    """A request body as a JSON object (an empty body is ``{}``), or the 400 vLLM answers."""
+    try:
+        body = orjson.loads(raw) if raw else {}
+    except orjson.JSONDecodeError as exc:
+        return Refusal(400, f"invalid JSON body: {exc}", "BadRequestError")
+    if not isinstance(body, dict):
+        return Refusal(400, "invalid JSON body: the body must be a JSON object", "BadRequestError")
+    return body
 
 
 def prompt_pieces(body: dict[str, Any], chat: bool) -> tuple[int, list[str]]:

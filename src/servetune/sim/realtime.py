@@ -27,12 +27,10 @@ import time
 from collections import deque
 from typing import Any
 
-import orjson
-
 from servetune.http import Exchange
 from servetune.sim.config import ResolvedConfig
 from servetune.sim.engine import DONE, Engine, SimRequest
-from servetune.sim.intake import Refusal, block_hashes, read_request
+from servetune.sim.intake import Refusal, block_hashes, json_object, read_request
 from servetune.sim.loop_stats import LoopStats
 from servetune.sim.memory import MemoryPlan
 from servetune.sim.step_writer import CHUNK, LAST, WHOLE, StepWriter, Write, WriterMode
@@ -102,15 +100,12 @@ class RealtimeEngine:
 
     def submit(self, ex: Exchange, chat: bool) -> None:
         """Read one generation request: refuse it (as vLLM would), or add it to the engine."""
-        try:
-            body: Any = orjson.loads(ex.body) if ex.body else {}
-        except orjson.JSONDecodeError as exc:
-            ex.error(400, f"invalid JSON body: {exc}", "BadRequestError")
-            return
-        if not isinstance(body, dict):
-            ex.error(400, "invalid JSON body: the body must be a JSON object", "BadRequestError")
-            return
-        ask = read_request(body, chat, self.names, self.r.max_model_len)
+        body = json_object(ex.body)
+        ask = (
+            body
+            if isinstance(body, Refusal)
+            else read_request(body, chat, self.names, self.r.max_model_len)
+        )
         if isinstance(ask, Refusal):
             ex.error(ask.status, ask.message, ask.type)
             return

@@ -34,14 +34,12 @@ import json
 import sys
 import time
 
-import orjson
-
 from servetune.errors import ServetuneError
 from servetune.http import Exchange, HTTPServer, Limits, Router, ServerConnection
 from servetune.http.wire import vllm_error
 from servetune.sim.config import EngineConfig, ResolvedConfig
 from servetune.sim.exposition import render
-from servetune.sim.intake import prompt_pieces
+from servetune.sim.intake import Refusal, json_object, prompt_pieces
 from servetune.sim.memory import MemoryPlan, plan_memory
 from servetune.sim.realtime import RealtimeEngine
 from servetune.sim.step_writer import WRITER_MODES, WriterMode, writer_mode
@@ -136,13 +134,9 @@ class SimServer:
         ex.respond_json(200, {**self.r.summary(), "memory": self.mem.model_dump()})
 
     def _tokenize(self, ex: Exchange) -> None:
-        try:
-            payload = orjson.loads(ex.body) if ex.body else {}
-        except orjson.JSONDecodeError as exc:
-            ex.error(400, f"invalid JSON body: {exc}", "BadRequestError")
-            return
-        if not isinstance(payload, dict):
-            ex.error(400, "invalid JSON body: the body must be a JSON object", "BadRequestError")
+        payload = json_object(ex.body)
+        if isinstance(payload, Refusal):
+            ex.error(payload.status, payload.message, payload.type)
             return
         n, pieces = prompt_pieces(payload, "messages" in payload)
         ids = self.tok.encode(" ".join(pieces)) if pieces else []
