@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import signal
 import socket
 import sys
 import time
@@ -34,10 +35,14 @@ def assert_group_gone(pgid: int) -> None:
     assert group_members(pgid) == [], f"processes left in group {pgid}"
 
 
-def test_free_port_is_bindable() -> None:
+def test_free_port_is_bindable_and_not_in_use() -> None:
     port = free_port()
+    assert 1024 < port < 65536
     with socket.socket() as s:
-        s.bind(("127.0.0.1", port))
+        s.bind(("127.0.0.1", port))  # raises if the port were taken
+        s.listen()
+        # while we hold it, the next free port is another one
+        assert free_port() != port
 
 
 def test_ready_then_stop_leaves_no_process(tmp_path: Path) -> None:
@@ -135,9 +140,17 @@ def test_sigterm_ignored_falls_back_to_sigkill(tmp_path: Path) -> None:
 
 
 def test_stop_is_idempotent(tmp_path: Path) -> None:
+    """A second stop (and the context manager's) finds nothing to do: it returns the same
+    exit status at once, signals nobody, and waits no grace period."""
     with running(fake_spec("serve"), tmp_path / "engine.log", 30) as eng:
-        eng.stop()
-        assert eng.stop() is not None
+        first = eng.stop()
+        assert first == -signal.SIGTERM, "the engine ended by our SIGTERM"
+        assert not eng.alive()
+        assert_group_gone(eng.pgid)
+        t0 = time.monotonic()
+        assert eng.stop(grace_s=30) == first
+        assert time.monotonic() - t0 < 5, "a second stop waited for a grace period"
+    assert eng.returncode() == first
 
 
 def test_missing_executable_is_an_engine_error(tmp_path: Path) -> None:
