@@ -42,6 +42,7 @@ Handler = Callable[["Exchange"], Awaitable[None] | None]
 ErrorBody = Callable[[int, str], bytes]
 
 _NEW, _STREAMING, _DONE = 0, 1, 2
+_METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
 _ZERO_COPY_MIN = 8192
 """Chunks at least this big go out as three buffers (size line, data, CRLF) with
 ``writelines`` instead of being copied into one."""
@@ -185,16 +186,8 @@ class Exchange:
 
     def send(self, data: bytes) -> None:
         """One piece of the streamed body (framed here; large pieces are not copied)."""
-        if not data or self.state != _STREAMING:
-            return
-        if self._held:
-            self._release()
-        if not self._chunked:
-            self.conn.write(data)
-        elif len(data) < _ZERO_COPY_MIN:
-            self.conn.write(b"%x\r\n%s\r\n" % (len(data), data))
-        else:
-            self.conn.writelines((b"%x\r\n" % len(data), data, b"\r\n"))
+        if data and self.state == _STREAMING:
+            self._out(data, b"\r\n" if self._chunked else b"")
 
     def frame(self, data: bytes, last: bool = False) -> bytes:
         """``data`` framed for this stream (and the end of the body when ``last``), for
@@ -214,14 +207,24 @@ class Exchange:
         """The last piece (optional) and the end of the streamed body."""
         if self.state != _STREAMING:
             return
-        if self._chunked:
-            self.send_framed(wire.frame_last(data))
-        elif data or self._held:
-            self.send_framed(data)
+        if not self._chunked:
+            if data or self._held:
+                self._out(data, b"")
+        elif data:
+            self._out(data, b"\r\n0\r\n\r\n")
+        else:
+            self.send_framed(wire.LAST_CHUNK)
         self.complete()
 
-    def _release(self) -> None:
-        self.conn.write(self._held)
+    def _out(self, data: bytes, tail: bytes) -> None:
+        """Write ``data`` (with its size line when chunked, the held head first) and
+        ``tail``: one small buffer, or several without copying a large ``data``."""
+        size = b"%x\r\n" % len(data) if self._chunked else b""
+        held = self._held
+        if len(data) < _ZERO_COPY_MIN:
+            self.conn.write(held + size + data + tail if held else size + data + tail)
+        else:
+            self.conn.writelines([held + size, data, tail] if tail else [held + size, data])
         self._held = b""
 
     def complete(self) -> None:
@@ -268,6 +271,8 @@ class ServerConnection(asyncio.Protocol):
         self.now = 0
         self._head_bytes = 0
         self._body_bytes = 0
+        self._expect = False
+        self._http10: bool | None = None
         self._dispatching = False
         self._paused = False
         self._write_paused = False
@@ -345,32 +350,42 @@ class ServerConnection(asyncio.Protocol):
         self.parsing = Exchange(self, self.now)
         self._head_bytes = 0
         self._body_bytes = 0
+        self._expect = False
         self._idle_since = self.now / 1e9  # a request must arrive within the idle timeout
 
     def on_url(self, url: bytes) -> None:
-        ex = self.parsing
-        assert ex is not None
-        ex.target += url
-        self._count_head(len(url))
+        self.parsing.target += url  # type: ignore[union-attr]
+        self._head_bytes += len(url)
+        if self._head_bytes > self.limits.max_head_bytes:
+            raise _Refused(431, f"request head over {self.limits.max_head_bytes} bytes")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        ex = self.parsing
-        assert ex is not None
-        ex.headers.append((name.lower(), value))
-        self._count_head(len(name) + len(value))
+        name = name.lower()
+        self.parsing.headers.append((name, value))  # type: ignore[union-attr]
+        self._head_bytes += len(name) + len(value)
+        if self._head_bytes > self.limits.max_head_bytes:
+            raise _Refused(431, f"request head over {self.limits.max_head_bytes} bytes")
+        if name == b"expect" and value.lower() == b"100-continue":
+            self._expect = True
 
     def on_headers_complete(self) -> None:
         ex = self.parsing
         assert ex is not None
         p = self.parser
-        ex.method = p.get_method().decode("ascii", "replace")
+        raw = p.get_method()
+        ex.method = _METHODS.get(raw) or raw.decode("ascii", "replace")
         ex.keep_alive = p.should_keep_alive()
-        ex.http10 = p.get_http_version() == "1.0"
-        path, _, query = ex.target.partition(b"?")
-        ex.path = path.decode("latin-1")
-        ex.query = query.decode("latin-1")
-        expect = ex.header(b"expect")
-        if expect is not None and expect.lower() == b"100-continue":
+        if self._http10 is None:  # a connection does not change versions
+            self._http10 = p.get_http_version() == "1.0"
+        ex.http10 = self._http10
+        target = ex.target
+        q = target.find(b"?")
+        if q < 0:
+            ex.path = target.decode("latin-1")
+        else:
+            ex.path = target[:q].decode("latin-1")
+            ex.query = target[q + 1 :].decode("latin-1")
+        if self._expect:
             self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
@@ -395,11 +410,6 @@ class ServerConnection(asyncio.Protocol):
             self.transport.pause_reading()
         if self.current is None and not self._dispatching:
             self._dispatch()
-
-    def _count_head(self, n: int) -> None:
-        self._head_bytes += n
-        if self._head_bytes > self.limits.max_head_bytes:
-            raise _Refused(431, f"request head over {self.limits.max_head_bytes} bytes")
 
     # -- answering ------------------------------------------------------------------------
     def _dispatch(self) -> None:
