@@ -14,21 +14,22 @@ import argparse
 import math
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+from servetune.commands._result_dir import add_result_dir_argument, result_dir
+
+if TYPE_CHECKING:
+    from servetune.results.schema import BenchConfig
+    from servetune.results.sweep_schema import SweepResult
+    from servetune.sim.config import EngineConfig
 
 SEED_RATES = [8.0, 16.0, 32.0, 64.0, 128.0]
 BRACKET = (0.25, 0.5, 0.7, 0.85, 0.95)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--result-dir",
-        type=Path,
-        default=None,
-        help="where to write (default: demo-results/<time>)",
-    )
+    add_result_dir_argument(p, "demo", "demo")
     p.add_argument(
         "--num-prompts",
         type=int,
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from servetune.sweep.targets import offline_runner
 
     t_start = time.monotonic()
-    out: Path = args.result_dir or Path("demo-results") / f"{datetime.now():%Y%m%d-%H%M%S}"
+    out = result_dir(args, "demo")
     engine = EngineConfig(
         gpu="A100-80GB",
         model="Qwen/Qwen2.5-7B-Instruct",
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     )
     _say("== 1. Baseline configuration (the seed's), as vLLM would start it")
     mem = plan_memory(engine)
-    for line in _memory_lines(mem):
+    for line in mem.log_lines():
         _say(f"   {line}")
 
     _say("\n== 2. Saturation probe: every request at once (request rate inf), virtual clock")
@@ -153,32 +154,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _memory_lines(mem: Any) -> list[str]:
-    lines = getattr(mem, "log_lines", None)
-    if callable(lines):
-        return list(lines())
-    if isinstance(lines, list):
-        return lines
-    return [str(mem)]
-
-
-def _comfortable_concurrency(sweep: Any) -> float | None:
+def _comfortable_concurrency(sweep: SweepResult) -> float | None:
     knee = sweep.knee
     v = knee.concurrency if knee is not None else None
     return float(v) if v is not None and math.isfinite(v) else None
 
 
 def _diagnosis(path: Path) -> str | None:
-    try:
-        from servetune.diagnose import diagnose_path
-    except ImportError:
-        return None
-    result = diagnose_path(path)
-    headline = getattr(result, "headline", None)
-    return str(headline) if headline else None
+    from servetune.diagnose import diagnose_path
+
+    return diagnose_path(path).headline or None
 
 
-def _realtime_level(engine: Any, bench: Any, sweep: Any, out: Path, seconds: float) -> str:
+def _realtime_level(
+    engine: EngineConfig, bench: BenchConfig, sweep: SweepResult, out: Path, seconds: float
+) -> str:
     """One level again in real time: the embedded server, the real HTTP client."""
     from servetune.loadgen.bench import bench as run_bench
     from servetune.sim.embedded import start_embedded
