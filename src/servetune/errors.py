@@ -18,6 +18,8 @@ configuration that will not start) reads the code, never the wording of the mess
 has a default code (its own name, e.g. ``config``); a raise site that callers decide on passes
 a specific one. The codes decided on today:
 
+    dataset, target, result, engine   (defaults of their classes)
+    target.model_not_served        (default of ModelNotServedError)
     config                         (default of ConfigError)
     knob.unknown                   a knob name the registry does not have
     knob.absent                    the engine has no such knob (the message names the engine)

@@ -283,3 +283,23 @@ def test_no_doctor_template_is_left_unfilled(command: str) -> None:
             texts += [t for a in f.actions for t in (a.title, a.expected, a.risk)]
             for text in texts:
                 assert "{" not in text and "}" not in text, text
+
+
+def test_refusal_fixes_follow_the_reason_code_not_the_wording() -> None:
+    from servetune.diagnose.doctor import _fix_candidates
+    from servetune.sim.config import EngineConfig
+
+    cfg = EngineConfig(
+        model="Qwen/Qwen2.5-7B-Instruct",
+        max_model_len=32768,
+        max_num_batched_tokens=8192,
+        enable_chunked_prefill=False,
+    )
+    err = SimError("whatever vLLM's next release prints", code="sim.batch_below_model_len")
+    assert _fix_candidates(cfg, None, err)[:2] == [
+        ("enable_chunked_prefill", True, 0),
+        ("max_num_batched_tokens", 32768, 0),
+    ]
+    with pytest.raises(SimError) as real:
+        cfg.resolve()
+    assert real.value.code == "sim.batch_below_model_len"

@@ -145,11 +145,12 @@ def test_measured_gpu_utilisation_decides_under_load(
 def test_a_capped_batch_without_compute_figures_is_an_experiment_not_a_verdict(
     scenario_dir: ScenarioDir, tmp_path: Path
 ) -> None:
-    """A real server with no GPU utilisation and no GPU/model: the cap's binding is shown,
-    whether raising it would help is not claimed; the finding offers the experiment."""
+    """A real server with no GPU utilisation and no GPU/model, started with --max-num-seqs 16
+    (given by --config): the cap's binding is shown, whether raising it would help is not
+    claimed; the finding offers the experiment."""
     d = _copy(scenario_dir, "batch_capped", tmp_path)
     _edit_run(d, _real_server)
-    diag = diagnose_path(d)
+    diag = diagnose_path(d, config="vllm serve Qwen/Qwen2.5-7B-Instruct --max-num-seqs 16")
     f = diag.finding("batch_capped")
     assert f is not None and f.kind == "cannot_tell"
     assert "sit at their cap (16)" in f.title
@@ -159,6 +160,25 @@ def test_a_capped_batch_without_compute_figures_is_an_experiment_not_a_verdict(
     assert over is not None and over.cause is not None
     assert "--max-num-seqs cap (16)" in over.cause and "cannot be told" in over.cause
     assert "raise_max_num_seqs" not in {a.id for g in diag.findings for a in g.actions}
+
+
+def test_a_cap_is_never_read_off_a_runs_peak(scenario_dir: ScenarioDir, tmp_path: Path) -> None:
+    """Issue 11 item 8: the server's --max-num-seqs was not known and the run's running
+    requests peaked at 16 — no advice may treat 16 as the cap ("raise --max-num-seqs → 32")."""
+    d = _copy(scenario_dir, "batch_capped", tmp_path)
+    _edit_run(d, _real_server)
+    diag = diagnose_path(d)
+    f = diag.finding("batch_capped")
+    assert f is not None and f.kind == "cannot_tell"
+    assert "--max-num-seqs is unknown" in f.title and "16" in f.title
+    for g in diag.findings:
+        for a in g.actions:
+            if a.knob == "max_num_seqs":
+                assert a.to_value is None and a.from_value is None, a.title
+                assert "32" not in a.title
+    over = diag.finding("overloaded")
+    assert over is not None and over.cause is not None
+    assert "peaked at 16" in over.cause and "unknown" in over.cause
 
 
 def test_no_request_records_means_the_growth_cannot_be_told(

@@ -15,8 +15,6 @@ from servetune.diagnose.figures import (
     GPU_UTIL_MISSING,
     Figures,
     compute_figures,
-    merge_intervals,
-    stretches,
 )
 from servetune.diagnose.knobs import KnownConfig
 from servetune.diagnose.rules import RULES, Rule
@@ -35,6 +33,7 @@ from servetune.results.server_series import ServerSample
 
 ALL_RULES = (*RULES, *DOCTOR_RULES)
 EXTRAS = {
+    "stall_examples",
     "quantization",
     "kv_cache_dtype",
     "running_cap_source",
@@ -96,18 +95,6 @@ def test_templates_format_by_unit_and_drop_when_a_figure_is_missing() -> None:
     assert fmt_ms(482.2) == "482 ms" and fmt_ms(1290.0) == "1.29 s" and fmt_ms(8.44) == "8.4 ms"
 
 
-def test_stretches_and_merged_stalls() -> None:
-    ts = np.arange(0.0, 5.0, 0.5)
-    mask = np.array([0, 1, 1, 1, 0, 0, 1, 0, 1, 1], dtype=bool)
-    got = stretches(ts, mask)
-    assert got[0] == (0.5, 1.75)  # the longest first
-    assert len(got) == 3
-    assert merge_intervals([(1.0, 2.0), (1.5, 2.5), (3.0, 4.0), (1.2, 1.3)]) == [
-        (1.0, 2.5),
-        (3.0, 4.0),
-    ]
-
-
 def _run(**summary: object) -> RunResult:
     return RunResult(
         config=BenchConfig(request_rate=4.0, num_prompts=100),
@@ -155,14 +142,19 @@ def test_too_few_samples_judge_no_duration() -> None:
     assert "too few" in fig.missing["kv_share_above_90"]
 
 
-def test_the_running_cap_is_the_knob_when_known_else_the_highest_count() -> None:
+def test_the_running_cap_is_the_servers_never_the_highest_count_seen() -> None:
     run = _run(completed=50, window_start_s=0.0, window_end_s=4.5, duration_s=4.5)
     running = [4, 8, 8, 8, 8, 8, 8, 8, 7, 8]
     series = _series([0.1] * 10, running=[float(x) for x in running])
     unknown = compute_figures(run, [], series, KnownConfig())
-    assert unknown.get("running_cap") == 8
-    assert unknown.get("running_at_cap_share") == pytest.approx(0.8)
-    assert "unknown" in unknown.texts["running_cap_source"]
+    assert not unknown.has("running_cap") and not unknown.has("running_at_cap_share")
+    assert (
+        "highest running count seen, 8, is what this run reached" in unknown.missing["running_cap"]
+    )
+    # a vLLM engine on a known GPU without --max-num-seqs runs at the registry's default
+    default = compute_figures(run, [], series, KnownConfig(source="t", gpu="A100-80GB"))
+    assert default.get("running_cap") == 256
+    assert "default" in default.texts["running_cap_source"]
     known = compute_figures(run, [], series, KnownConfig(source="t", values={"max_num_seqs": 64}))
     assert known.get("running_cap") == 64
     assert known.get("running_at_cap_share") == 0

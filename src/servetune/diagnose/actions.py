@@ -209,6 +209,28 @@ def _long_prefill_cap(fig: Figures) -> tuple[Any, Any] | None:
     return (None if old is None else int(old), new)
 
 
+def _smaller_steps(fig: Figures) -> tuple[Any, Any] | None:
+    """Halve the step budget (chunked prefill on): a step that carries a prefill chunk holds
+    the decodes about half as long. Never below the running cap or 512 tokens."""
+    if fig.get("enable_chunked_prefill") == 0:
+        return None
+    old = fig.get("max_num_batched_tokens")
+    if old is None:
+        return (None, None)
+    floor = max(512, int(fig.get("max_num_seqs") or 0))
+    longest, limit = fig.get("stall_longest_ms"), fig.get("stall_limit_ms")
+    if longest and limit and longest > limit:
+        # a step's time grows with its tokens: scale the budget so the longest stall would
+        # end below the stall limit (with a fifth to spare), down to a power of two
+        want = old * 0.8 * limit / longest
+        new = max(floor, 2 ** int(math.log2(max(want, 1.0))))
+    else:
+        new = max(floor, int(old) // 2)
+    if new >= old:
+        return None
+    return (int(old), new)
+
+
 def _tp_up(fig: Figures) -> tuple[Any, Any] | None:
     tp = fig.get("tensor_parallel_size")
     if tp is None:
@@ -467,6 +489,19 @@ ACTIONS: dict[str, ActionSpec] = {
             risk="the long prompt's own TTFT grows (more, smaller chunks); with a very small "
             "cap, prefill throughput drops",
             verify="P99 TTFT of the short prompts at the same load",
+        ),
+        ActionSpec(
+            id="shrink_prefill_steps",
+            knob="max_num_batched_tokens",
+            target=_smaller_steps,
+            title="shorten the steps that carry prefill: lower {flag} {old} → {new}",
+            expected="each step computes at most {new} tokens, so a step that carries "
+            "prefill holds the running streams back for a fraction of the time (a step's time "
+            "grows with its tokens)[[; the longest stall now {stall_longest_ms:ms}]]",
+            risk="prefill throughput drops and long prompts' TTFT grows (more, smaller "
+            "chunks); below the running batch it caps decode too",
+            verify="the longest gap between two tokens, P99 ITL and TPOT, and TTFT at the "
+            "same load",
         ),
         ActionSpec(
             id="cap_input_length",

@@ -34,6 +34,7 @@ from servetune.diagnose.knobs import from_engine_config, planner_fields
 from servetune.diagnose.model import Action, Diagnosis, Finding
 from servetune.diagnose.rules import RULES_BY_ID, Rule
 from servetune.errors import ConfigError, ServetuneError, SimError
+from servetune.metrics.timeline import STALL_MIN_MS
 from servetune.sim.config import EngineConfig, ResolvedConfig
 from servetune.sim.memory import MemoryPlan, plan_memory
 
@@ -43,7 +44,7 @@ WORKLOAD_MISSING = (
 )
 OVERSIZED = 4.0
 POOL_GAIN = 0.02
-STALL_MS = 250.0
+STALL_MS = STALL_MIN_MS
 CAP_BINDS = 4.0
 
 
@@ -365,22 +366,23 @@ def config_figures(
 def _fix_candidates(
     cfg: EngineConfig, r: ResolvedConfig | None, err: SimError
 ) -> list[tuple[str, Any, int]]:
-    """(knob, value, cost step) changes worth trying for this refusal."""
-    msg = err.message
+    """(knob, value, cost step) changes worth trying for this refusal, chosen by its reason
+    code (:mod:`servetune.errors`), never by the wording of its message."""
+    code = err.code
     out: list[tuple[str, Any, int]] = []
     util = cfg.gpu_memory_utilization
     mml = r.max_model_len if r is not None else cfg.max_model_len
-    if "max_num_batched_tokens" in msg and "smaller than max_model_len" in msg:
+    if code == "sim.batch_below_model_len":
         out.append(("enable_chunked_prefill", True, 0))
         if mml is not None:
             out.append(("max_num_batched_tokens", mml, 0))
         return out
-    if "derived max_model_len" in msg and r is None:
+    if code == "sim.model_len_above_model" and r is None:
         from servetune.sim.catalog import find_model
 
         out.append(("max_model_len", find_model(cfg.model).max_position_embeddings, 0))
         return out
-    if "Free memory on device" in msg or "graph capture" in msg:
+    if code in ("sim.free_memory_short", "sim.graph_capture_oom"):
         for v in (0.92, 0.9, 0.85):
             if v < util:
                 out.append(("gpu_memory_utilization", v, 0))
@@ -392,7 +394,7 @@ def _fix_candidates(
     for v in (0.92, 0.95):
         if v > util:
             out.append(("gpu_memory_utilization", v, 2))
-    if "max seq len" in msg and mml:
+    if code == "sim.model_len_above_pool" and mml:
         # vLLM's "estimated maximum model length": what the pool holds (it does not depend
         # on max_model_len itself).
         try:
@@ -402,7 +404,7 @@ def _fix_candidates(
         for cand in (pool, mml // 2, mml // 4):
             if cand and cand < mml:
                 out.append(("max_model_len", (int(cand) // 1024) * 1024 or int(cand), 2))
-    if "No available memory" in msg and r is not None:
+    if code == "sim.no_kv_memory" and r is not None:
         out.append(("max_num_batched_tokens", max(2048, r.max_num_batched_tokens // 2), 0))
     for tp in (2, 4, 8):
         if tp > cfg.tensor_parallel_size:

@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from servetune.diagnose.actions import PROCEDURE, build_action
-from servetune.diagnose.conditions import Condition, render, template_fields
+from servetune.diagnose.conditions import Condition, fmt_ms, render, template_fields
 from servetune.diagnose.figures import MIN_SAMPLES, Figures, compute_figures, read_series_tolerant
 from servetune.diagnose.knobs import KnownConfig, known_config
 from servetune.diagnose.model import KIND_ORDER, Diagnosis, Finding
-from servetune.diagnose.rules import CAUSES, RULES, SPARE_COMPUTE, Rule
+from servetune.diagnose.rules import CAUSES, PREFILL_STALLS, RULES, SPARE_COMPUTE, Rule
 from servetune.errors import ServetuneError
+from servetune.metrics.timeline import TAIL_RATIO
 from servetune.results.io import read_records, read_run_result
 from servetune.results.record import RequestRecord
 from servetune.results.schema import RunResult
@@ -140,7 +141,8 @@ def _limiter(found: dict[str, Finding], fig: Figures) -> str:
             return {
                 "kv_pool_full": "the KV pool (see: KV pool full)",
                 "batch_capped": "the --max-num-seqs cap (see: batch capped)",
-                "prefill_blocked": "long prefills (see: long prompts block)",
+                "prefill_blocked": "long prefills (see: long prefills stall the decodes)",
+                "prefill_chunks_stall": "prefill chunks (see: prefill chunks stall the decodes)",
                 "short_prompts_wait": "long prefills (see: short prompts wait)",
             }[rule]
     capped = found.get("batch_capped")
@@ -150,7 +152,7 @@ def _limiter(found: dict[str, Finding], fig: Figures) -> str:
             f"the --max-num-seqs cap ({cap:.0f}) as far as the metrics show — whether the GPU "
             "has compute for a bigger batch cannot be told"
             if cap is not None
-            else "the running cap, as far as the metrics show"
+            else _cap_unknown(fig)
         )
     util = fig.get("gpu_utilization_mean")
     est = fig.get("compute_use_est")
@@ -162,6 +164,15 @@ def _limiter(found: dict[str, Finding], fig: Figures) -> str:
             )
         return f"the engine's step time (GPU utilisation {util:.0%})"
     return "not identified from the metrics available"
+
+
+def _cap_unknown(fig: Figures) -> str:
+    peak = fig.get("running_max")
+    seen = f": running requests peaked at {peak:.0f}" if peak is not None else ""
+    return (
+        f"not identified from the metrics available{seen}, and whether that is the server's "
+        '--max-num-seqs is unknown (pass --config "vllm serve MODEL …")'
+    )
 
 
 def rank(findings: Sequence[Finding]) -> list[Finding]:
@@ -182,10 +193,104 @@ def evaluate(fig: Figures, rules: Sequence[Rule] = RULES) -> list[Finding]:
         if any(found.get(c) is not None and found[c].kind == "bottleneck" for c in CAUSES):
             # The cause's finding carries the cost-ordered fixes; here only what is left.
             over.actions = [a for a in over.actions if a.cost_step >= 3]
+    tail = tail_finding(fig, found)
+    if tail is not None:
+        found[tail.rule] = tail
     findings = rank(list(found.values()))
     if not any(f.kind in ("bottleneck", "warning") for f in findings):
         findings.insert(0, healthy_finding(fig, findings))
     return findings
+
+
+TAIL_EXPLAINED_BY = (
+    "prefill_blocked",
+    "prefill_chunks_stall",
+    "short_prompts_wait",
+    "kv_pool_full",
+    "overloaded",
+    "burst",
+    "client_behind",
+)
+"""Verdicts that explain a long TPOT/ITL tail themselves (stalls, preemptions, queueing, a
+burst, a client that could not keep up)."""
+
+
+def tail_finding(fig: Figures, found: dict[str, Finding]) -> Finding | None:
+    """A P99 TPOT or ITL ≥ 5× its median is never left unexplained: when no verdict that
+    explains it fired, say where the slow gaps come from (prefills in the same steps), or that
+    the client's data does not show it — a warning, so the run is not called healthy."""
+    ratios = {
+        "TPOT": (fig.get("tpot_tail_ratio"), fig.get("tpot_p99_ms"), fig.get("tpot_p50_ms")),
+        "ITL": (fig.get("itl_tail_ratio"), fig.get("itl_p99_ms"), fig.get("itl_p50_ms")),
+    }
+    over = {k: v for k, v in ratios.items() if v[0] is not None and v[0] >= TAIL_RATIO}
+    if not over:
+        return None
+    if any(found.get(r) is not None and found[r].kind == "bottleneck" for r in TAIL_EXPLAINED_BY):
+        return None
+    if any(found.get(r) is not None and found[r].kind == "warning" for r in TAIL_EXPLAINED_BY):
+        return None
+    parts = [
+        f"P99 {name} {fmt_ms(p99 or 0)} = {ratio:.1f}× its median ({fmt_ms(p50 or 0)})"
+        for name, (ratio, p99, p50) in over.items()
+    ]
+    evidence = list(parts)
+    for template in (
+        "slow gaps (≥ 5× the P50 ITL): {slow_gaps:int}, of which {slow_gaps_at_prefill_share:pct} "
+        "came while another request was prefilled",
+        "stalls ≥ {stall_limit_ms:ms}: {stalls:int}; {stall_examples}",
+        "step budget --max-num-batched-tokens {max_num_batched_tokens:tok}; chunked prefill "
+        "{enable_chunked_prefill:flag}",
+    ):
+        line = render(template, fig)
+        if line:
+            evidence.append(line)
+    share = fig.get("slow_gaps_at_prefill_share")
+    seed = "(measurement validity) a tail is a finding: P99 TPOT or ITL ≥ 5× its median"
+    if share is not None and share >= PREFILL_STALLS:
+        budget = fig.get("max_num_batched_tokens")
+        steps = f"of up to {budget:,.0f} tokens " if budget else ""
+        title = (
+            "; ".join(parts)
+            + f": the slow gaps come when prefills {steps}run in the same engine steps as the "
+            "decodes (no stall long enough to be a bottleneck)"
+        )
+        actions = [
+            a
+            for a in (
+                build_action(i, fig) for i in ("shrink_prefill_steps", "long_prefill_threshold")
+            )
+            if a is not None
+        ]
+        return Finding(
+            rule="latency_tail",
+            kind="advisory",
+            title=title,
+            seed=seed,
+            confidence="medium",
+            priority=40,
+            evidence=evidence,
+            actions=actions,
+            figures={k: fig.values[k] for k in ("tpot_tail_ratio", "itl_tail_ratio") if fig.has(k)},
+        )
+    why = (
+        "the slow gaps do not line up with prefills"
+        if share is not None
+        else "the streams' gaps could not be attributed (no per-token times)"
+    )
+    return Finding(
+        rule="latency_tail",
+        kind="warning",
+        title="; ".join(parts)
+        + f": a latency tail whose cause the run's data does not show ({why}) — look for "
+        "preemptions, host pauses or another tenant in the server's log before trusting the "
+        "median",
+        seed=seed,
+        confidence="low",
+        priority=45,
+        evidence=evidence,
+        figures={k: fig.values[k] for k in ("tpot_tail_ratio", "itl_tail_ratio") if fig.has(k)},
+    )
 
 
 def healthy_finding(fig: Figures, others: Sequence[Finding]) -> Finding:
@@ -202,6 +307,9 @@ def healthy_finding(fig: Figures, others: Sequence[Finding]) -> Finding:
             if line:
                 parts.append(line)
     unknown = [f for f in others if f.kind == "cannot_tell"]
+    tail = next((f for f in others if f.rule == "latency_tail"), None)
+    if tail is not None:
+        parts = [p for p in parts if not p.startswith("P99 TPOT")] + [tail.title]
     title = "Healthy: no bottleneck found"
     if unknown:
         title += f" (but {len(unknown)} rule(s) could not be evaluated)"

@@ -9,20 +9,20 @@ a guessed value. Durations are shares of the measured window: the server is scra
 fixed interval, so the share of samples is the share of time; the stretches where a gauge
 stayed past a threshold are kept too (``windows``), in seconds on the run clock.
 
-Computed here because ``server_summary`` does not (yet) give them: the share of the window
-with requests waiting, the share with the running count at its cap, stretches above/below a
-threshold, the growth of requests in flight while the client was sending, and the
-estimated compute load.
+The statistics are defined in ``servetune.metrics`` (stretches, slopes, served/sent, stream
+stalls and the prefills in them: :mod:`servetune.metrics.timeline`); the compute load uses the
+simulated engine's FLOP model (:func:`servetune.sim.perf.model_flops`). Here they are only
+named, put together for one run, and explained when missing. Engine knobs come from the
+configuration known for the run (:mod:`servetune.diagnose.knobs`): a cap the server's
+configuration does not give is unknown, never read off what a run happened to reach.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -30,6 +30,18 @@ from servetune.diagnose.knobs import KnownConfig
 from servetune.errors import ServetuneError
 from servetune.metrics.prefix_check import check_prefix_cache
 from servetune.metrics.server_summary import summarize_server
+from servetune.metrics.timeline import (
+    TAIL_RATIO,
+    Stall,
+    attribution_tolerance_s,
+    in_flight,
+    served_vs_sent,
+    slope,
+    stall_limit_ms,
+    stream_stalls,
+    stretches,
+    tail_ratio,
+)
 from servetune.results import server_series as ss
 from servetune.results.record import RequestRecord
 from servetune.results.schema import RunResult
@@ -39,9 +51,6 @@ MIN_SAMPLES = 6
 """Fewer server samples than this in the window: no durations are judged."""
 MIN_SENDING_S = 2.0
 """A sending period shorter than this shows no trend in the requests in flight."""
-STALL_FACTOR = 10.0
-STALL_MIN_MS = 250.0
-"""A gap between two tokens of one stream is a stall when ≥ 10× the median gap and ≥ 250 ms."""
 
 GPU_UTIL_MISSING = "GPU utilisation not measured (pass --dcgm-url or run on the GPU host)"
 MODEL_GPU_MISSING = (
@@ -86,6 +95,20 @@ FIGURES: dict[str, FigureDef] = {
     "itl_stall_ratio": FigureDef("longest token gap / P50 ITL", "ratio"),
     "stalls": FigureDef(
         "engine stalls seen by the streams (token gaps ≥ 10× P50 ITL and ≥ 250 ms)", "count"
+    ),
+    "stall_limit_ms": FigureDef("shortest token gap counted as a stall", "ms"),
+    "stall_longest_ms": FigureDef("longest stall", "ms"),
+    "stalled_streams": FigureDef("requests whose stream stalled", "count"),
+    "stalls_at_prefill": FigureDef("stalls in which another request was prefilled", "count"),
+    "stalls_at_prefill_share": FigureDef(
+        "share of the stalls in which another request was prefilled", "pct"
+    ),
+    "stall_prompt_max": FigureDef("longest prompt prefilled during a stall", "tokens"),
+    "tpot_tail_ratio": FigureDef("P99 TPOT / P50 TPOT", "ratio"),
+    "itl_tail_ratio": FigureDef("P99 ITL / P50 ITL", "ratio"),
+    "slow_gaps": FigureDef("token gaps ≥ 5× the P50 ITL (merged over streams)", "count"),
+    "slow_gaps_at_prefill_share": FigureDef(
+        "share of the slow token gaps in which another request was prefilled", "pct"
     ),
     "input_len_p50": FigureDef("median prompt length", "tokens"),
     "input_len_max": FigureDef("longest prompt", "tokens"),
@@ -158,6 +181,12 @@ FIGURES: dict[str, FigureDef] = {
     "compute_use_est": FigureDef(
         "estimated compute load (model FLOPs per token × tokens/s ÷ the GPU's peak)", "pct"
     ),
+    "compute_ceiling": FigureDef(
+        "share of the peak the engine reaches at best (the step model's calibrated MFU)", "pct"
+    ),
+    "compute_of_ceiling": FigureDef("estimated compute load / what the engine reaches", "pct"),
+    "server_prompt_tokens_per_s": FigureDef("prompt tokens per second (server)", "tok/s"),
+    "server_generation_tokens_per_s": FigureDef("generated tokens per second (server)", "tok/s"),
     # the config doctor
     "workload_input_len": FigureDef("workload prompt length (mean)", "tokens"),
     "workload_output_len": FigureDef("workload output length (mean)", "tokens"),
@@ -209,40 +238,6 @@ class Figures:
 
 
 # --- helpers ------------------------------------------------------------------------------
-
-
-def stretches(
-    ts: np.ndarray, mask: np.ndarray, step: float | None = None
-) -> list[tuple[float, float]]:
-    """Maximal runs of consecutive True samples as (start, end) seconds, longest first."""
-    if ts.size == 0:
-        return []
-    if step is None:
-        step = float(np.median(np.diff(ts))) if ts.size > 1 else 0.0
-    out: list[tuple[float, float]] = []
-    start: float | None = None
-    prev = float(ts[0])
-    for t, m in zip(ts.tolist(), mask.tolist(), strict=True):
-        if m and start is None:
-            start = t
-        elif not m and start is not None:
-            out.append((start, prev + step / 2))
-            start = None
-        prev = t
-    if start is not None:
-        out.append((start, prev + step / 2))
-    return sorted(out, key=lambda w: w[0] - w[1])
-
-
-def merge_intervals(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Overlapping (start, end) spans merged: one engine stall seen by many streams is one."""
-    out: list[tuple[float, float]] = []
-    for a, b in sorted(spans):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
 
 
 def _gauge(samples: Sequence[ServerSample], concept: str) -> tuple[np.ndarray, np.ndarray]:
@@ -311,6 +306,8 @@ def _client(fig: Figures, run: RunResult) -> None:
         fig.put(f"{name}_p99_ms", st.p99, no_req)
     fig.put("ttft_max_ms", s.ttft.max)
     fig.put("itl_max_ms", s.itl.max, "no stream had two tokens")
+    fig.put("tpot_tail_ratio", tail_ratio(s.tpot.p99, s.tpot.p50))
+    fig.put("itl_tail_ratio", tail_ratio(s.itl.p99, s.itl.p50))
     p50, p99 = s.ttft.p50, s.ttft.p99
     if p50 and p99 is not None and p50 > 0:
         fig.put("ttft_spike_ratio", p99 / p50)
@@ -372,19 +369,7 @@ def _records(fig: Figures, run: RunResult, records: Sequence[RequestRecord]) -> 
             p50 = fig.get("ttft_p50_ms")
             if p50:
                 fig.put("ttft_short_spike_ratio", short_p99 / p50)
-        itl_p50 = fig.get("itl_p50_ms")
-        if itl_p50 is not None:
-            limit = max(STALL_FACTOR * itl_p50, STALL_MIN_MS)
-            stalls: list[tuple[float, float]] = []
-            for r in ok:
-                ch = r.chunk_ns
-                for a, b in itertools.pairwise(ch):
-                    if (b - a) / 1e6 >= limit:
-                        stalls.append((a / 1e9, b / 1e9))
-            events = merge_intervals(stalls)
-            fig.put("stalls", len(events))
-            fig.windows["stall_windows"] = sorted(events, key=lambda w: w[0] - w[1])
-            fig.texts["stall_limit_ms"] = f"{limit:.0f}"
+        _stalls(fig, records)
     sends = np.sort(np.array([r.send_ns for r in records], dtype=float) / 1e9)
     ends = np.sort(np.array([r.end_ns for r in records], dtype=float) / 1e9)
     t0, t1 = float(sends[0]), float(sends[-1])
@@ -405,15 +390,13 @@ def _records(fig: Figures, run: RunResult, records: Sequence[RequestRecord]) -> 
             fig.miss(name, why)
         return
     ts = np.arange(t0, t1, min(0.5, (t1 - t0) / 20))
-    inflight = np.searchsorted(sends, ts, "right") - np.searchsorted(ends, ts, "right")
+    inflight = in_flight(sends, ends, ts)
     fig.put("inflight_mean", float(inflight.mean()))
-    tc = ts - ts.mean()
-    growth = float((tc * (inflight - inflight.mean())).sum() / (tc @ tc))
+    growth = slope(ts, inflight)
     fig.put("inflight_growth_per_s", growth)
     offered = fig.get("offered_rate")
     late = ts >= (t0 + t1) / 2
-    tl = ts[late] - ts[late].mean()
-    late_growth = float((tl * (inflight[late] - inflight[late].mean())).sum() / (tl @ tl))
+    late_growth = slope(ts[late], inflight[late])
     fig.put("inflight_growth_late_per_s", late_growth)
     if offered:
         fig.put("inflight_growth_share", growth / offered)
@@ -436,15 +419,65 @@ def _records(fig: Figures, run: RunResult, records: Sequence[RequestRecord]) -> 
             f"(median {early_e2e:.1f} s)",
         )
         return
-    mid = (t0 + t1) / 2
-    sent = int(np.count_nonzero((sends >= mid) & (sends <= t1)))
-    served = int(np.count_nonzero((ends >= mid) & (ends <= t1)))
-    if sent >= 5:
-        fig.put("served_sent_ratio", served / sent)
-        # How many standard deviations the shortfall is (counts are Poisson-like).
-        fig.put("served_deficit_z", (sent - served) / math.sqrt(sent + served))
+    half = served_vs_sent(sends, ends, (t0 + t1) / 2, t1)
+    if half.sent >= 5:
+        fig.put("served_sent_ratio", half.ratio)
+        fig.put("served_deficit_z", half.deficit_z)
         if offered is not None:
-            fig.put("served_rate", offered * served / sent)
+            fig.put("served_rate", offered * half.ratio)
+
+
+def _stalls(fig: Figures, records: Sequence[RequestRecord]) -> None:
+    """Stalls of the streams and the prefills that ran in them; the slow gaps (≥ 5× the P50
+    ITL) likewise, for a tail that is not yet a stall."""
+    itl_p50 = fig.get("itl_p50_ms")
+    if itl_p50 is None:
+        return
+    limit = stall_limit_ms(itl_p50)
+    tol = attribution_tolerance_s(itl_p50)
+    events = stream_stalls(records, limit, tol)
+    fig.put("stall_limit_ms", limit)
+    fig.put("stalls", len(events))
+    fig.windows["stall_windows"] = sorted(
+        ((e.start_s, e.end_s) for e in events), key=lambda w: w[0] - w[1]
+    )
+    if not events:
+        fig.put("stalls_at_prefill", 0)
+        fig.put("stalled_streams", 0)
+    else:
+        at_prefill = [e for e in events if e.prefills]
+        fig.put("stall_longest_ms", max(e.longest_gap_ms for e in events))
+        fig.put("stalled_streams", len({r for e in events for r in e.streams}))
+        fig.put("stalls_at_prefill", len(at_prefill))
+        fig.put("stalls_at_prefill_share", len(at_prefill) / len(events))
+        culprits = [c for c in (e.culprit for e in at_prefill) if c is not None]
+        if culprits:
+            fig.put("stall_prompt_max", max(c.prompt_tokens for c in culprits))
+        examples = sorted(events, key=lambda e: -e.duration_ms)[:3]
+        fig.texts["stall_examples"] = "; ".join(_stall_text(e) for e in examples)
+    if itl_p50 > 0:
+        slow = stream_stalls(records, TAIL_RATIO * itl_p50, tol)
+        fig.put("slow_gaps", len(slow))
+        if slow:
+            fig.put("slow_gaps_at_prefill_share", sum(1 for e in slow if e.prefills) / len(slow))
+
+
+def _stall_text(e: Stall) -> str:
+    n = len(e.streams)
+    text = (
+        f"{e.start_s:.1f}–{e.end_s:.1f} s: {n} stream{'s' * (n != 1)} waited up to "
+        f"{e.longest_gap_ms / 1e3:.2f} s"
+    )
+    c = e.culprit
+    if c is not None:
+        others = len(e.prefills) - 1
+        text += (
+            f" while the engine prefilled request {c.request} ({c.prompt_tokens:,} prompt "
+            f"tokens" + (f", and {others} more" if others > 0 else "") + ")"
+        )
+    else:
+        text += " with no prefill finishing then (not a prefill stall)"
+    return text
 
 
 # --- server -------------------------------------------------------------------------------
@@ -525,17 +558,23 @@ def _server(
         fig.put("running_mean", summ["running_mean"])
         fig.put("running_max", summ["running_max"])
         ts, run_v = _gauge(win, ss.RUNNING)
-        if cap_knob:
-            cap = float(cap_knob)
+        cap = float(cap_knob) if cap_knob else None
+        if cap is not None:
             fig.texts["running_cap_source"] = f"--max-num-seqs {int(cap)}"
         else:
-            cap = float(summ["running_max"])
-            fig.texts["running_cap_source"] = (
-                f"the highest running count seen ({int(cap)}; --max-num-seqs unknown)"
-            )
-        fig.put("running_cap", cap)
+            cap, source = _default_cap(fig)
+            fig.texts["running_cap_source"] = source
+        fig.put(
+            "running_cap",
+            cap,
+            f"the server's --max-num-seqs is unknown (the highest running count seen, "
+            f"{int(summ['running_max'])}, is what this run reached, not the cap): pass "
+            '--config "vllm serve MODEL …" with the command the server was started with',
+        )
         if few:
             fig.miss("running_at_cap_share", few_why)
+        elif cap is None:
+            fig.miss("running_at_cap_share", fig.missing.get("running_cap", "cap unknown"))
         elif cap > 0:
             at_cap = run_v >= max(cap - 0.5, 0.95 * cap)
             fig.put("running_at_cap_share", float(at_cap.mean()))
@@ -580,7 +619,28 @@ def _server(
         fig.miss("queue_p99_ms", "the engine's queue-time histogram is not exposed")
     for key in ("prompt_tokens_per_s", "generation_tokens_per_s"):
         if key in summ:
-            fig.texts[key] = repr(float(summ[key]))
+            fig.put(f"server_{key}", float(summ[key]))
+
+
+def _default_cap(fig: Figures) -> tuple[float | None, str]:
+    """The running cap from the knob registry's default, when the engine and the GPU are
+    known (``--max-num-seqs`` left at vLLM's default); else unknown."""
+    cfg = fig.config
+    if cfg.engine not in ("vllm", "sim", "vllm-cpu") or not cfg.gpu or cfg.source == "unknown":
+        return None, "--max-num-seqs unknown"
+    from servetune.knobs import DefaultContext, default
+    from servetune.sim.catalog import find_gpu
+
+    try:
+        gpu = find_gpu(cfg.gpu)
+    except ServetuneError:
+        return None, "--max-num-seqs unknown"
+    value = default(
+        cfg.engine, "max_num_seqs", DefaultContext(device_name=gpu.name, device_gib=gpu.usable_gib)
+    )
+    if value is None:
+        return None, "--max-num-seqs unknown"
+    return float(value), f"vLLM's default --max-num-seqs {int(value)} on {gpu.name}"
 
 
 # --- knobs and derived ----------------------------------------------------------------------
@@ -623,17 +683,6 @@ def _knobs(fig: Figures, run: RunResult) -> None:
     fig.put("kv_pool_tokens", pool, "the KV pool size is unknown (the server does not say)")
 
 
-def flops_per_token(model: Any, input_len: float, output_len: float) -> tuple[float, float]:
-    """(FLOPs per prompt token, FLOPs per generated token) of a dense decoder: 2 × linear
-    weights, the lm_head for generated tokens, causal attention over the context."""
-    lin = 2.0 * model.num_hidden_layers * model.layer_linear_params
-    attn = 4.0 * model.num_hidden_layers * model.q_dim
-    head = 2.0 * model.hidden_size * model.vocab_size
-    prompt = lin + attn * input_len / 2
-    gen = lin + head + attn * (input_len + output_len / 2)
-    return prompt, gen
-
-
 def _derived(fig: Figures, run: RunResult) -> None:
     seqs = fig.get("max_num_seqs")
     running = fig.get("running_mean")
@@ -666,15 +715,28 @@ def _derived(fig: Figures, run: RunResult) -> None:
     if s.duration_s <= 0 or s.completed == 0:
         fig.miss("compute_use_est", "no completed request to count tokens from")
         return
+    from servetune.sim.catalog import efficiency
+    from servetune.sim.perf import model_flops, peak_flops
+
     in_len = fig.get("input_len_p50") or 0.0
     out_len = fig.get("output_len_mean") or 0.0
-    p_rate = float(fig.texts.get("prompt_tokens_per_s", s.total_input_tokens / s.duration_s))
-    g_rate = float(fig.texts.get("generation_tokens_per_s", s.output_throughput))
-    fp, fg = flops_per_token(model, in_len, out_len)
+    p_rate = fig.get("server_prompt_tokens_per_s")
+    g_rate = fig.get("server_generation_tokens_per_s")
+    if p_rate is None:
+        p_rate = s.total_input_tokens / s.duration_s
+    if g_rate is None:
+        g_rate = s.output_throughput
+    fp, fg = model_flops(model).per_token(in_len, out_len)
     tp = int(cfg.get("tensor_parallel_size") or 1)
-    fp8 = cfg.get("quantization") == "fp8" and gpu.fp8_tflops is not None
-    peak = (gpu.fp8_tflops if fp8 and gpu.fp8_tflops else gpu.bf16_tflops) * 1e12 * tp
-    fig.put("compute_use_est", (p_rate * fp + g_rate * fg) / peak)
+    quant = cfg.get("quantization")
+    peak = peak_flops(gpu, quant if isinstance(quant, str) else None, tp)
+    fp8 = quant == "fp8" and gpu.fp8_tflops is not None
+    est = (p_rate * fp + g_rate * fg) / peak
+    fig.put("compute_use_est", est)
+    ceiling = efficiency(gpu).mfu
+    fig.put("compute_ceiling", ceiling)
+    if ceiling > 0:
+        fig.put("compute_of_ceiling", est / ceiling)
     fig.texts["compute_peak"] = (
         f"{peak / 1e12:.0f} TFLOP/s ({'fp8' if fp8 else 'bf16'} peak of {tp}× {gpu.name})"
     )

@@ -14,8 +14,10 @@ table: P99 latency shoots up → past the comfortable load   ``overloaded`` (and
 table: OOM → lower --gpu-memory-utilization/--max-model-len ``oom`` (run) and the config
                                                            doctor's ``will_not_start``
 table: TTFT spikes → long prompts block                    ``prefill_blocked`` (chunked
-                                                           prefill off), ``short_prompts_wait``
-                                                           (on)
+                                                           prefill off), ``prefill_chunks_stall``
+                                                           and ``short_prompts_wait`` (on)
+(a P99 TPOT or ITL ≥ 5× its median is never healthy)       ``latency_tail`` (evaluate.py: the
+                                                           cause named, or said unknown)
 table: quality drops after quantization                    ``quantized_quality``
 cost order: quantize → 80%+ use → rate-limit → add GPUs    the order of every action list
 =========================================================  ===============================
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from servetune.diagnose.conditions import AnyOf, Cond, Condition
+from servetune.metrics.timeline import STALL_MIN_MS, TAIL_RATIO
 
 # Thresholds (shares are of the measured window).
 LONG_SHARE = 0.8
@@ -51,8 +54,11 @@ WAITING_SHARE = 0.5
 NO_QUEUE = 0.5
 MIXED_PROMPTS = 4.0
 TTFT_SPIKE = 5.0
-STALL_RATIO = 10.0
-STALL_MS = 250.0
+STALL_MS = STALL_MIN_MS
+"""(the stall thresholds are :mod:`servetune.metrics.timeline`'s; a stall ≥ 250 ms)"""
+PREFILL_STALLS = 0.5
+"""At least half the stalls came while another request was prefilled: prefills cause them."""
+LONG_STALL_MS = 1000.0
 SHORT_SPIKE = 8.0
 """Short prompts' TTFT should not depend on the long ones: P99 ≥ 8× the P50 is a spike."""
 LATE_GROWTH = 0.15
@@ -324,32 +330,25 @@ RULES: tuple[Rule, ...] = (
         priority=86,
         seed="high TTFT but low throughput → prefill blocked by long requests: enable chunked "
         "prefill; TTFT spikes → long prompts block: chunked prefill, cap input length",
-        verdict="Long prompts block the engine: whole prefills of up to {input_len_max:tok} "
-        "tokens stall every running stream (longest gap {itl_max_ms:ms}, {stalls:int} stalls) "
-        "and TTFT spikes to {ttft_p99_ms:ms} at P99 against {ttft_p50_ms:ms} at P50",
+        verdict="Long prefills stall the running decodes: {stalls_at_prefill:int} of "
+        "{stalls:int} stalls came in engine steps that prefilled a whole prompt (up to "
+        "{stall_prompt_max:tok} tokens); {stalled_streams:int} streams waited, up to "
+        "{stall_longest_ms:ms}, and P99 TPOT is {tpot_p99_ms:ms} against {tpot_p50_ms:ms} at P50",
         when=(
             Cond(
-                "input_spread",
+                "stalls_at_prefill",
                 ">=",
-                MIXED_PROMPTS,
-                "long and short prompts mixed: longest {input_len_max:tok} vs median "
-                "{input_len_p50:tok} tokens ({input_spread:x}; rule: ≥ 4×)",
+                1,
+                "{stalls_at_prefill:int} of {stalls:int} stalls ≥ {stall_limit_ms:ms} came "
+                "while another request was prefilled",
             ),
             Cond(
-                "ttft_spike_ratio",
+                "stalls_at_prefill_share",
                 ">=",
-                TTFT_SPIKE,
-                "TTFT spikes: P99 {ttft_p99_ms:ms} vs P50 {ttft_p50_ms:ms} ({ttft_spike_ratio:x}; "
-                "rule: ≥ 5×)",
+                PREFILL_STALLS,
+                "the stalls line up with prefills: {stalls_at_prefill_share:pct} of them "
+                "(rule: ≥ 50%)",
             ),
-            Cond(
-                "itl_stall_ratio",
-                ">=",
-                STALL_RATIO,
-                "streams stall: longest token gap {itl_max_ms:ms} vs P50 ITL {itl_p50_ms:ms} "
-                "({itl_stall_ratio:x}; rule: ≥ 10×)",
-            ),
-            Cond("itl_max_ms", ">=", STALL_MS, "a stall ≥ 250 ms ({itl_max_ms:ms})"),
             Cond(
                 "enable_chunked_prefill",
                 "==",
@@ -358,17 +357,66 @@ RULES: tuple[Rule, ...] = (
                 if_missing="note",
             ),
         ),
-        unless=(OVERLOADED,),
+        unless=(OVERLOADED, Cond("burst", "==", 1, "")),
         evidence=(
-            "prompts from {input_len_p50:tok} (median) to {input_len_max:tok} tokens",
-            "{stalls:int} stalls ≥ {stall_limit_ms} ms seen inside the streams, the longest "
-            "{itl_max_ms:ms} (at {stall_windows:win})",
-            "P99 TTFT {ttft_p99_ms:ms} vs P50 {ttft_p50_ms:ms}; P99 TTFT of the shorter half "
-            "of the prompts {ttft_short_p99_ms:ms}",
-            "P99 TPOT {tpot_p99_ms:ms}; throughput {request_throughput:rate} of "
-            "{offered_rate:rate} offered (not saturated)",
+            "the steps that stalled: {stall_examples}",
+            "{stalls:int} stalls ≥ {stall_limit_ms:ms} (10× the P50 ITL {itl_p50_ms:ms}, at "
+            "least 250 ms) at {stall_windows:win}; {stalled_streams:int} streams stalled",
+            "P99 TPOT {tpot_p99_ms:ms} = {tpot_tail_ratio:x} the P50; P99 ITL {itl_p99_ms:ms} "
+            "= {itl_tail_ratio:x} the P50 ({itl_p50_ms:ms}); longest gap {itl_max_ms:ms}",
+            "prompts from {input_len_p50:tok} (median) to {input_len_max:tok} tokens; P99 TTFT "
+            "{ttft_p99_ms:ms} vs P50 {ttft_p50_ms:ms}",
+            "throughput {request_throughput:rate} of {offered_rate:rate} offered (not saturated)",
         ),
         actions=("enable_chunked_prefill", "cap_input_length"),
+    ),
+    Rule(
+        id="prefill_chunks_stall",
+        kind="bottleneck",
+        priority=85,
+        seed="TTFT spikes / decode stalls → long prompts block: in vLLM V1 (chunked prefill on) "
+        "a smaller --max-num-batched-tokens or --long-prefill-token-threshold",
+        verdict="Prefill chunks stall the running decodes: chunked prefill is on, but steps "
+        "carrying up to {max_num_batched_tokens:tok} tokens of prefill held the streams back "
+        "{stalls_at_prefill:int} times (up to {stall_longest_ms:ms}); P99 TPOT {tpot_p99_ms:ms} "
+        "against {tpot_p50_ms:ms} at P50",
+        when=(
+            Cond("enable_chunked_prefill", "==", 1, "chunked prefill is on"),
+            Cond(
+                "stalls_at_prefill",
+                ">=",
+                1,
+                "{stalls_at_prefill:int} of {stalls:int} stalls ≥ {stall_limit_ms:ms} came "
+                "while another request was prefilled",
+            ),
+            Cond(
+                "stalls_at_prefill_share",
+                ">=",
+                PREFILL_STALLS,
+                "the stalls line up with prefills: {stalls_at_prefill_share:pct} (rule: ≥ 50%)",
+            ),
+            AnyOf(
+                (
+                    Cond("tpot_tail_ratio", ">=", TAIL_RATIO, ""),
+                    Cond("stall_longest_ms", ">=", LONG_STALL_MS, ""),
+                ),
+                "the stalls reach the requests: P99 TPOT {tpot_tail_ratio:x} its median (rule: "
+                "≥ 5×), or a stall of {stall_longest_ms:ms} (rule: ≥ 1 s)",
+            ),
+        ),
+        only_if=("enable_chunked_prefill",),
+        unless=(OVERLOADED, Cond("burst", "==", 1, "")),
+        evidence=(
+            "the steps that stalled: {stall_examples}",
+            "{stalls:int} stalls ≥ {stall_limit_ms:ms} at {stall_windows:win}; "
+            "{stalled_streams:int} streams stalled",
+            "P99 TPOT {tpot_p99_ms:ms} = {tpot_tail_ratio:x} the P50; P99 ITL {itl_p99_ms:ms} "
+            "= {itl_tail_ratio:x} the P50 ({itl_p50_ms:ms})",
+            "step budget --max-num-batched-tokens {max_num_batched_tokens:tok}; per-prompt "
+            "chunk cap --long-prefill-token-threshold {long_prefill_token_threshold:tok} "
+            "(0 = none)",
+        ),
+        actions=("shrink_prefill_steps", "long_prefill_threshold", "cap_input_length"),
     ),
     Rule(
         id="short_prompts_wait",
@@ -568,5 +616,11 @@ RULES: tuple[Rule, ...] = (
 
 RULES_BY_ID: dict[str, Rule] = {r.id: r for r in RULES}
 
-CAUSES = ("kv_pool_full", "batch_capped", "prefill_blocked", "short_prompts_wait")
+CAUSES = (
+    "kv_pool_full",
+    "batch_capped",
+    "prefill_blocked",
+    "prefill_chunks_stall",
+    "short_prompts_wait",
+)
 """Rules that name what limits a saturated server (``overloaded`` cites the one that fired)."""

@@ -185,6 +185,7 @@ def rules_for(version: str | None) -> VllmMemoryRules:
         raise SimError(
             f"unknown vLLM version {version!r} for the memory planner",
             hint="give a version such as 0.8.5, 0.10.1, 0.11.0 or v0 (the V0 engine)",
+            code="sim.config",
         )
     minor = parts[1]
     patch = parts[2] if len(parts) > 2 else 0
@@ -351,6 +352,7 @@ def plan_resolved(r: ResolvedConfig, rules: VllmMemoryRules | None = None) -> Me
             f"{weights / GIB:.2f} GiB per GPU {where}.",
             hint="quantize (--quantization fp8 or awq), raise --tensor-parallel-size, "
             "or use a GPU with more memory",
+            code="sim.weights_do_not_fit",
         )
     if requested > free_at_start:
         raise SimError(
@@ -360,6 +362,7 @@ def plan_resolved(r: ResolvedConfig, rules: VllmMemoryRules | None = None) -> Me
             "utilization or reduce GPU memory used by other processes.",
             hint=f"lower --gpu-memory-utilization to at most "
             f"{math.floor(free_at_start / total * 100) / 100:.2f}",
+            code="sim.free_memory_short",
         )
     if kv <= 0:
         raise SimError(
@@ -370,6 +373,7 @@ def plan_resolved(r: ResolvedConfig, rules: VllmMemoryRules | None = None) -> Me
             f"{requested / GIB:.2f} GiB {where})",
             hint="raise --gpu-memory-utilization, lower --max-num-batched-tokens or "
             "--max-num-seqs, quantize (--quantization fp8/awq) or raise --tensor-parallel-size",
+            code="sim.no_kv_memory",
         )
     block_bytes = kv_per_token * r.block_size
     blocks = int(kv // block_bytes)
@@ -388,6 +392,7 @@ def plan_resolved(r: ResolvedConfig, rules: VllmMemoryRules | None = None) -> Me
             hint=f"lower --max-model-len to ≤ {est}, raise --gpu-memory-utilization, lower "
             "--max-num-seqs (the profiling sampler's peak grows with it), use "
             "--kv-cache-dtype fp8, quantize, or raise --tensor-parallel-size",
+            code="sim.model_len_above_pool",
         )
     if not rules.cuda_graphs_in_budget and total - requested < graphs + used_at_start:
         raise SimError(
@@ -396,6 +401,7 @@ def plan_resolved(r: ResolvedConfig, rules: VllmMemoryRules | None = None) -> Me
             f"({r.gpu_memory_utilization:g}) but capture needs about "
             f"{(graphs + used_at_start) / GIB:.2f} GiB {where}.",
             hint="lower --gpu-memory-utilization (e.g. to 0.9)",
+            code="sim.graph_capture_oom",
         )
     return MemoryPlan(
         vllm_rules=rules.name,

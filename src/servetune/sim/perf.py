@@ -31,8 +31,45 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from servetune.sim.catalog import Efficiency, efficiency
+from servetune.sim.catalog import Efficiency, GpuSpec, ModelSpec, efficiency
 from servetune.sim.config import ResolvedConfig
+
+
+@dataclass(frozen=True)
+class ModelFlops:
+    """FLOPs of the whole model (all GPUs together): ``linear`` per token computed (2 × the
+    linear weights), ``head`` per token sampled (the lm_head), ``attention_per_ctx`` per
+    token of context attended to (4 × layers × q_dim)."""
+
+    linear: float
+    head: float
+    attention_per_ctx: float
+
+    def per_token(self, input_len: float, output_len: float) -> tuple[float, float]:
+        """(FLOPs per prompt token, FLOPs per generated token) of a request of these lengths:
+        a prompt token attends to half the prompt on average (causal), a generated token to
+        the prompt and half the output, and samples once."""
+        prompt = self.linear + self.attention_per_ctx * input_len / 2
+        gen = self.linear + self.head + self.attention_per_ctx * (input_len + output_len / 2)
+        return prompt, gen
+
+
+def model_flops(m: ModelSpec) -> ModelFlops:
+    """The step model's FLOP counts of model M (see the module docstring)."""
+    L = m.num_hidden_layers
+    return ModelFlops(
+        linear=2.0 * L * m.layer_linear_params,
+        head=2.0 * m.hidden_size * m.vocab_size,
+        attention_per_ctx=4.0 * L * m.q_dim,
+    )
+
+
+def peak_flops(gpu: GpuSpec, quantization: str | None, tp: int = 1) -> float:
+    """Dense peak FLOP/s of TP such GPUs for the linear layers: fp8 tensor cores for fp8
+    weights where the GPU has them, else bf16."""
+    use_fp8 = quantization == "fp8" and gpu.fp8_tflops is not None
+    tflops = gpu.fp8_tflops if use_fp8 and gpu.fp8_tflops else gpu.bf16_tflops
+    return tflops * 1e12 * tp
 
 
 def capture_sizes(max_num_seqs: int) -> tuple[int, ...]:
@@ -65,16 +102,16 @@ class StepModel:
         m = r.model
         tp = r.tensor_parallel_size
         self.tp = tp
-        use_fp8 = r.quantization == "fp8" and r.gpu.fp8_tflops is not None
-        peak = (r.gpu.fp8_tflops if use_fp8 and r.gpu.fp8_tflops else r.gpu.bf16_tflops) * 1e12
+        peak = peak_flops(r.gpu, r.quantization)
         self.flops_per_s = peak * self.eff.mfu
         # attention runs in BF16 whatever the weights are
         self.attn_flops_per_s = r.gpu.bf16_tflops * 1e12 * self.eff.mfu
         self.bytes_per_s = r.gpu.hbm_gb_s * 1e9 * self.eff.mbu
         L = m.num_hidden_layers
-        self.linear_flops_per_token = 2.0 * L * m.layer_linear_params / tp
-        self.head_flops_per_sample = 2.0 * m.hidden_size * m.vocab_size / tp
-        self.attn_flops_per_ctx = 4.0 * L * m.q_dim / tp
+        per_token = model_flops(m)
+        self.linear_flops_per_token = per_token.linear / tp
+        self.head_flops_per_sample = per_token.head / tp
+        self.attn_flops_per_ctx = per_token.attention_per_ctx / tp
         linear_bytes = L * m.layer_linear_params * r.weight_bytes_per_param
         other_bytes = (m.param_count - L * m.layer_linear_params) * 2.0
         # The input embedding table is gathered (a few rows), not streamed: count the lm_head.
