@@ -24,6 +24,7 @@ Times are seconds on the engine's clock (virtual for ``offline``, wall-clock for
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections import deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
@@ -126,8 +127,10 @@ class Engine:
         self.pool = BlockPool(mem.num_gpu_blocks, cfg.enable_prefix_caching)
         self.now = 0.0
         self.step = 0
-        self.step_end: list[float] = []
-        self.step_end_ns: list[int] = []
+        self.last_step_end: float | None = None
+        """When the last step ended (None before the first)."""
+        self.step_end_ns = array("q")
+        """End of every step (ns, engine clock): a request's token times are slices of it."""
         self.waiting: deque[SimRequest] = deque()
         self.running: dict[int, SimRequest] = {}
         self.prefilling: dict[int, SimRequest] = {}
@@ -326,10 +329,9 @@ class Engine:
         phase = self.phase
         B = self.B
         now = self.now
-        ends = self.step_end
         ends_ns = self.step_end_ns
         itl = self.h_itl
-        prev = ends[-1] if ends else now
+        prev = self.last_step_end if self.last_step_end is not None else now
         need_total = 0
         j = 0
         while j < k_max and now < t_limit:
@@ -340,7 +342,6 @@ class Engine:
             a = f0 + f1 * ssum
             b = m0 + m1 * ssum
             now += (a if a > b else b) + c
-            ends.append(now)
             ends_ns.append(int(now * 1e9))
             itl.observe(now - prev, n)
             prev = now
@@ -348,6 +349,7 @@ class Engine:
             j += 1
         if j == 0:
             return 0
+        self.last_step_end = now
         self.busy_s += now - self.now
         self.pool.allocate(need_total)
         self.counters.generation_tokens += n * j
@@ -472,10 +474,10 @@ class Engine:
         emitted: list[SimRequest] = []
         if collect:
             emitted = [r for r in self.running.values() if r.state == DECODE]
-        prev = self.step_end[-1] if self.step_end else self.now
+        prev = self.last_step_end if self.last_step_end is not None else self.now
         self.now += dt
         self.busy_s += dt
-        self.step_end.append(self.now)
+        self.last_step_end = self.now
         self.step_end_ns.append(int(self.now * 1e9))
         if n_dec:
             self.h_itl.observe(self.now - prev, n_dec)
@@ -507,10 +509,15 @@ class Engine:
         return emitted
 
     # --- read-outs ----------------------------------------------------------------------
-    def token_times_ns(self, req: SimRequest) -> list[int]:
-        out: list[int] = []
+    def token_times_ns(self, req: SimRequest) -> array[int]:
+        """When ``req`` received its tokens (the ends of its steps, ns on the engine clock)."""
         ends = self.step_end_ns
-        for a, b in req.segments:
+        segs = req.segments
+        if len(segs) == 1:
+            a, b = segs[0]
+            return ends[a:b]
+        out = array("q")
+        for a, b in segs:
             out.extend(ends[a:b])
         return out
 

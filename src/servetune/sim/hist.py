@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bisect import bisect_left
+from itertools import accumulate
 from typing import Any
 
 # Bucket upper bounds (seconds) as vLLM's metrics define them (vllm/v1/metrics/loggers.py).
@@ -93,13 +94,14 @@ LAG_BUCKETS = (
 class Hist:
     """A histogram: per-bucket counts (the last slot is +Inf), sum and count."""
 
-    __slots__ = ("bounds", "count", "counts", "sum")
+    __slots__ = ("_snap", "bounds", "count", "counts", "sum")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)
         self.sum = 0.0
         self.count = 0
+        self._snap: dict[str, Any] | None = None
 
     def observe(self, value: float, n: int = 1) -> None:
         self.counts[bisect_left(self.bounds, value)] += n
@@ -107,18 +109,22 @@ class Hist:
         self.count += n
 
     def cumulative(self) -> list[tuple[float, int]]:
-        out = []
-        acc = 0
-        for le, c in zip(self.bounds, self.counts, strict=False):
-            acc += c
-            out.append((le, acc))
+        out = list(zip(self.bounds, accumulate(self.counts[:-1]), strict=True))
         out.append((float("inf"), self.count))
         return out
 
     def snapshot(self) -> dict[str, Any]:
         """The ServerSample form: {"buckets": [[le, cumulative], ...], "sum", "count"}; the
-        +Inf bucket is left out (JSON has no infinity): ``count`` carries it."""
-        return {"buckets": self.cumulative()[:-1], "sum": self.sum, "count": self.count}
+        +Inf bucket is left out (JSON has no infinity): ``count`` carries it. Unchanged
+        since the last call (no observation since), the same object again."""
+        snap = self._snap
+        if snap is None or snap["count"] != self.count:
+            snap = self._snap = {
+                "buckets": list(zip(self.bounds, accumulate(self.counts[:-1]), strict=True)),
+                "sum": self.sum,
+                "count": self.count,
+            }
+        return snap
 
     def quantile(self, q: float) -> float | None:
         """Upper bound of the bucket holding the q-quantile (coarse, for logs)."""
