@@ -18,12 +18,14 @@ import sys
 import time
 from array import array
 from collections import deque
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import orjson
+from pydantic import BaseModel
 
 from servetune.errors import ConfigError
 from servetune.loadgen.health import client_health
@@ -48,8 +50,11 @@ from servetune.sim.engine import Engine, SimRequest
 from servetune.sim.exposition import cache_config_labels
 from servetune.sim.frontend import ApiServer
 from servetune.sim.memory import MemoryPlan, plan_memory
-from servetune.workload.plan import Plan, make_plan
-from servetune.workload.tokens import ApproxTokenizer, TokenCounter, load_tokenizer
+from servetune.workload.arrivals import arrival_offsets
+from servetune.workload.plan import Plan, make_plan, plan_size, validate_config
+from servetune.workload.random_prompts import sample_lengths
+from servetune.workload.spec import RequestSpec
+from servetune.workload.tokens import ApproxTokenizer, load_tokenizer
 
 SAMPLE_INTERVAL_S = 0.5
 NS = 1_000_000_000
@@ -76,13 +81,22 @@ NAMES_FOUND = {
 }
 
 
-def as_server_sample(sample: dict[str, Any]) -> ServerSample:
-    """A :func:`server_sample` dict as the object a scraper keeps (no validation: it is ours)."""
-    return ServerSample.model_construct(
-        t=sample["t"],
-        values=sample["values"],
-        histograms={k: Histogram.model_construct(**h) for k, h in sample["histograms"].items()},
-    )
+def as_server_sample(
+    sample: dict[str, Any], last: dict[str, tuple[dict[str, Any], Histogram]] | None = None
+) -> ServerSample:
+    """A :func:`server_sample` dict as the object a scraper keeps (no validation: it is ours).
+    ``last``: the previous scrape's histograms by name; one whose snapshot did not change
+    (the same dict) is the same object again."""
+    hists = {}
+    for k, h in sample["histograms"].items():
+        prev = last.get(k) if last is not None else None
+        if prev is None or prev[0] is not h:
+            prev = (h, _construct(Histogram, h))
+            if last is not None:
+                last[k] = prev
+        hists[k] = prev[1]
+    values = {"t": sample["t"], "values": sample["values"], "histograms": hists}
+    return _construct(ServerSample, values)
 
 
 def server_sample(eng: Engine, t: float) -> dict[str, Any]:
@@ -117,25 +131,41 @@ def server_sample(eng: Engine, t: float) -> dict[str, Any]:
     }
 
 
-_RECORD_DEFAULTS = {
-    name: field.get_default(call_default_factory=True)
-    for name, field in RequestRecord.model_fields.items()
-    if not field.is_required()
-}
+_DEFAULTS: dict[type, tuple[dict[str, Any], dict[str, Callable[[], Any]]]] = {}
 _set = object.__setattr__
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _construct(cls: type[_M], values: dict[str, Any]) -> _M:
+    """``cls.model_construct(**values)`` without its per-field loop (a record per simulated
+    request, a sample per 0.5 s): pydantic's own construct steps on a dict holding every
+    field, the ones not given at their defaults. tests/sim/test_offline_api.py checks it
+    against ``model_construct``."""
+    known = _DEFAULTS.get(cls)
+    if known is None:
+        plain: dict[str, Any] = {}
+        factories: dict[str, Callable[[], Any]] = {}
+        for name, field in cls.model_fields.items():
+            if field.default_factory is not None:
+                factories[name] = field.default_factory  # type: ignore[assignment]
+            elif not field.is_required():
+                plain[name] = field.get_default()
+        known = _DEFAULTS[cls] = (plain, factories)
+    plain, factories = known
+    d = {**plain, **values}
+    for name, factory in factories.items():
+        if name not in values:
+            d[name] = factory()
+    obj = cls.__new__(cls)
+    _set(obj, "__dict__", d)
+    _set(obj, "__pydantic_fields_set__", set(values))
+    _set(obj, "__pydantic_extra__", None)
+    _set(obj, "__pydantic_private__", None)
+    return obj
 
 
 def _record(values: dict[str, Any]) -> RequestRecord:
-    """``RequestRecord.model_construct(**values)`` without its per-field loop (a record per
-    simulated request, 1,000s a run): pydantic's own construct steps on a dict holding every
-    field; fields not given take their defaults. tests/sim/test_offline_api.py checks it
-    against ``model_construct``."""
-    rec = RequestRecord.__new__(RequestRecord)
-    _set(rec, "__dict__", {**_RECORD_DEFAULTS, **values})
-    _set(rec, "__pydantic_fields_set__", set(values))
-    _set(rec, "__pydantic_extra__", None)
-    _set(rec, "__pydantic_private__", None)
-    return rec
+    return _construct(RequestRecord, values)
 
 
 _HASHES: dict[int, tuple[tuple[str, int, int], ...]] = {}
@@ -203,6 +233,7 @@ class OfflineRun:
         """The scrapes (written to ``samples_out`` or kept with ``keep_series``), for the
         run's server summary."""
         self._buf: list[bytes] = []
+        self._hist_last: dict[str, tuple[dict[str, Any], Histogram]] = {}
         self._done: list[tuple[SimRequest, int, array[int], int, int]] = []
         """Finished requests whose records are not made yet (made by the 256)."""
 
@@ -359,7 +390,7 @@ class OfflineRun:
 
     def _scrape(self, t: float) -> bytes:
         sample = server_sample(self.eng, t)
-        self.series.append(as_server_sample(sample))
+        self.series.append(as_server_sample(sample, self._hist_last))
         return orjson.dumps(sample) + b"\n" if self.samples_out is not None else b""
 
     def _finish(self, req: SimRequest, eligible: dict[int, int], offsets: list[int]) -> int:
@@ -428,31 +459,64 @@ def simulated_info(r: ResolvedConfig, mem: MemoryPlan) -> dict[str, Any]:
     return info
 
 
-class _LengthsOnly(ApproxTokenizer):
-    """The approximate counter without the prompt text. Under it a random prompt has exactly
-    the drawn length (one word, one token) and the simulator reads lengths only, so writing
-    the text (most of ``make_plan``'s time) is skipped; the random draws are the same."""
-
-    def decode(self, ids: list[int]) -> str:
-        return ""
-
-
-@lru_cache(maxsize=32)
-def _cached_plan(cfg_json: str) -> tuple[Plan, str, bool]:
+@lru_cache(maxsize=16)
+def _dataset(cfg_json: str) -> tuple[Plan, str, bool]:
+    """The plan of a configuration (its requests are what later plans of the same dataset
+    reuse), the tokenizer's name and whether its counts are exact."""
     cfg = BenchConfig.model_validate_json(cfg_json)
     tok = load_tokenizer(cfg.tokenizer)
-    counter: TokenCounter = tok
-    if isinstance(tok, ApproxTokenizer) and cfg.dataset_name == "random":
-        counter = _LengthsOnly()
-    return make_plan(cfg, counter), tok.name, tok.exact
+    if isinstance(tok, ApproxTokenizer) and cfg.dataset_name == "random" and not cfg.duration_s:
+        return _random_lengths_plan(cfg), tok.name, tok.exact
+    return make_plan(cfg, tok), tok.name, tok.exact
+
+
+def _random_lengths_plan(cfg: BenchConfig) -> Plan:
+    """The ``random`` dataset's requests as the simulator needs them: ``random_requests``
+    draws the input and then the output lengths from ``cfg.seed`` before any prompt text, and
+    under the approximate counter a prompt's count is its drawn length; so the same lengths,
+    without the text (tests/sim/test_offline_api.py compares them with ``make_plan``'s)."""
+    validate_config(cfg)
+    n = plan_size(cfg)
+    rng = np.random.default_rng(cfg.seed)
+    ins = sample_lengths(cfg.random_input_len, cfg.random_range_ratio, n, rng).tolist()
+    outs = sample_lengths(cfg.random_output_len, cfg.random_range_ratio, n, rng).tolist()
+    requests = [
+        _construct(RequestSpec, {"prompt": "", "input_len": i, "output_len": o})
+        for i, o in zip(ins, outs, strict=True)
+    ]
+    return Plan.model_construct(requests=requests, offsets_ns=[0] * n, duration_ns=None)
 
 
 def workload_plan(bench_cfg: BenchConfig) -> tuple[Plan, str, bool]:
-    """The plan ``bench`` would send for ``bench_cfg`` (same draws), as the simulator needs
-    it: (plan, tokenizer name, exact counts). Plans are kept for identical configurations (a
-    tuner simulating one workload on many engine configurations draws it once); random
-    prompts under the approximate counter carry no text."""
-    return _cached_plan(bench_cfg.model_dump_json())
+    """The plan ``bench`` would send for ``bench_cfg`` (``make_plan``'s draws), as the
+    simulator needs it: (plan, tokenizer name, exact counts). The requests are drawn once per
+    dataset: configurations that differ only in their arrivals (rate, burstiness, arrival
+    process: a rate sweep, a tuner trying many rates) share them and draw only their
+    arrivals, as ``make_plan`` does (tests/sim/test_offline_api.py compares the two); random
+    prompts under the approximate counter carry no text (the simulator reads lengths)."""
+    if bench_cfg.duration_s is not None:  # the plan's size depends on the rate
+        return _dataset(bench_cfg.model_dump_json())
+    key = bench_cfg.model_copy(update={"request_rate": 1.0, "burstiness": 1.0}).model_dump_json(
+        exclude={"arrival"}
+    )
+    base, name, exact = _dataset(key)
+    validate_config(bench_cfg)
+    arrival = bench_cfg.arrival
+    if arrival == "poisson" and bench_cfg.burstiness != 1.0:
+        arrival = "gamma"
+    offsets = arrival_offsets(
+        arrival, bench_cfg.request_rate, len(base), bench_cfg.seed, bench_cfg.burstiness
+    )
+    planned = None
+    if not math.isinf(bench_cfg.request_rate) and len(offsets) > 1 and offsets[-1] > 0:
+        planned = (len(offsets) - 1) / float(offsets[-1])
+    plan = Plan.model_construct(
+        requests=base.requests,
+        offsets_ns=(offsets * 1e9).astype(np.int64).tolist(),
+        duration_ns=None,
+        planned_rate=planned,
+    )
+    return plan, name, exact
 
 
 def simulate(
