@@ -1,0 +1,92 @@
+"""``servetune watch URL``: a running server's own /metrics, live in the terminal.
+
+Requests/s, tokens/s, TTFT/TPOT/ITL/E2E percentiles from the engine's histograms over a
+sliding window, KV-cache use, running/waiting, preemptions, prefix-cache hit rate, and the
+seed's rules (diagnose's table) evaluated over the same window: findings shown as they start
+and stop. ``--record DIR`` writes ``server_metrics.jsonl`` and ``watch.json`` (diagnose and the
+report read them). ``--duration S`` stops by itself; ``--json`` prints one JSON document at
+the end (the last window's figures, the findings, the events) instead of the live view.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("url", help="the server's base URL (http://host:port[/v1]) or its /metrics URL")
+    p.add_argument(
+        "--window", type=float, default=30.0, help="sliding window, seconds (rules judge full ones)"
+    )
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between scrapes")
+    p.add_argument("--refresh", type=float, default=1.0, help="seconds between screen updates")
+    p.add_argument("--duration", type=float, help="stop after this many seconds")
+    p.add_argument("--record", type=Path, metavar="DIR", help="write the samples and findings")
+    p.add_argument("--json", action="store_true", help="one JSON document at the end, no view")
+    p.add_argument(
+        "--config",
+        metavar="COMMAND",
+        help='the server\'s command line ("vllm serve MODEL --max-num-seqs …"): knob values '
+        "for the rules",
+    )
+    p.add_argument("--gpu", help="GPU type, for the compute-load estimate (e.g. A100-80GB)")
+    p.add_argument("--model", help="model (`servetune sim models`), for the compute estimate")
+    p.add_argument("--dcgm-url", help="an NVIDIA DCGM exporter's /metrics, for GPU utilisation")
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from servetune.diagnose import known_from_options
+    from servetune.errors import ConfigError
+    from servetune.watch.session import WatchSession, run_for
+
+    if args.refresh <= 0:
+        raise ConfigError(f"--refresh must be > 0 s (got {args.refresh:g})")
+    if args.duration is not None and args.duration <= 0:
+        raise ConfigError(f"--duration must be > 0 s (got {args.duration:g})")
+    known = known_from_options(args.config, args.gpu, args.model)
+    session = WatchSession(
+        args.url,
+        interval_s=args.interval,
+        window_s=args.window,
+        record_dir=args.record,
+        known=known,
+        dcgm_url=args.dcgm_url,
+    )
+    if args.json:
+        asyncio.run(run_for(session, args.refresh, args.duration))
+        doc = {
+            "url": session.url,
+            "metrics_url": session.metrics_url,
+            "engine": session.scraper.engine_map.label if session.scraper.engine_map else None,
+            "window": session.figures.model_dump(mode="json") if session.figures else None,
+            "findings": [f.model_dump(mode="json") for f in session.findings],
+            "active": list(session.active),
+            "events": [e.model_dump(mode="json") for e in session.events],
+            "record": str(args.record) if args.record else None,
+        }
+        import json
+
+        sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+        return 0
+    from rich.console import Console
+    from rich.live import Live
+
+    from servetune.watch.screen import render
+
+    console = Console()
+    with Live(console=console, refresh_per_second=4, screen=False, transient=False) as live:
+
+        def show(s: WatchSession) -> None:
+            live.update(render(s))
+
+        try:
+            asyncio.run(run_for(session, args.refresh, args.duration, show))
+        except KeyboardInterrupt:
+            pass
+    if args.record:
+        console.print(f"recorded: {args.record} (servetune diagnose {args.record})")
+    return 0

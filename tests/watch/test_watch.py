@@ -1,0 +1,135 @@
+"""`servetune watch` against the simulated engine: live under tmux (the screen shows the
+figures and the KV-full finding starting), the recording read by diagnose, --json, errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from watch_fixtures import HEALTHY, HEALTHY_LOAD, KV_FULL, KV_FULL_LOAD, load, sim_server
+
+from servetune.cli import main
+from servetune.results.watch_file import read_watch_recording
+
+WATCH_S = 45
+
+
+def _capture(session: str) -> str:
+    return subprocess.run(
+        ["tmux", "capture-pane", "-p", "-t", session],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    ).stdout
+
+
+def test_watch_under_tmux_shows_figures_and_the_kv_full_finding(tmp_path: Path) -> None:
+    from needs import SYSTEM_DEPS, need
+
+    need("tmux", shutil.which("tmux"), SYSTEM_DEPS)
+    rec = tmp_path / "rec"
+    session = f"servetune-watch-{tmp_path.name[-12:]}"
+    with sim_server(KV_FULL) as srv, load(srv.base_url, KV_FULL_LOAD, WATCH_S + 10, tmp_path / "b"):
+        cmd = [sys.executable, "-m", "servetune.cli", "watch", f"http://127.0.0.1:{srv.port}",
+               "--window", "10", "--duration", str(WATCH_S), "--record", str(rec)]  # fmt: skip
+        subprocess.run(
+            [
+                "tmux",
+                "new-session",
+                "-d",
+                "-s",
+                session,
+                "-x",
+                "160",
+                "-y",
+                "50",
+                "COLUMNS=160 LINES=50 " + " ".join(cmd) + "; sleep 60",
+            ],
+            check=True,
+            timeout=10,
+        )
+        try:
+            screen = ""
+            deadline = time.monotonic() + WATCH_S + 15
+            while time.monotonic() < deadline:
+                time.sleep(2)
+                screen = _capture(session)
+                if "The KV pool is full" in screen and "kv_pool_full started" in screen:
+                    break
+        finally:
+            subprocess.run(["tmux", "kill-session", "-t", session], timeout=10, check=False)
+    for want in ("servetune watch", "vllm", "req/s", "TTFT", "TPOT", "E2E", "KV cache",
+                 "running", "waiting", "preemptions"):  # fmt: skip
+        assert want in screen, f"{want!r} not on the screen:\n{screen}"
+    assert "The KV pool is full" in screen, screen
+    assert "kv_pool_full started" in screen, screen
+    # the recording: samples and findings, readable (the watch may have been killed mid-way)
+    r = read_watch_recording(rec)
+    assert r.engine == "vllm" and r.samples >= 10
+    assert any(e.rule == "kv_pool_full" and e.event == "start" for e in r.events)
+    assert (rec / "server_metrics.jsonl").stat().st_size > 0
+    # diagnose reads the recording and names the same bottleneck
+    out = subprocess.run(
+        [sys.executable, "-m", "servetune.cli", "diagnose", str(rec), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    diag = json.loads(out.stdout)
+    assert diag["findings"][0]["rule"] == "kv_pool_full", diag["headline"]
+    assert any("recording of servetune watch" in n for n in diag["notes"])
+
+
+def test_watch_json_on_a_healthy_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with sim_server(HEALTHY) as srv, load(srv.base_url, HEALTHY_LOAD, 20, tmp_path / "b"):
+        time.sleep(2)
+        code = main(
+            [
+                "watch",
+                srv.base_url,
+                "--window",
+                "6",
+                "--interval",
+                "0.5",
+                "--duration",
+                "9",
+                "--json",
+            ]
+        )
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    w = doc["window"]
+    assert doc["engine"].startswith("vllm")
+    assert w["requests_per_s"] > 0.5 and w["generation_tokens_per_s"] > 10
+    assert w["latency_ms"]["ttft"]["p99"] > 0 and w["kv_cache_usage_mean"] is not None
+    assert w["kv_cache_tokens"] and w["kv_cache_tokens"] > 1000
+    assert not [a for a in doc["active"] if a in ("kv_pool_full", "overloaded")]
+
+
+def test_unreachable_metrics_endpoint_is_explained(capsys: pytest.CaptureFixture[str]) -> None:
+    from servetune.engines.process import free_port
+
+    port = free_port()
+    assert main(["watch", f"http://127.0.0.1:{port}", "--duration", "2", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot watch http://127.0.0.1:{port}/metrics" in err
+    assert "hint:" in err and "/metrics" in err
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["watch", "localhost:8000"], "not an http"),
+        (["watch", "http://127.0.0.1:9", "--window", "1", "--interval", "1"], "two scrapes"),
+        (["watch", "http://127.0.0.1:9", "--duration", "0"], "--duration"),
+    ],
+)
+def test_bad_flags(args: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(args) == 2
+    assert needle in capsys.readouterr().err
