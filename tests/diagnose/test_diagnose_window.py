@@ -72,3 +72,41 @@ def test_overload_seen_from_the_in_flight_trend(tmp_path: Path) -> None:
     fig, findings = evaluate_window(samples, 0.0, last_send, _known())
     assert (fig.get("inflight_growth_late_share") or 0) >= 0.15
     assert any(f.rule == "overloaded" and f.kind == "bottleneck" for f in findings)
+
+
+def _synthetic(inflight_at, finished_rate: float = 6.0) -> list:  # type: ignore[no-untyped-def]
+    from servetune.results.server_series import ServerSample
+
+    out = []
+    done = 0.0
+    for i in range(81):
+        t = i * 0.5
+        busy = t >= 20
+        done += finished_rate * 0.5 if busy else 0.0
+        n = inflight_at(t)
+        out.append(
+            ServerSample(
+                t=t,
+                values={
+                    "running": float(min(n, 256)),
+                    "waiting": float(max(0, n - 256)),
+                    "kv_cache_usage": 0.3 if busy else 0.0,
+                    "requests_finished_total": done,
+                    "preemptions_total": 0.0,
+                },
+            )
+        )
+    return out
+
+
+def test_a_step_up_in_traffic_is_not_an_overload() -> None:
+    # idle, then traffic arrives at t=27 s and the engine fills to 25 running within 4 s
+    step = _synthetic(lambda t: 0 if t < 27 else min(25.0, (t - 27) * 6.25))
+    fig, findings = evaluate_window(step, 10.0, 40.0, _known())
+    assert (fig.get("inflight_growth_late_share") or 0) < 0.15
+    assert not any(f.rule == "overloaded" and f.kind == "bottleneck" for f in findings)
+    # the same window with requests piling up at 3/s throughout is one
+    pile = _synthetic(lambda t: 0 if t < 20 else (t - 20) * 3.0)
+    fig, findings = evaluate_window(pile, 10.0, 40.0, _known())
+    assert (fig.get("inflight_growth_late_share") or 0) >= 0.15
+    assert any(f.rule == "overloaded" and f.kind == "bottleneck" for f in findings)

@@ -51,6 +51,10 @@ def _known_from_options(
     return None
 
 
+known_from_options = _known_from_options
+"""Public name: the KnownConfig of --config / --gpu / --model (watch takes the same flags)."""
+
+
 def diagnose_path(
     path: str | Path,
     *,
@@ -69,8 +73,15 @@ def diagnose_path(
     from servetune.results.io import detect_dir
 
     p = Path(path).expanduser()
-    kind = detect_dir(p)
     known = _known_from_options(config, gpu, model)
+    from servetune.results.io import RUN_FILE
+    from servetune.results.watch_file import WATCH_FILE
+
+    if (p / WATCH_FILE).is_file() and not (p / RUN_FILE).is_file():
+        from servetune.diagnose.window import diagnose_recording
+
+        return diagnose_recording(p, known)  # a `servetune watch --record` directory
+    kind = detect_dir(p)
     if kind == "sweep":
         return diagnose_sweep(p, known)
     diag = diagnose_run(p, known)

@@ -9,26 +9,31 @@ own metrics over the window, and the rules about the client itself do not apply:
   interpolated, :mod:`servetune.metrics.histograms`);
 - requests in flight = running + waiting (the engine's gauges); arrivals = finished / s +
   the in-flight trend (flow balance over the window), which stands for the offered rate; the
-  in-flight growth over the window's second half ÷ arrivals is the ``overloaded`` rule's
-  figure;
+  ``overloaded`` rule's figure (growth of the requests in flight over the second half ÷
+  arrivals) is the *smaller* of the growths over the window's third and fourth quarters: a
+  server past capacity piles requests up steadily, in both, while a step up in traffic fills
+  the engine once, within one quarter (so a rise in load is not called an overload);
 - prompt lengths are unknown (no per-request records): the rules that need them (long
   prompts blocking) cannot tell live, and say so.
 
-``client_behind``, ``burst``, ``failures``, ``oom`` and ``server_gone`` judge a load test's
-client or its failed requests, which a window of server metrics does not have.
+``client_behind``, ``burst``, ``failures``, ``oom``, ``server_gone`` and
+``prefix_cache_inflated`` judge a load test — its client, its failed requests, its own
+prompts — which a window of server metrics does not have.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
+from servetune.diagnose.actions import PROCEDURE
 from servetune.diagnose.evaluate import evaluate
 from servetune.diagnose.figures import Figures, _derived, _knobs, _server
 from servetune.diagnose.knobs import KnownConfig
-from servetune.diagnose.model import Finding
+from servetune.diagnose.model import Diagnosis, Finding
 from servetune.diagnose.rules import RULES, Rule
 from servetune.metrics.server_summary import summarize_server
 from servetune.results import server_series as ss
@@ -43,7 +48,14 @@ from servetune.results.schema import (
 )
 from servetune.results.server_series import ServerSample
 
-CLIENT_RULES = ("client_behind", "burst", "failures", "oom", "server_gone")
+CLIENT_RULES = (
+    "client_behind",
+    "burst",
+    "failures",
+    "oom",
+    "server_gone",
+    "prefix_cache_inflated",
+)
 WINDOW_RULES: tuple[Rule, ...] = tuple(r for r in RULES if r.id not in CLIENT_RULES)
 """The rules a window of server metrics can judge (one rule table: diagnose's)."""
 
@@ -142,8 +154,10 @@ def window_figures(
         fig.put("offered_rate", arrivals)
         fig.put("inflight_growth_per_s", growth)
         fig.put("inflight_mean", float(inflight.mean()))
-        late = ts >= (start + end) / 2
-        late_growth = _slope(ts[late], inflight[late])
+        q3 = (ts >= start + (end - start) / 2) & (ts <= start + 3 * (end - start) / 4)
+        q4 = ts >= start + 3 * (end - start) / 4
+        g3, g4 = _slope(ts[q3], inflight[q3]), _slope(ts[q4], inflight[q4])
+        late_growth = None if g3 is None or g4 is None else min(g3, g4)
         if late_growth is not None and arrivals > 0:
             fig.put("inflight_growth_late_per_s", late_growth)
             fig.put("inflight_growth_late_share", late_growth / arrivals)
@@ -169,3 +183,51 @@ def evaluate_window(
     """The window's figures and the findings of :data:`WINDOW_RULES` over them."""
     fig = window_figures(samples, start, end, known, server_summary)
     return fig, evaluate(fig, WINDOW_RULES)
+
+
+def diagnose_recording(directory: Path, override: KnownConfig | None = None) -> Diagnosis:
+    """Diagnose a `servetune watch --record` directory over its whole recording."""
+    from servetune.diagnose.evaluate import headline
+    from servetune.diagnose.figures import read_series_tolerant
+    from servetune.errors import ResultError
+    from servetune.results.watch_file import read_watch_recording
+
+    rec = read_watch_recording(directory)
+    samples, err = read_series_tolerant(directory)
+    if err or len(samples) < 2:
+        raise ResultError(
+            f"{directory}: {err or 'fewer than two samples recorded'}",
+            hint="a recording needs at least two scrapes of /metrics",
+        )
+    known = override
+    if known is None or not (known.known or known.gpu or known.model):
+        try:
+            known = KnownConfig.model_validate(rec.config) if rec.config else KnownConfig()
+        except ValueError:
+            known = KnownConfig()
+    start, end = samples[0].t, samples[-1].t
+    fig, findings = evaluate_window(samples, start, end, known, rec.server_summary)
+    starts = [e for e in rec.events if e.event == "start"]
+    notes = [
+        f"a recording of servetune watch ({rec.metrics_url}, {rec.engine} {rec.engine_version}, "
+        f"{end - start:.0f} s, {len(samples)} samples): the server's metrics only, no client "
+        "records — the rules that judge a load test's client are not applied"
+    ]
+    if starts:
+        notes.append(
+            "while watching ("
+            + f"{rec.window_s:g} s windows): "
+            + "; ".join(f"{e.rule} started at t={e.t:.0f} s" for e in starts[:8])
+        )
+    return Diagnosis(
+        kind="run",
+        path=str(directory),
+        headline=headline(findings),
+        healthy=findings[0].kind == "healthy" if findings else True,
+        findings=findings,
+        figures=dict(fig.values),
+        missing=dict(fig.missing),
+        knobs=dict(known.values),
+        procedure=list(PROCEDURE),
+        notes=notes,
+    )
