@@ -263,9 +263,9 @@ class Promql:
         cfg = self.known
         if not (cfg.gpu and cfg.model):
             return None
-        from servetune.diagnose.figures import flops_per_token
         from servetune.errors import ServetuneError
         from servetune.sim.catalog import find_gpu, find_model
+        from servetune.sim.perf import model_flops, peak_flops
 
         try:
             gpu, model = find_gpu(cfg.gpu), find_model(cfg.model)
@@ -275,10 +275,10 @@ class Promql:
         gen = self.counter_rate(ss.GENERATION_TOKENS_TOTAL)
         if prompt is None or gen is None:
             return None
-        fp, fg = flops_per_token(model, self.input_len, self.output_len)
+        fp, fg = model_flops(model).per_token(self.input_len, self.output_len)
         tp = int(self.knob("tensor_parallel_size") or 1)
-        fp8 = cfg.values.get("quantization") == "fp8" and gpu.fp8_tflops is not None
-        peak = (gpu.fp8_tflops if fp8 and gpu.fp8_tflops else gpu.bf16_tflops) * 1e12 * tp
+        quant = cfg.values.get("quantization")
+        peak = peak_flops(gpu, quant if isinstance(quant, str) else None, tp)
         return f"(({prompt} * {fp:.6g} + {gen} * {fg:.6g}) / {peak:.6g})"
 
     def names(self, expr: str) -> set[str]:
