@@ -90,9 +90,9 @@ class _Conn(asyncio.Protocol, ResponseReader):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        meaning = self.at_close()
         w = self.waiter
         if w is not None and not w.done():
-            meaning = self.at_close()
             if meaning == "complete":
                 self._finish(keep_alive=False)  # body framed by connection close: complete
                 return

@@ -19,7 +19,7 @@ end-of-stream rules) sees only these events.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import httptools
 
@@ -63,7 +63,9 @@ class ResponseReader:
             raise ProtocolError("unexpected protocol upgrade") from exc
 
     def at_close(self) -> CloseMeaning:
-        """What the connection closing means for the response in progress."""
+        """What the connection closing means for the response in progress. The parser is let
+        go (it holds this object's methods: a cycle otherwise); nothing may be fed after."""
+        self._parser = _CLOSED
         if self._state == 2:
             return "mid_body" if self._framed else "complete"
         return "before_head" if self._state == 1 else "idle"
@@ -100,6 +102,20 @@ class ResponseReader:
             return
         self._state = 0
         self.on_end(self._parser.should_keep_alive())
+
+
+class _Closed:
+    def feed_data(self, data: bytes | memoryview) -> None:
+        raise httptools.HttpParserError("bytes after the connection closed")
+
+    def get_status_code(self) -> int:
+        return 0
+
+    def should_keep_alive(self) -> bool:
+        return False
+
+
+_CLOSED: Any = _Closed()
 
 
 def _reason(exc: Exception) -> str:

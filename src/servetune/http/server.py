@@ -301,6 +301,7 @@ class ServerConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.transport = None
+        self.parser = _CLOSED  # the parser holds this connection's methods: no cycle left
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
@@ -557,6 +558,16 @@ class ServerConnection(asyncio.Protocol):
             self.close()
         else:
             self._idle_timer = asyncio.get_running_loop().call_later(left, self._idle_check)
+
+
+class _Closed:
+    """Stands in for the parser of a closed connection (bytes after the close are dropped)."""
+
+    def feed_data(self, data: bytes) -> None:
+        pass
+
+
+_CLOSED: Any = _Closed()
 
 
 class _Refused(Exception):

@@ -117,8 +117,7 @@ class RealtimeEngine:
         rid = ("chatcmpl-" if chat else "cmpl-") + f"{rid_n:x}"
         s = Stream(ex, req, rid, self.model, chat, ask.stream, ask.include_usage)
         req.tag = s
-        ex.tag = s
-        ex.on_close = lambda: self.abort(s)
+        ex.on_close = lambda: self.abort(s)  # a cycle ex -> s -> ex until the stream ends
         if ask.stream:
             ex.start(200, headers=_SSE_HEADERS)  # the head now, as vLLM sends it
         self.eng.add(req)
@@ -129,10 +128,9 @@ class RealtimeEngine:
         """The client went away: the request leaves the engine (``finished_reason=abort``)."""
         if s.closed:
             return
-        s.closed = True
         if s.req.state != DONE:
             self.eng.abort(s.req)
-        s.req.tag = None
+        self._ended(s)
 
     # -- the loop -------------------------------------------------------------------------
     async def _loop(self) -> None:
@@ -209,10 +207,12 @@ class RealtimeEngine:
                 if last:
                     req.out = s.sent
                     out.append((ex, s.full_body(self.model), WHOLE))
+                    self._ended(s)
                 continue
             data = s.token_bytes(last)
             if last:
                 out.append((ex, ex.frame(data + s.closing_bytes(), last=True), LAST))
+                self._ended(s)
             else:
                 out.append((ex, ex.frame(data), CHUNK))
         return out
@@ -222,18 +222,18 @@ class RealtimeEngine:
         t_start = time.perf_counter()
         stamps, first, side_start = self.writer.send(writes, t_start)
         for ex, _, kind in writes:
-            if kind != CHUNK:
-                s: Stream = ex.tag
-                self._ended(s)
-                if kind == LAST:
-                    ex.complete()
+            if kind == LAST:
+                ex.complete()
         self.stats.step_written(stamps, target, t_start, first, side_start)
 
     @staticmethod
     def _ended(s: Stream) -> None:
+        """The engine is done with ``s`` (its last bytes are built): break the references
+        between request, stream and exchange, so that reference counting frees them — a
+        cycle would wait for a collection, and the step loop freezes what is alive."""
         s.closed = True
         s.out.on_close = None
-        s.req.tag = None  # no cycle request <-> stream left for the GC
+        s.req.tag = None
 
     # -- read-outs ------------------------------------------------------------------------
     def report(self) -> dict[str, Any]:
