@@ -112,22 +112,45 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _innermost(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> argparse.ArgumentParser:
+    """The parser of the (sub)subcommand ``args`` chose (``servetune sim run``)."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        chosen = getattr(args, subs[0].dest, None) if subs else None
+        if not isinstance(chosen, str) or chosen not in subs[0].choices:
+            return parser
+        parser = subs[0].choices[chosen]
+
+
+def _say_gpu_alias(prog: str, gpu: object) -> None:
+    """Every ``--gpu`` names a GPU of the catalog; an alias that picks one of several (``a100``
+    is the A100-80GB, not the 40 GB card) is said, never silently resolved."""
+    if isinstance(gpu, str):
+        from servetune.sim.catalog import gpu_alias_note
+
+        note = gpu_alias_note(gpu)
+        if note:
+            print(f"{prog}: note: {note}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_list if not a.startswith("-")), None)
     parser = build_parser(only=first if first in COMMANDS else None)
     args, extra = parser.parse_known_args(args_list)
-    if extra:  # said by the command's parser, so the line names the command
-        prog = " ".join(["servetune", *([args.command] if args.command else [])])
-        Parser(prog=prog).error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:  # said by the (sub)command's own parser, so the line names it
+        _innermost(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     if not args.command:
         parser.print_help()
         return 0
+    _say_gpu_alias(_innermost(parser, args).prog, getattr(args, "gpu", None))
     try:
         code: int = _load(args.command).run(args)
         return code
     except ServetuneError as exc:
-        print(f"servetune {args.command}: error: {exc.message}", file=sys.stderr)
+        print(f"{_innermost(parser, args).prog}: error: {exc.message}", file=sys.stderr)
         if exc.hint:
             print(f"  hint: {exc.hint}", file=sys.stderr)
         return 2

@@ -59,7 +59,7 @@ def test_the_config_doctor_from_the_command_line(capsys: pytest.CaptureFixture[s
     code = main(
         [
             "diagnose",
-            "--config",
+            "--server-cmd",
             "vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 8192 --gpu-memory-utilization 0.3",
             "--gpu",
             "A100-80GB",
@@ -79,10 +79,10 @@ def test_the_config_doctor_from_the_command_line(capsys: pytest.CaptureFixture[s
     ("argv", "message"),
     [
         (["diagnose"], "nothing to diagnose"),
-        (["diagnose", "--config", "vllm serve m"], "needs the GPU"),
+        (["diagnose", "--server-cmd", "vllm serve m"], "needs the GPU"),
         (["diagnose", "/nonexistent/run"], "does not exist"),
         (
-            ["diagnose", "--config", "vllm serve Qwen2.5-7B-Instruct", "--gpu", "B300-9000"],
+            ["diagnose", "--server-cmd", "vllm serve Qwen2.5-7B-Instruct", "--gpu", "B300-9000"],
             "unknown gpu",
         ),
     ],

@@ -146,11 +146,11 @@ def test_a_capped_batch_without_compute_figures_is_an_experiment_not_a_verdict(
     scenario_dir: ScenarioDir, tmp_path: Path
 ) -> None:
     """A real server with no GPU utilisation and no GPU/model, started with --max-num-seqs 16
-    (given by --config): the cap's binding is shown, whether raising it would help is not
+    (given by --server-cmd): the cap's binding is shown, whether raising it would help is not
     claimed; the finding offers the experiment."""
     d = _copy(scenario_dir, "batch_capped", tmp_path)
     _edit_run(d, _real_server)
-    diag = diagnose_path(d, config="vllm serve Qwen/Qwen2.5-7B-Instruct --max-num-seqs 16")
+    diag = diagnose_path(d, server_cmd="vllm serve Qwen/Qwen2.5-7B-Instruct --max-num-seqs 16")
     f = diag.finding("batch_capped")
     assert f is not None and f.kind == "cannot_tell"
     assert "sit at their cap (16)" in f.title
@@ -217,7 +217,7 @@ def test_unknown_engine_config_is_noted_not_assumed(
     # told the command line, it quotes the old value
     told = diagnose_path(
         d,
-        config="vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 16384 "
+        server_cmd="vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 16384 "
         "--max-num-batched-tokens 16384 --no-enable-chunked-prefill",
         gpu="A100-80GB",
     ).finding("prefill_blocked")
@@ -298,7 +298,7 @@ def test_a_real_servers_pool_size_comes_from_its_own_metrics(
     scenario_dir: ScenarioDir, tmp_path: Path
 ) -> None:
     """vllm:cache_config_info, recorded by the scraper, gives the KV pool size without
-    --config; a --config without the GPU (no memory plan) does not hide it."""
+    --server-cmd; a --server-cmd without the GPU (no memory plan) does not hide it."""
     d = _copy(scenario_dir, "kv_pool_full", tmp_path)
     _edit_run(d, _real_server)
     summary = json.loads((d / RUN_FILE).read_text())["server"]["summary"]
@@ -306,7 +306,7 @@ def test_a_real_servers_pool_size_comes_from_its_own_metrics(
     assert summary["kv_cache_tokens"] == pool
     assert diagnose_path(d).figures["kv_pool_tokens"] == pool
     cmd = "vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 8192 --gpu-memory-utilization 0.3"
-    with_config = diagnose_path(d, config=cmd)
+    with_config = diagnose_path(d, server_cmd=cmd)
     assert with_config.knobs["max_model_len"] == 8192
     assert with_config.figures["kv_pool_tokens"] == pool
     f = with_config.finding("kv_pool_full")
@@ -316,4 +316,4 @@ def test_a_real_servers_pool_size_comes_from_its_own_metrics(
         del data["server"]["summary"]["kv_cache_tokens"]
 
     _edit_run(d, unsaid)
-    assert "kv_pool_tokens" in diagnose_path(d, config=cmd).missing
+    assert "kv_pool_tokens" in diagnose_path(d, server_cmd=cmd).missing

@@ -298,7 +298,7 @@ def test_a_config_given_with_a_run_is_checked_without_repeating_the_run(
 ) -> None:
     diag = diagnose_path(
         scenario_dir("prefill_blocked"),
-        config="vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 16384 "
+        server_cmd="vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 16384 "
         "--max-num-batched-tokens 16384 --no-enable-chunked-prefill",
         gpu="A100-80GB",
     )

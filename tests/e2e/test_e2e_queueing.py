@@ -160,8 +160,8 @@ def test_diagnose_names_under_load_and_the_batch_cap(curve: Curve) -> None:
     from servetune.diagnose import diagnose_path
 
     rows = curve.result.measured_rows()
-    low = diagnose_path(curve.sweep_dir / rows[0].level_dir, config=CONFIG[curve.engine])
-    high = diagnose_path(curve.sweep_dir / rows[-1].level_dir, config=CONFIG[curve.engine])
+    low = diagnose_path(curve.sweep_dir / rows[0].level_dir, server_cmd=CONFIG[curve.engine])
+    high = diagnose_path(curve.sweep_dir / rows[-1].level_dir, server_cmd=CONFIG[curve.engine])
     low_rules = {f.rule for f in low.findings}
     high_rules = {f.rule: f for f in high.findings}
     assert "under_loaded" in low_rules, low.headline

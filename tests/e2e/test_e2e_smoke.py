@@ -4,6 +4,7 @@ streamed completion carries usage, a chat template works, and stopping leaves no
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import urllib.request
@@ -108,6 +109,7 @@ def test_cli_start_then_stop(
     """`servetune engine start` returns once the engine serves and leaves it running in its own
     group; `servetune engine stop` ends exactly that group."""
     state = tmp_path / "state"
+    env = {**os.environ, "SERVETUNE_STATE_DIR": str(state)}
     cli = [sys.executable, "-m", "servetune.cli", "engine"]
     started = subprocess.run(
         [
@@ -117,14 +119,13 @@ def test_cli_start_then_stop(
             "--tiny",
             "--max-num-seqs",
             "2",
-            "--state-dir",
-            str(state),
             "--executable",
             str(llama_server),
             "--ready-timeout",
             "60",
         ],
         capture_output=True,
+        env=env,
         text=True,
         timeout=120,
     )
@@ -135,16 +136,18 @@ def test_cli_start_then_stop(
         with urllib.request.urlopen(f"{record['base_url']}/models", timeout=10) as r:
             assert json.load(r)["data"][0]["id"] == "tiny"
         again = subprocess.run(
-            [*cli, "start", "llama.cpp", "--tiny", "--state-dir", str(state)],
+            [*cli, "start", "llama.cpp", "--tiny"],
             capture_output=True,
+            env=env,
             text=True,
             timeout=60,
         )
         assert again.returncode == 2 and "already running" in again.stderr
     finally:
         stopped = subprocess.run(
-            [*cli, "stop", "llama.cpp", "--state-dir", str(state)],
+            [*cli, "stop", "llama.cpp"],
             capture_output=True,
+            env=env,
             text=True,
             timeout=60,
         )

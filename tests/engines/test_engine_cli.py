@@ -67,7 +67,7 @@ def test_knob_the_engine_lacks_is_a_two_line_error(capsys: pytest.CaptureFixture
     code = main(["engine", "cmd", "llama.cpp", "--model", "m.gguf", "--quantization", "awq"])
     assert code == 2
     err = capsys.readouterr().err.splitlines()
-    assert err[0] == "servetune engine: error: engine llama.cpp has no knob quantization"
+    assert err[0] == "servetune engine cmd: error: engine llama.cpp has no knob quantization"
     assert err[1].startswith("  hint: ") and "GGUF" in err[1]
 
 
@@ -75,18 +75,21 @@ def test_invalid_value_is_a_two_line_error(capsys: pytest.CaptureFixture[str]) -
     code = main(["engine", "cmd", "vllm", "--model", "m", "--gpu-memory-utilization", "1.5"])
     assert code == 2
     err = capsys.readouterr().err.splitlines()
-    assert err[0] == "servetune engine: error: gpu_memory_utilization = 1.5: expected ≤ 1"
+    assert err[0] == "servetune engine cmd: error: gpu_memory_utilization = 1.5: expected ≤ 1"
     assert err[1].startswith("  hint: ") and len(err) == 2
 
 
-def test_stop_unknown_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["engine", "stop", "nothing", "--state-dir", str(tmp_path)])
+def test_stop_unknown_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SERVETUNE_STATE_DIR", str(tmp_path))
+    code = main(["engine", "stop", "nothing"])
     assert code == 2
     assert "no engine named 'nothing'" in capsys.readouterr().err
 
 
 def test_start_and_stop_a_stand_in_engine(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """start returns once it serves, leaving it running; stop ends its process group."""
     from servetune.engines.process import group_members
@@ -102,6 +105,7 @@ def test_start_and_stop_a_stand_in_engine(
     )
     fake.chmod(0o755)
     state = tmp_path / "state"
+    monkeypatch.setenv("SERVETUNE_STATE_DIR", str(state))
     code = main(
         [
             "engine",
@@ -111,8 +115,6 @@ def test_start_and_stop_a_stand_in_engine(
             "x.gguf",
             "--executable",
             str(fake),
-            "--state-dir",
-            str(state),
             "--ready-timeout",
             "30",
         ]
@@ -123,7 +125,7 @@ def test_start_and_stop_a_stand_in_engine(
         assert "ready: http://127.0.0.1:" in capsys.readouterr().out
         assert group_members(record["pgid"])
     finally:
-        assert main(["engine", "stop", "llama.cpp", "--state-dir", str(state)]) == 0
+        assert main(["engine", "stop", "llama.cpp"]) == 0
     assert "stopped llama.cpp" in capsys.readouterr().out
     assert group_members(record["pgid"]) == []
-    assert main(["engine", "stop", "llama.cpp", "--state-dir", str(state)]) == 2
+    assert main(["engine", "stop", "llama.cpp"]) == 2

@@ -71,7 +71,7 @@ def test_kv_full_rule_and_its_thresholds_come_from_diagnose() -> None:
 def test_promtool_accepts_the_rules(engine: str, tmp_path: Path, needs_prometheus: None) -> None:
     out = tmp_path / "rules.yml"
     args = ["export", "prometheus-rules", "--engine", engine, "-o", str(out),
-            "--config", "vllm serve Qwen/Qwen2.5-7B-Instruct --max-num-seqs 256",
+            "--server-cmd", "vllm serve Qwen/Qwen2.5-7B-Instruct --max-num-seqs 256",
             "--gpu", "A100-80GB"]  # fmt: skip
     assert main(args) == 0
     done = subprocess.run(
@@ -87,7 +87,7 @@ def test_promtool_accepts_the_rules(engine: str, tmp_path: Path, needs_prometheu
 def test_rules_left_out_are_named(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["export", "prometheus-rules", "--engine", "vllm"]) == 0
     out = capsys.readouterr().out
-    # without --config and --gpu/--model: the batch-cap and idle-GPU rows cannot be alerts
+    # without --server-cmd and --gpu/--model: the batch-cap and idle-GPU rows cannot be alerts
     assert "# not an alert here: batch_capped" in out
     assert "# not an alert here: under_loaded" in out
     assert "ServetuneKvPoolFull" in out and "ServetuneOverloaded" in out

@@ -64,7 +64,8 @@ async def probe_target(
     elif model not in served:
         raise ModelNotServedError(
             f"model {model!r} is not served by {url}; it serves: {', '.join(served) or 'none'}",
-            hint="pass one of those names to --model (vLLM: the --served-model-name)",
+            hint="pass the name it serves as --served-model-name (the model stays --model), "
+            "or as --model",
         )
     entry = next(e for e in entries if isinstance(e, dict) and e.get("id") == model)
     max_len = entry.get("max_model_len")

@@ -71,7 +71,19 @@ def add_target_arguments(p: argparse.ArgumentParser) -> None:
         "(default: start the embedded simulated engine)",
     )
     g.add_argument(
-        "--model", default=None, help="served model name (default: the only one /v1/models lists)"
+        "--model",
+        default=None,
+        help="the model, as `vllm bench serve --model` and `vllm serve` mean it: the name the "
+        "requests carry unless --served-model-name says otherwise (default: the only one "
+        "/v1/models lists); without --base-url, the model the simulated engine serves (from "
+        "`servetune sim models`, a Hugging Face id or a config.json; default "
+        "Qwen/Qwen2.5-7B-Instruct)",
+    )
+    g.add_argument(
+        "--served-model-name",
+        default=None,
+        help="the name the server answers to, when it is not --model's (vLLM's "
+        "--served-model-name)",
     )
     g.add_argument(
         "--endpoint",
@@ -214,6 +226,8 @@ def workload_config_from_args(
         fields["num_prompts"] = 1000 if getattr(args, "duration_s", None) is None else 10**9
     if getattr(args, "seed", None) is None:
         fields["seed"] = fresh_seed() if fresh_seed_by_default else 0
+    if getattr(args, "served_model_name", None) is not None:
+        fields["model"] = args.served_model_name  # the name the requests carry
     fields["goodput"] = parse_goodput(getattr(args, "goodput", None))
     if getattr(args, "workers", None) is not None and args.workers < 1:
         raise ConfigError(f"--workers must be ≥ 1 (got {args.workers})")

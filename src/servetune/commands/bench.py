@@ -37,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--dcgm-url", default=None, help="DCGM exporter /metrics URL for GPU use")
     add_engine_arguments(
-        p.add_argument_group("simulated engine (when no --base-url)"), shared=("model",)
+        p.add_argument_group("simulated engine (when no --base-url)"),
+        shared=("model", "served_model_name"),
     )
 
 

@@ -4,13 +4,13 @@ launch.
 ``servetune diagnose RUN_OR_SWEEP_DIR [--json] [-v]``
     ranked findings (evidence, knob changes per engine, in the seed's cost order);
     on a sweep, per level and for the curve as a whole.
-``servetune diagnose --config "vllm serve MODEL --max-num-seqs …" --gpu A100-80GB
+``servetune diagnose --server-cmd "vllm serve MODEL --max-num-seqs …" --gpu A100-80GB
 [--model M] [--workload-input-len N --workload-output-len N | RUN_DIR]``
     the config doctor: will it start, preemption ahead, max-model-len vs the workload,
     max-num-batched-tokens vs the prompts — from the simulated engine's memory planner.
 ``servetune diagnose --rules [--json]``
     the rules table itself.
-``servetune diagnose RUN_DIR --config "vllm serve …" --gpu GPU``
+``servetune diagnose RUN_DIR --server-cmd "vllm serve …" --gpu GPU``
     both: the run judged with the knob values it was served with, and the config checked
     against the run's own lengths.
 """
@@ -38,12 +38,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "-v", "--verbose", action="store_true", help="every condition, action and engine"
     )
     p.add_argument(
-        "--config",
+        "--server-cmd",
         metavar="COMMAND",
-        help="the engine's command line, e.g. \"vllm serve Qwen/Qwen2.5-7B-Instruct "
-        '--max-num-seqs 256" (alone: the config doctor; with a directory: the knob values '
-        "the run was served with)",
+        help='the command line that started the server, e.g. "vllm serve '
+        'Qwen/Qwen2.5-7B-Instruct --max-num-seqs 256" (alone: the config doctor; with a '
+        "directory: the knob values the run was served with; default: the one `sweep "
+        "--server-cmd` recorded)",
     )
+    # the flag's earlier name, still read
+    p.add_argument("--config", dest="server_cmd", metavar="COMMAND", help=argparse.SUPPRESS)
     p.add_argument(
         "--gpu", help="GPU from `servetune sim gpus` (the config doctor needs it), e.g. A100-80GB"
     )
@@ -73,12 +76,12 @@ def run(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(render_rules())
         return 0
-    if args.path is None and not args.config:
+    if args.path is None and not args.server_cmd:
         raise ConfigError(
             "nothing to diagnose",
-            hint='give a run or sweep directory, or --config "vllm serve MODEL …" --gpu GPU',
+            hint='give a run or sweep directory, or --server-cmd "vllm serve MODEL …" --gpu GPU',
         )
-    if args.config and args.path is None and not args.gpu:
+    if args.server_cmd and args.path is None and not args.gpu:
         raise ConfigError(
             "the config doctor needs the GPU",
             hint="add --gpu (see `servetune sim gpus`), e.g. --gpu A100-80GB",
@@ -94,14 +97,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.path is None:
         diag = diagnose_config(
-            args.config,
+            args.server_cmd,
             args.gpu,
             args.model,
             args.workload_input_len,
             args.workload_output_len,
         )
     else:
-        diag = diagnose_path(args.path, config=args.config, gpu=args.gpu, model=args.model)
+        diag = diagnose_path(args.path, server_cmd=args.server_cmd, gpu=args.gpu, model=args.model)
     if args.json:
         sys.stdout.write(diag.model_dump_json(indent=2) + "\n")
     else:

@@ -1,7 +1,7 @@
 """`servetune engine start|stop|cmd ENGINE ...`: run a real engine from engine-neutral knobs.
 
     servetune engine cmd vllm --model Qwen/Qwen2.5-7B-Instruct --max-num-seqs 64
-    servetune engine start llama.cpp --tiny --max-num-seqs 2      # prints its base URL
+    servetune engine start llama.cpp --model model.gguf --max-num-seqs 2   # prints its URL
     servetune sweep --base-url http://127.0.0.1:PORT/v1 ...
     servetune engine stop llama.cpp
 
@@ -33,7 +33,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         _add_launch_arguments(p, start=action == "start")
     p = sub.add_parser("stop", help="stop an engine that `start` left running")
     p.add_argument("name", metavar="NAME", help="the engine's --name (default: the engine)")
-    p.add_argument("--state-dir", type=Path, default=None, help=argparse.SUPPRESS)
     p.add_argument("--grace", type=float, default=15.0, help="seconds before SIGKILL")
 
 
@@ -43,7 +42,7 @@ def _add_launch_arguments(p: argparse.ArgumentParser, start: bool) -> None:
     m.add_argument(
         "--tiny",
         action="store_true",
-        help="serve the tiny test model made by scripts/provision_engines.sh",
+        help=argparse.SUPPRESS,  # the test suite's own model (scripts/provision_engines.sh)
     )
     m.add_argument("--served-model-name", default=None)
     from servetune.knobs import KNOB_NAMES
@@ -77,7 +76,6 @@ def _add_launch_arguments(p: argparse.ArgumentParser, start: bool) -> None:
             action="store_true",
             help="stay attached; Ctrl-C stops the engine",
         )
-        s.add_argument("--state-dir", type=Path, default=None, help=argparse.SUPPRESS)
 
 
 def _spec(args: argparse.Namespace, port: int) -> LaunchSpec:
@@ -98,7 +96,7 @@ def _spec(args: argparse.Namespace, port: int) -> LaunchSpec:
         model = str(tiny.gguf if args.engine == "llama.cpp" else tiny.hf_dir)
         name = name or tiny.served_model_name
     if not model:
-        raise ConfigError("no model given", hint="pass --model PATH_OR_NAME (or --tiny)")
+        raise ConfigError("no model given", hint="pass --model PATH_OR_NAME")
     knobs = EngineKnobs(**knob_values(args, KNOB_NAMES))
     opts = EngineOptions(
         executable=args.executable,
@@ -137,19 +135,19 @@ def _start(args: argparse.Namespace) -> int:
     from servetune.errors import EngineError
 
     name = args.name or args.engine
-    previous = state.load(name, args.state_dir)
+    previous = state.load(name)
     if previous is not None and state.is_running(previous):
         raise EngineError(
             f"an engine named {name!r} is already running at {previous.base_url}",
             hint=f"stop it first (servetune engine stop {name}) or pass --name",
         )
     spec = _spec(args, args.port or free_port(args.host))
-    log = args.log or state.state_path(name, args.state_dir).with_suffix(".log")
+    log = args.log or state.state_path(name).with_suffix(".log")
     print(f"starting {spec.engine}: {spec.shell()}", flush=True)
     print(f"log: {log}", flush=True)
     # Detached unless --foreground: the engine must outlive this command.
     eng = asyncio.run(launch(spec, log, args.ready_timeout, die_with_parent=args.foreground))
-    st = state.record(name, eng, args.state_dir)
+    st = state.record(name, eng)
     print(f"ready: {eng.base_url}  (model {spec.served_model_name!r}, process group {eng.pgid})")
     if not args.foreground:
         print(f"stop with: servetune engine stop {name}")
@@ -160,11 +158,11 @@ def _start(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, _interrupt)
         code = eng.proc.wait()
         print(f"{spec.engine} exited with status {code}; log: {log}")
-        state.state_path(st.name, args.state_dir).unlink(missing_ok=True)
+        state.state_path(st.name).unlink(missing_ok=True)
         return 1
     except KeyboardInterrupt:
         eng.stop()
-        state.state_path(st.name, args.state_dir).unlink(missing_ok=True)
+        state.state_path(st.name).unlink(missing_ok=True)
         print(f"stopped {name}")
         return 0
 
@@ -176,6 +174,6 @@ def _interrupt(signum: int, frame: object) -> None:
 def _stop(args: argparse.Namespace) -> int:
     from servetune.engines import state
 
-    was_running = state.stop(args.name, args.state_dir, args.grace)
+    was_running = state.stop(args.name, grace_s=args.grace)
     print(f"stopped {args.name}" if was_running else f"{args.name} was no longer running")
     return 0

@@ -4,7 +4,7 @@
     a Grafana (≥ 10) dashboard JSON: requests/s, tokens/s, TTFT/TPOT/ITL/E2E percentiles,
     KV-cache use, running/waiting, preemptions, prefix-cache hit rate.
 ``servetune export prometheus-rules [--engine vllm | --metrics-url URL] [--window 5m]
-[--for 1m] [--config "vllm serve …"] [--gpu G --model M] [-o FILE]``
+[--for 1m] [--server-cmd "vllm serve …"] [--gpu G --model M] [-o FILE]``
     Prometheus alerting rules for the seed's troubleshooting table, generated from diagnose's
     rules (the same conditions and thresholds); the header names the rules left out and why.
 
@@ -62,7 +62,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=60.0,
         help="rules: how long a condition must hold before firing (1m; 0 = at once)",
     )
-    p.add_argument("--config", metavar="COMMAND", help="the engine's command line (knob values)")
+    p.add_argument(
+        "--server-cmd", metavar="COMMAND", help="the engine's command line (knob values)"
+    )
+    p.add_argument("--config", dest="server_cmd", help=argparse.SUPPRESS)  # its earlier name
     p.add_argument("--gpu", help="GPU type, for the compute-load estimate")
     p.add_argument("--model", help="model, for the compute-load estimate")
     p.add_argument("--input-len", type=float, default=1024.0, help="prompt tokens (compute est.)")
@@ -108,7 +111,7 @@ def _promql(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         )
     from servetune.diagnose.knobs import KnownConfig
 
-    known = known_from_options(args.config, args.gpu, args.model) or KnownConfig()
+    known = known_from_options(args.server_cmd, args.gpu, args.model) or KnownConfig()
     return Promql(
         emap,
         window_s=args.window,

@@ -16,6 +16,17 @@ import sys
 
 from servetune.commands._result_dir import add_result_dir_argument, result_dir
 
+OFFLINE_NO_EFFECT: dict[str, str] = {
+    "workers": "--workers",
+    "http_client": "--http-client",
+    "request_timeout_s": "--request-timeout",
+    "temperature": "--temperature",
+    "ignore_eos": "--ignore-eos",
+}
+"""Load-generator flags that a virtual-clock run has no use for: its client is modelled (it
+sends on schedule and never times out) and its engine generates exactly the planned lengths.
+``sim run`` does not list them, and says so when one is given."""
+
 
 def _engine_group(p: argparse.ArgumentParser) -> None:
     from servetune.sim.cli_args import add_engine_arguments
@@ -44,12 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from servetune.commands._workload_args import add_workload_arguments
 
     add_workload_arguments(run)
-    run.add_argument(
-        "--endpoint",
-        choices=["completions", "chat"],
-        default="completions",
-        help="recorded in the config (the simulator treats both alike)",
-    )
+    for action in run._actions:
+        if action.dest in OFFLINE_NO_EFFECT:  # refused by _run when given
+            action.help, action.default = argparse.SUPPRESS, None
     _engine_group(run)
     add_result_dir_argument(run, "sim")
     run.add_argument("--no-progress", action="store_true")
@@ -166,12 +174,21 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from servetune.commands._workload_args import workload_config_from_args
+    from servetune.errors import ConfigError
     from servetune.sim.cli_args import engine_config_from_args
     from servetune.sim.memory import plan_memory
     from servetune.sim.offline import run_offline
 
+    given = [flag for dest, flag in OFFLINE_NO_EFFECT.items() if getattr(args, dest) is not None]
+    if given:
+        raise ConfigError(
+            f"{', '.join(given)}: nothing to set in `sim run`, whose client is modelled (it sends "
+            "on schedule, never times out) and whose engine generates the planned lengths",
+            hint="drop it; to measure a real client against the simulated engine, use "
+            "`servetune bench` without --base-url",
+        )
     bench_cfg = workload_config_from_args(args, fresh_seed_by_default=False)
-    bench_cfg = bench_cfg.model_copy(update={"endpoint": args.endpoint, "model": None})
+    bench_cfg = bench_cfg.model_copy(update={"model": None})
     engine_cfg = engine_config_from_args(args)
     mem = plan_memory(engine_cfg)
     out = result_dir(args, "sim")

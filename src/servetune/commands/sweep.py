@@ -107,7 +107,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--metrics-interval", type=float, default=1.0, help="seconds between scrapes")
     o.add_argument("--dcgm-url", default=None, help="DCGM exporter /metrics URL for GPU use")
     add_engine_arguments(
-        p.add_argument_group("simulated engine (when no --base-url)"), shared=("model",)
+        p.add_argument_group("simulated engine (when no --base-url)"),
+        shared=("model", "served_model_name"),
     )
 
 

@@ -26,11 +26,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record", type=Path, metavar="DIR", help="write the samples and findings")
     p.add_argument("--json", action="store_true", help="one JSON document at the end, no view")
     p.add_argument(
-        "--config",
+        "--server-cmd",
         metavar="COMMAND",
         help='the server\'s command line ("vllm serve MODEL --max-num-seqs …"): knob values '
         "for the rules",
     )
+    p.add_argument("--config", dest="server_cmd", help=argparse.SUPPRESS)  # its earlier name
     p.add_argument("--gpu", help="GPU type, for the compute-load estimate (e.g. A100-80GB)")
     p.add_argument("--model", help="model (`servetune sim models`), for the compute estimate")
     p.add_argument("--dcgm-url", help="an NVIDIA DCGM exporter's /metrics, for GPU utilisation")
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--refresh must be > 0 s (got {args.refresh:g})")
     if args.duration is not None and args.duration <= 0:
         raise ConfigError(f"--duration must be > 0 s (got {args.duration:g})")
-    known = known_from_options(args.config, args.gpu, args.model)
+    known = known_from_options(args.server_cmd, args.gpu, args.model)
     session = WatchSession(
         args.url,
         interval_s=args.interval,

@@ -39,7 +39,7 @@ __all__ = [
 def _known_from_options(
     command: str | None, gpu: str | None, model: str | None
 ) -> KnownConfig | None:
-    """A KnownConfig from --config / --gpu / --model, or None to use the run's own record."""
+    """A KnownConfig from --server-cmd / --gpu / --model, or None to use the run's own record."""
     from servetune.diagnose.doctor import engine_config_from_command
     from servetune.diagnose.knobs import KnownConfig, from_engine_config
 
@@ -52,43 +52,77 @@ def _known_from_options(
 
 
 known_from_options = _known_from_options
-"""Public name: the KnownConfig of --config / --gpu / --model (watch takes the same flags)."""
+"""Public name: the KnownConfig of --server-cmd / --gpu / --model (watch takes the same flags)."""
+
+
+def recorded_server_cmd(path: Path) -> tuple[str, Path] | None:
+    """The server command line a sweep recorded (``sweep --server-cmd``) for PATH — a sweep
+    directory or one of its levels — and the file it came from, or None."""
+    from servetune.results.io import SWEEP_FILE
+    from servetune.results.sweep_schema import read_sweep_result
+
+    for sweep_dir in (path, path.parent.parent if path.parent.name == "levels" else None):
+        if sweep_dir is not None and (sweep_dir / SWEEP_FILE).is_file():
+            cmd = read_sweep_result(sweep_dir).config.server_cmd
+            return (cmd, sweep_dir / SWEEP_FILE) if cmd else None
+    return None
 
 
 def diagnose_path(
     path: str | Path,
     *,
-    config: str | None = None,
+    server_cmd: str | None = None,
     gpu: str | None = None,
     model: str | None = None,
 ) -> Diagnosis:
     """Diagnose a RUN_DIR or a SWEEP_DIR (which one is told by its files).
 
-    ``config``: the command line the server was started with (``vllm serve MODEL …``), so
+    ``server_cmd``: the command line the server was started with (``vllm serve MODEL …``), so
     that actions quote the current knob values and the config doctor checks it against the
-    run's own lengths; ``gpu``/``model``: for the compute-load estimate of a real server.
+    run's own lengths; by default the one the sweep recorded (``sweep --server-cmd``), when it
+    reads as an engine's. ``gpu``/``model``: for the compute-load estimate of a real server.
     """
     from servetune.diagnose.evaluate import diagnose_run, rank
     from servetune.diagnose.sweep import diagnose_sweep
+    from servetune.errors import ServetuneError
     from servetune.results.io import detect_dir
 
     p = Path(path).expanduser()
-    known = _known_from_options(config, gpu, model)
     from servetune.results.io import RUN_FILE
     from servetune.results.watch_file import WATCH_FILE
 
     if (p / WATCH_FILE).is_file() and not (p / RUN_FILE).is_file():
         from servetune.diagnose.window import diagnose_recording
 
-        return diagnose_recording(p, known)  # a `servetune watch --record` directory
+        # a `servetune watch --record` directory
+        return diagnose_recording(p, _known_from_options(server_cmd, gpu, model))
     kind = detect_dir(p)
+    notes: list[str] = []
+    known = None
+    recorded = recorded_server_cmd(p) if server_cmd is None else None
+    if recorded is not None:
+        try:
+            known = _known_from_options(recorded[0], gpu, model)
+            server_cmd = recorded[0]
+            if known is not None:
+                known.source = f"the server command line recorded in {recorded[1]}"
+            notes.append(f"server command line as recorded in {recorded[1]}: {recorded[0]}")
+        except ServetuneError as exc:
+            notes.append(
+                f"the server command line recorded in {recorded[1]} ({recorded[0]}) is not one "
+                f"the knobs can be read from ({exc.message}); pass --server-cmd to give them"
+            )
+    if known is None:
+        known = _known_from_options(server_cmd, gpu, model)
     if kind == "sweep":
-        return diagnose_sweep(p, known)
+        diag = diagnose_sweep(p, known)
+        diag.notes += notes
+        return diag
     diag = diagnose_run(p, known)
-    if config and gpu:
+    if server_cmd and gpu:
         from servetune.diagnose.doctor import diagnose_config as doctor
 
-        extra = doctor(config, gpu, model, run_dir=p)
+        extra = doctor(server_cmd, gpu, model, run_dir=p)
         seen = {f.rule for f in diag.findings if f.kind in ("bottleneck", "warning")}
         more = [
             f
@@ -97,6 +131,7 @@ def diagnose_path(
         ]
         diag.findings = rank([*diag.findings, *more])
         diag.notes += [n for n in extra.notes if n.startswith("vLLM would print")]
+    diag.notes += notes
     return diag
 
 

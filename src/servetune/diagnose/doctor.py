@@ -590,7 +590,7 @@ def diagnose_config(
     output_len: int | None = None,
     run_dir: str | Path | None = None,
 ) -> Diagnosis:
-    """``servetune diagnose --config "vllm serve …" --gpu GPU``: warnings before launch."""
+    """``servetune diagnose --server-cmd "vllm serve …" --gpu GPU``: warnings before launch."""
     cfg, ignored, unsupported = engine_config_from_command(command, gpu, model)
     # Resolve the catalog names now: an unknown GPU or model is the user's error to fix.
     from servetune.sim.catalog import find_gpu, find_model

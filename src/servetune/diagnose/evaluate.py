@@ -171,7 +171,7 @@ def _cap_unknown(fig: Figures) -> str:
     seen = f": running requests peaked at {peak:.0f}" if peak is not None else ""
     return (
         f"not identified from the metrics available{seen}, and whether that is the server's "
-        '--max-num-seqs is unknown (pass --config "vllm serve MODEL …")'
+        '--max-num-seqs is unknown (pass --server-cmd "vllm serve MODEL …")'
     )
 
 

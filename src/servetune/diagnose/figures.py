@@ -55,7 +55,7 @@ MIN_SENDING_S = 2.0
 GPU_UTIL_MISSING = "GPU utilisation not measured (pass --dcgm-url or run on the GPU host)"
 MODEL_GPU_MISSING = (
     "the GPU and the model are unknown, so the compute load cannot be estimated "
-    '(pass --gpu and --model, or --config "vllm serve MODEL …" --gpu GPU)'
+    '(pass --gpu and --model, or --server-cmd "vllm serve MODEL …" --gpu GPU)'
 )
 
 
@@ -569,7 +569,7 @@ def _server(
             cap,
             f"the server's --max-num-seqs is unknown (the highest running count seen, "
             f"{int(summ['running_max'])}, is what this run reached, not the cap): pass "
-            '--config "vllm serve MODEL …" with the command the server was started with',
+            '--server-cmd "vllm serve MODEL …" with the command the server was started with',
         )
         if few:
             fig.miss("running_at_cap_share", few_why)
@@ -649,7 +649,7 @@ def _default_cap(fig: Figures) -> tuple[float | None, str]:
 def _knobs(fig: Figures, run: RunResult) -> None:
     cfg = fig.config
     why = (
-        'the engine configuration is unknown (pass --config "vllm serve MODEL …" with the '
+        'the engine configuration is unknown (pass --server-cmd "vllm serve MODEL …" with the '
         "flags the server was started with)"
     )
     for knob in (
@@ -676,7 +676,7 @@ def _knobs(fig: Figures, run: RunResult) -> None:
     pool = cfg.kv_pool_tokens
     if pool is None and run.server is not None:
         # what the server itself says (vLLM's cache_config_info, read by the scraper): no
-        # --config or GPU needed for a real server's pool
+        # --server-cmd or GPU needed for a real server's pool
         tokens = run.server.summary.get("kv_cache_tokens")
         if isinstance(tokens, int | float) and not isinstance(tokens, bool) and tokens > 0:
             pool = int(tokens)

@@ -2,7 +2,7 @@
 
 Known, in this order of precedence:
 
-1. a command line the user passes (``diagnose RUN_DIR --config "vllm serve …"``);
+1. a command line the user passes (``diagnose RUN_DIR --server-cmd "vllm serve …"``);
 2. the server command recorded with the run (a sweep's ``--server-cmd``);
 3. the simulated engine's own record (``run.json`` → ``target.simulated``);
 4. what the server itself says: vLLM's ``cache_config_info`` (the KV pool, the memory share,
@@ -38,7 +38,7 @@ class KnownConfig(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     source: str = "unknown"
-    """Where the values come from ("simulated engine record", "--config", "unknown")."""
+    """Where the values come from ("simulated engine record", "--server-cmd", "unknown")."""
     engine: str = "vllm"
     gpu: str | None = None
     model: str | None = None
@@ -115,7 +115,7 @@ def from_engine_config(
         except ServetuneError:
             pool = None
     return KnownConfig(
-        source="--config",
+        source="--server-cmd",
         engine="vllm",
         gpu=cfg.gpu if gpu_known else None,
         model=cfg.model,
@@ -191,7 +191,7 @@ def from_command(
 
 
 def known_config(run: RunResult, override: KnownConfig | None = None) -> KnownConfig:
-    """The configuration of ``run``: ``override`` (from --config) wins over the record; an
+    """The configuration of ``run``: ``override`` (from --server-cmd) wins over the record; an
     override with only a GPU/model (--gpu/--model) fills the record's gaps instead."""
     if override is not None and override.known:
         return override

@@ -122,7 +122,7 @@ class Diagnosis(BaseModel):
     missing: dict[str, str] = Field(default_factory=dict)
     """figure → why it is missing."""
     knobs: dict[str, Any] = Field(default_factory=dict)
-    """The engine knobs known for the run (from the simulated engine's record or --config)."""
+    """The engine knobs known for the run (from the simulated engine's record or --server-cmd)."""
     procedure: list[str] = Field(default_factory=list)
     """The seed's rules for changing anything (one knob at a time, old value, canary)."""
     notes: list[str] = Field(default_factory=list)

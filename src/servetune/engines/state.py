@@ -7,6 +7,7 @@ time, so `stop` signals that group only if its leader is still the very process 
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -38,7 +39,9 @@ class EngineState(BaseModel):
 
 
 def default_state_dir() -> Path:
-    return cache_root() / "run"
+    """``$SERVETUNE_STATE_DIR``, else ``run/`` in servetune's cache."""
+    given = os.environ.get("SERVETUNE_STATE_DIR")
+    return Path(given).expanduser() if given else cache_root() / "run"
 
 
 def state_path(name: str, state_dir: Path | None = None) -> Path:

@@ -50,7 +50,7 @@ class WatchRecording(BaseModel):
     server_summary: dict[str, Any] = Field(default_factory=dict)
     """What the scraper read once (the engine's cache configuration: KV pool size …)."""
     config: dict[str, Any] = Field(default_factory=dict)
-    """The engine configuration given to watch (--config/--gpu/--model), for diagnose."""
+    """The engine configuration given to watch (--server-cmd/--gpu/--model), for diagnose."""
     last_window: dict[str, Any] = Field(default_factory=dict)
     """The figures of the last sliding window (see :class:`WatchFigures` in watch.session)."""
     active: list[str] = Field(default_factory=list)

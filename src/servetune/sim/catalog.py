@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -182,6 +183,28 @@ def _match(name: str, entries: tuple[Any, ...], what: str, flag: str) -> Any:
 def find_gpu(name: str) -> GpuSpec:
     result: GpuSpec = _match(name, gpus(), "gpu", "--gpu")
     return result
+
+
+def gpu_alias_note(name: str) -> str | None:
+    """A line for the user when ``--gpu NAME`` is not a GPU's own name but picks one by alias
+    (``a100`` is the A100-80GB), naming the other GPUs of the catalog it could have meant;
+    None for a GPU's own name (any case) or an unknown one (an error elsewhere)."""
+    try:
+        gpu = find_gpu(name)
+    except CatalogEntryNotFound:
+        return None
+    key = _norm(name)
+    if re.sub(r"[^a-z0-9]", "", key) == re.sub(r"[^a-z0-9]", "", _norm(gpu.name)):
+        return None  # its own name, spelled with other separators
+    also = [
+        g.name
+        for g in gpus()
+        if g.name != gpu.name
+        and any(_norm(n) == key or _norm(n).startswith(key + "-") for n in [g.name, *g.aliases])
+    ]
+    return f"--gpu {name} is taken as {gpu.name}" + (
+        f" (the catalog also has {', '.join(also)}: name it to use that one)" if also else ""
+    )
 
 
 def model_from_hf_config(path: str | Path) -> ModelSpec:

@@ -5,7 +5,7 @@ names (:mod:`servetune.watch.promql`).
 
 Per rule: every ``when`` condition becomes ``(figure) op threshold`` and they are joined with
 ``and``; an ``AnyOf`` becomes ``or``; ``unless`` conditions become ``unless``. A condition on a
-knob is decided now from ``--config`` (true: dropped; false: the rule can never fire and is
+knob is decided now from ``--server-cmd`` (true: dropped; false: the rule can never fire and is
 left out). A figure PromQL cannot compute from the engine's metrics is handled as diagnose
 handles a missing figure: a condition marked "note" is dropped, one the rule needs leaves the
 rule out, and the file's header says which rules were left out and why. Advisories (facts of
@@ -47,7 +47,7 @@ _KNOB_FIGURES = {
 
 
 KNOB_BASED = {
-    "running_at_cap_share": "needs --max-num-seqs from the engine's configuration (--config)",
+    "running_at_cap_share": "needs --max-num-seqs from the engine's configuration (--server-cmd)",
     "compute_use_est": "needs the GPU and the model (--gpu, --model)",
 }
 
@@ -110,7 +110,7 @@ def _cond(q: Promql, c: Cond, notes: list[str]) -> str | None:
             if c.if_missing == "note":
                 notes.append(f"{c.describe()} (the engine's configuration was not given)")
                 return None
-            raise _Skip(f"needs {c.figure} from the engine's configuration (--config)")
+            raise _Skip(f"needs {c.figure} from the engine's configuration (--server-cmd)")
         from servetune.diagnose.conditions import _OPS
 
         if _OPS[c.op](v, c.value):
@@ -188,7 +188,7 @@ def alert_for(q: Promql, rule: Rule) -> tuple[dict[str, Any] | None, str | None,
         for name in rule.only_if:
             if name in _KNOB_FIGURES:
                 if _knob_value(q, name) is None:
-                    raise _Skip(f"applies only when {name} is known (--config)")
+                    raise _Skip(f"applies only when {name} is known (--server-cmd)")
             elif _figure(q, name) is None:
                 raise _Skip(f"needs {name}, which this engine's metrics do not give")
         if rule.require_any and not any(

@@ -23,7 +23,7 @@ compute_use_est            (prompt tok/s × FLOPs/prompt token + generated tok/s
 =========================  ===================================================================
 
 A knob's figure (``chunked_prefill``, ``max_num_seqs`` …) is a constant when the engine's
-configuration is given (``--config``), else unknown. A figure the engine does not expose is
+configuration is given (``--server-cmd``), else unknown. A figure the engine does not expose is
 None, and so is every expression that needs it.
 """
 
