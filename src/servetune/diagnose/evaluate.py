@@ -11,7 +11,14 @@ from servetune.diagnose.conditions import Condition, fmt_ms, render, template_fi
 from servetune.diagnose.figures import MIN_SAMPLES, Figures, compute_figures, read_series_tolerant
 from servetune.diagnose.knobs import KnownConfig, known_config
 from servetune.diagnose.model import KIND_ORDER, Diagnosis, Finding
-from servetune.diagnose.rules import CAUSES, PREFILL_STALLS, RULES, SPARE_COMPUTE, Rule
+from servetune.diagnose.rules import (
+    CAUSES,
+    NEAR_CEILING,
+    PREFILL_STALLS,
+    RULES,
+    SPARE_COMPUTE,
+    Rule,
+)
 from servetune.errors import ServetuneError
 from servetune.metrics.timeline import TAIL_RATIO
 from servetune.results.io import read_records, read_run_result
@@ -158,12 +165,36 @@ def _limiter(found: dict[str, Finding], fig: Figures) -> str:
     est = fig.get("compute_use_est")
     if (util is not None and util >= 0.9) or (est is not None and est >= SPARE_COMPUTE):
         if est is not None:
-            return (
-                f"the engine's step time: compute is near its ceiling (estimated compute load "
-                f"{est:.0%} of peak)"
-            )
+            return compute_words(est, fig.get("compute_ceiling"))
         return f"the engine's step time (GPU utilisation {util:.0%})"
     return "not identified from the metrics available"
+
+
+def compute_near_ceiling(fig: Figures) -> bool:
+    """Whether the estimated compute load is near what the engine reaches at best."""
+    share = fig.get("compute_of_ceiling")
+    return share is not None and share >= NEAR_CEILING
+
+
+def compute_words(est: float, ceiling: float | None) -> str:
+    """The compute limit in words that match the figures: "near its ceiling" only when the
+    load is within 15% of what the engine reaches at best (its calibrated MFU)."""
+    if ceiling:
+        share = est / ceiling
+        if share >= NEAR_CEILING:
+            return (
+                f"the engine's step time: compute is near its ceiling (estimated compute load "
+                f"{est:.0%} of peak, {share:.0%} of the ~{ceiling:.0%} this engine reaches on "
+                "this GPU)"
+            )
+        return (
+            f"the engine's step time: compute-heavy steps (estimated compute load {est:.0%} of "
+            f"peak, {share:.0%} of the ~{ceiling:.0%} this engine reaches — not at its ceiling)"
+        )
+    return (
+        f"the engine's step time (estimated compute load {est:.0%} of peak; what this GPU "
+        "reaches at best is unknown)"
+    )
 
 
 def _cap_unknown(fig: Figures) -> str:

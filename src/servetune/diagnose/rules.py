@@ -48,6 +48,9 @@ LOW_COMPUTE = 0.2
 """Estimated compute load below 20% of the GPU's peak: the GPU has compute to spare."""
 SPARE_COMPUTE = 0.35
 """Below 35% of peak (~60% of what prefill-bound vLLM reaches) a bigger batch still pays."""
+NEAR_CEILING = 0.85
+"""Compute is "near its ceiling" from 85% of what the engine reaches at best (the step
+model's calibrated MFU for the GPU), not from a share of the datasheet peak."""
 SMALL_BATCH = 0.25
 CAP_SHARE = 0.5
 WAITING_SHARE = 0.5

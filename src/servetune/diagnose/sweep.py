@@ -14,7 +14,7 @@ from servetune.diagnose.evaluate import diagnose_run, rank
 from servetune.diagnose.figures import Figures
 from servetune.diagnose.knobs import KnownConfig
 from servetune.diagnose.model import Action, Diagnosis, Finding, LevelDiagnosis
-from servetune.diagnose.rules import CAUSES
+from servetune.diagnose.rules import CAUSES, NEAR_CEILING
 from servetune.errors import ResultError, ServetuneError
 from servetune.results.io import RUN_FILE
 from servetune.results.sweep_schema import Knee, LevelRow, SweepResult, read_sweep_result
@@ -28,6 +28,11 @@ KV_TARGET = 0.8
 
 LEVEL_WARNINGS = ("client_behind", "oom", "server_gone", "prefix_cache_inflated")
 """Warnings of one level that the curve's diagnosis repeats."""
+
+
+def _near_ceiling(diag: Diagnosis) -> bool:
+    share = diag.figures.get("compute_of_ceiling")
+    return share is not None and share >= NEAR_CEILING
 
 
 def _load_text(row: LevelRow) -> str:
@@ -68,7 +73,8 @@ def _past_knee_finding(
         labels = ", ".join(_load_text(r) for r in growing)
         what.append(f"waiting grows without bound at {labels}")
     metric = knee.binding_metric or "ttft"
-    top = past[-1][0]
+    measured = [r for r, _ in past if r.role != "probe"]
+    top = measured[-1] if measured else past[-1][0]
     top_p99 = top.p99(metric)
     knee_p99 = knee.latency_p99_ms.get(metric)
     if top_p99 is not None and knee_p99:
@@ -143,13 +149,18 @@ def _limit_finding(
     knee: Knee | None,
     levels: list[tuple[LevelRow, Diagnosis | None]],
 ) -> Finding | None:
-    """What limits the capacity: the cause found at the first saturated level, and the
-    seed's cost order as the plan."""
-    past = [(r, d) for r, d in levels if d is not None and _past(r, knee)]
-    saturated = [(r, d) for r, d in levels if d is not None and d.finding("overloaded")]
-    candidates = saturated + [p for p in past if p not in saturated]
+    """What limits the capacity, from the levels that matter: the first two measured levels
+    past the knee (else the first saturated ones) — never the unbounded probe alone, whose
+    queue grows without bound by construction — and the seed's cost order as the plan."""
+    measured = [(r, d) for r, d in levels if d is not None and r.role != "probe"]
+    past = [(r, d) for r, d in measured if _past(r, knee)]
+    saturated = [(r, d) for r, d in measured if d.finding("overloaded")]
+    candidates = (past or saturated)[:2]
+    probes = [(r, d) for r, d in levels if d is not None and r.role == "probe"]
     if not candidates:
-        return None
+        if not probes:
+            return None
+        return _probe_only_finding(probes[0][0], probes[0][1])
 
     def cause_of(diag: Diagnosis | None) -> Finding | None:
         if diag is None:
@@ -159,8 +170,12 @@ def _limit_finding(
             None,
         )
 
-    # The first saturated (else past-the-knee) level that shows a cause; else the first one.
-    row, diag = next(((r, d) for r, d in candidates if cause_of(d)), candidates[0])
+    # The first level around the knee that shows a cause; else one that saturated (its
+    # limiter); else the first one.
+    row, diag = next(
+        ((r, d) for r, d in candidates if cause_of(d)),
+        next(((r, d) for r, d in candidates if d.finding("overloaded")), candidates[0]),
+    )
     assert diag is not None
     cause = cause_of(diag)
     over = diag.finding("overloaded")
@@ -178,7 +193,7 @@ def _limit_finding(
     quantized = diag.figures.get("quantized")
     if quantized is not None:
         line = "step 1 quantize: " + ("done" if quantized else "open (weights are bf16)")
-        compute_limited = over is not None and bool(over.cause) and "compute" in str(over.cause)
+        compute_limited = over is not None and _near_ceiling(diag)
         no_quant = not any(a.knob == "quantization" for a in base_actions)
         if not quantized and compute_limited and cause is None and no_quant:
             line += (
@@ -190,7 +205,7 @@ def _limit_finding(
         line = f"step 2 push KV use to 80%+: KV mean {kv:.0%} at {row.label}"
         if kv >= KV_TARGET:
             line += " — reached"
-        elif cause is None and over is not None and over.cause and "compute" in over.cause:
+        elif cause is None and over is not None and _near_ceiling(diag):
             line += " — but compute is the limit: a bigger batch adds no throughput here"
         elif cause is not None and cause.rule == "batch_capped":
             line += " — the --max-num-seqs cap holds it down (see the first action)"
@@ -229,6 +244,26 @@ def _limit_finding(
         evidence=status + (cause.evidence if cause else (over.evidence if over else [])),
         actions=actions,
         figures=dict(cause.figures if cause else (over.figures if over else {})),
+    )
+
+
+def _probe_only_finding(row: LevelRow, diag: Diagnosis | None) -> Finding:
+    """Only the unbounded probe saturated: it says how much the server completes, not what
+    limits it at a load anyone would run."""
+    shown = next((f.title for f in (diag.verdicts() if diag else [])), None)
+    evidence = [f"{row.label} (every request at once) shows: {shown}"] if shown else []
+    return Finding(
+        rule="capacity_limit",
+        kind="cannot_tell",
+        scope="curve",
+        level=row.label,
+        title="What limits capacity: cannot tell — no measured level saturated; only the "
+        "unbounded probe did, and a queue without bound fills any pool",
+        seed="cost order: find the limit at the knee before changing anything",
+        confidence="low",
+        priority=93,
+        evidence=evidence,
+        missing=["a measured level at or past the knee (sweep higher rates)"],
     )
 
 
@@ -286,6 +321,56 @@ def _knee_status_finding(sweep: SweepResult, knee: Knee | None) -> Finding | Non
     return None
 
 
+CONTRADICT_PAST_KNEE = ("under_loaded", "healthy", "knee_not_reached")
+"""A level's own verdicts that the curve contradicts once the level is past the knee."""
+
+
+def _agree_with_the_curve(
+    row: LevelRow, knee: Knee, findings: list[Finding], headline: str
+) -> tuple[list[Finding], str]:
+    """A level past the knee is not "not enough load" nor "healthy": its latency already
+    rose past the comfortable point. Its own verdicts that say otherwise give way to that."""
+    metric = knee.binding_metric or "ttft"
+    at_knee = knee.latency_p99_ms.get(metric)
+    here = row.p99(metric)
+    rising = (
+        f": P99 {METRIC_NAMES[metric]} {fmt_ms(here)} here against {fmt_ms(at_knee)} at the knee"
+        if here is not None and at_knee
+        else ""
+    )
+    dropped = [f.rule for f in findings if f.rule in CONTRADICT_PAST_KNEE]
+    kept = [f for f in findings if f.rule not in CONTRADICT_PAST_KNEE]
+    if not dropped:
+        return findings, headline
+    mine = Finding(
+        rule="past_knee",
+        kind="bottleneck",
+        scope="level",
+        level=row.label,
+        title=f"Past the knee of the curve ({_load_text(row)}){rising} — more load here buys "
+        "latency, not throughput",
+        seed="P99 latency shoots up → past the comfortable concurrency",
+        confidence=knee.confidence or "medium",
+        priority=94,
+        evidence=[
+            f"the curve's knee is at ≈ {fmt_num(round(knee.offered or 0, 2))}"
+            + (" concurrency" if row.mode == "concurrency" else " req/s offered"),
+            "this level's own metrics alone said: "
+            + "; ".join(f.title for f in findings if f.rule in dropped and f.kind != "healthy")
+            if any(f.kind != "healthy" for f in findings if f.rule in dropped)
+            else "this level's own metrics alone showed no bottleneck",
+        ],
+    )
+    kept = rank([mine, *kept])
+    top = kept[0]
+    new_headline = top.title + (
+        f" → {top.actions[0].title}"
+        if top.kind in ("bottleneck", "warning") and top.actions
+        else ""
+    )
+    return kept, new_headline
+
+
 def _headline(findings: list[Finding], knee: Knee | None) -> str:
     parts: list[str] = []
     if knee is not None and knee.status == "found":
@@ -331,27 +416,47 @@ def diagnose_sweep(sweep_dir: str | Path, config: KnownConfig | None = None) -> 
             hint="wait for the first level to end, or resume the sweep with --resume",
         )
     knee = sweep.knee
+    if (config is None or not config.known) and sweep.config.server_cmd:
+        from servetune.diagnose.knobs import from_command
+
+        try:
+            recorded = from_command(
+                sweep.config.server_cmd,
+                gpu=config.gpu if config else None,
+                model=config.model if config else None,
+            )
+        except ServetuneError as exc:
+            notes_early = [f"the recorded server command could not be read: {exc.message}"]
+        else:
+            notes_early = []
+            if recorded.known:
+                config = recorded
+    else:
+        notes_early = []
     levels: list[LevelDiagnosis] = []
     pairs: list[tuple[LevelRow, Diagnosis | None]] = []
-    notes: list[str] = []
+    notes: list[str] = list(notes_early)
     for row in sweep.measured_rows():
         diag = _level_diag(d, row, config)
         pairs.append((row, diag))
         if diag is None:
             notes.append(f"{row.label}: no readable run directory ({row.level_dir})")
+        level_findings = (
+            [f.model_copy(update={"scope": "level", "level": row.label}) for f in diag.findings]
+            if diag
+            else []
+        )
+        headline = diag.headline if diag else "no run directory"
+        if diag is not None and knee is not None and _past(row, knee):
+            level_findings, headline = _agree_with_the_curve(row, knee, level_findings, headline)
         levels.append(
             LevelDiagnosis(
                 label=row.label,
                 load=None if row.load == float("inf") else row.load,
                 mode=row.mode,
                 past_knee=_past(row, knee),
-                headline=diag.headline if diag else "no run directory",
-                findings=[
-                    f.model_copy(update={"scope": "level", "level": row.label})
-                    for f in diag.findings
-                ]
-                if diag
-                else [],
+                headline=headline,
+                findings=level_findings,
             )
         )
     findings: list[Finding] = []
