@@ -59,6 +59,19 @@ def rss_mib(pid: int) -> float:
     return total
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its children (a proxy's workers)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for p in [pid, *children(pid)]:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def children(pid: int) -> list[int]:
     out = []
     try:
@@ -391,7 +404,8 @@ def main() -> int:
 
         print(f"\n2. highest sustained rate (unbounded, concurrency 64) (load {loadavg()})")
         n = 3000 if args.quick else 8000
-        for name, (base, key, _) in targets.items():
+        for name, (base, key, pid) in targets.items():
+            c0 = cpu_s(pid)
             run = bench(
                 base,
                 tmp / f"max-{name}",
@@ -401,9 +415,11 @@ def main() -> int:
                 num_prompts=n if name != "litellm" else max(600, n // 8),
             )
             results[name]["max_rps"] = pick(run)["request_throughput"]
+            done = max(1.0, pick(run)["completed"] + pick(run)["failed"])
+            cpu_us = (cpu_s(pid) - c0) / done * 1e6
             print(
                 f"   {name:10} {results[name]['max_rps']:8.0f} req/s"
-                f"  ({pick(run)['failed']:.0f} failed)"
+                f"  ({pick(run)['failed']:.0f} failed; {cpu_us:.0f} us CPU per request in it)"
             )
         if "litellm" in results:
             ratio = results["servetune"]["max_rps"] / max(1e-9, results["litellm"]["max_rps"])

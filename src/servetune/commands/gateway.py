@@ -184,6 +184,14 @@ async def _main(cfg: object, path: str | None) -> int:
 
     assert isinstance(cfg, GatewayConfig)
     gw = Gateway(cfg, path)
+    import gc
+
+    # The heap built at start-up (config, tokenizer, imports) is never garbage: keep the
+    # collector off it, and let young collections run less often (each request makes a few
+    # dozen short-lived objects; a full scan mid-stream would stall every stream).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 50, 100)
     try:
         port = await gw.start()
     except OSError as exc:

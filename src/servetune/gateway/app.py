@@ -666,8 +666,11 @@ class Gateway:
             relay = Relay(ex, conn, strip_usage, self.cfg.timeouts.idle_s)
             relay.last_ns = time.perf_counter_ns()
             conn.send(data, relay)
+            timer = asyncio.get_running_loop().call_later(
+                self.cfg.timeouts.first_byte_s, relay.head_timeout
+            )
             try:
-                await asyncio.wait_for(asyncio.shield(relay.head), self.cfg.timeouts.first_byte_s)
+                await relay.head
                 return relay, ""
             except UpstreamLost as exc:
                 conn.abort()
@@ -680,6 +683,8 @@ class Gateway:
             except asyncio.CancelledError:
                 conn.abort()
                 raise
+            finally:
+                timer.cancel()
         return None, "unreachable"  # pragma: no cover
 
     def _group_key(self, group: str) -> bytes | None:

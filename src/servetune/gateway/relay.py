@@ -54,6 +54,8 @@ def _token_piece(data: bytes) -> bool:
 
 class Relay:
     __slots__ = (
+        "_ending",
+        "_out",
         "_parts",
         "_rest",
         "_resume_task",
@@ -92,6 +94,10 @@ class Relay:
         self.sse = False
         self.committed = False
         self._parts: list[bytes] = []
+        self._out: list[bytes] = []
+        """Bytes for the client from the current upstream read, written at once by
+        :meth:`flush` (one write per read; the stream's end in the same write)."""
+        self._ending = False
         self._rest = b""
         self.first_token_ns = 0
         self.last_ns = 0
@@ -110,6 +116,10 @@ class Relay:
                 break
         if not self.head.done():
             self.head.set_result(status)
+
+    def head_timeout(self) -> None:
+        if not self.head.done():
+            self.head.set_exception(TimeoutError())
 
     def on_body(self, data: bytes) -> None:
         if not self.committed or not self.sse:
@@ -131,16 +141,42 @@ class Relay:
 
     # -- passing the stream ------------------------------------------------------------------
     def commit_stream(self, headers: list[tuple[bytes, bytes]]) -> None:
-        """Write the streamed response's head and whatever body arrived before it."""
-        self.ex.start(200 if self.status == 200 else self.status, headers=headers)
+        """Start the streamed response with whatever body arrived before it (the head goes
+        out with the first bytes: one write when the whole answer is already here)."""
+        self.ex.start(self.status, headers=headers, flush=False)
         self.committed = True
         self.last_ns = time.perf_counter_ns()
-        self._arm_idle()
         parts, self._parts = self._parts, []
         for p in parts:
             self._pass(p)
         if self.done.done():
-            self._close_stream()
+            self._ending = True
+            if self._rest and self.strip_usage:
+                self._out.append(self._rest)
+                self._rest = b""
+            if not self.done.result():
+                self._out.append(error_event(self.end_reason, "upstream_error", 502))
+        else:
+            self._arm_idle()
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what the last upstream read produced (and the end, if it came with it)."""
+        out = self._out
+        if not out:
+            if self._ending and not self.ex.finished:
+                self.ex.end()
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        ex = self.ex
+        if self._ending:
+            if not ex.finished:
+                ex.end(data)
+            return
+        ex.send(data)
+        if ex.conn.buffered > _HIGH_WATER:
+            self._backpressure()
 
     def _pass(self, data: bytes) -> None:
         now = time.perf_counter_ns()
@@ -151,10 +187,7 @@ class Relay:
         if self.strip_usage or self._rest or b'"usage"' in data:
             data = self._scan(data)
         if data:
-            ex = self.ex
-            ex.send(data)
-            if ex.conn.buffered > _HIGH_WATER:
-                self._backpressure()
+            self._out.append(data)
 
     def _scan(self, data: bytes) -> bytes:
         """Read ``usage`` from whole events; with ``strip_usage`` hold back a split event and
@@ -223,21 +256,17 @@ class Relay:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self.committed and self.sse:
-            if not ok:
-                kind = "upstream_idle_timeout" if idle else "upstream_error"
-                code = 504 if idle else 502
-                self.ex.send(error_event(reason, kind, code))
-            elif self._rest and self.strip_usage:
-                rest, self._rest = self._rest, b""
-                self.ex.send(rest)
         self.done.set_result(ok)
-        if self.committed and self.sse:
-            self._close_stream()
-
-    def _close_stream(self) -> None:
-        if not self.ex.finished:
-            self.ex.end()
+        if not (self.committed and self.sse):
+            return
+        if not ok:
+            kind = "upstream_idle_timeout" if idle else "upstream_error"
+            self._out.append(error_event(reason, kind, 504 if idle else 502))
+        elif self._rest and self.strip_usage:
+            self._out.append(self._rest)
+            self._rest = b""
+        self._ending = True
+        self.flush()
 
     def body(self) -> bytes:
         parts, self._parts = self._parts, []

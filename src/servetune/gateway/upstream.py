@@ -31,6 +31,10 @@ class RelaySink(Protocol):
 
     def on_body(self, data: bytes) -> None: ...
 
+    def flush(self) -> None:
+        """The bytes of one read have all been handed over (write them out now)."""
+        ...
+
     def on_end(self, keep_alive: bool) -> None: ...
 
     def on_lost(self, meaning: str, error: str) -> None: ...
@@ -55,6 +59,7 @@ class UpstreamConnection(asyncio.Protocol, ResponseReader):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
+        sink = self.sink
         try:
             self.feed(data)
         except ProtocolError as exc:
@@ -62,6 +67,9 @@ class UpstreamConnection(asyncio.Protocol, ResponseReader):
             self.abort()
             if sink is not None:
                 sink.on_lost("protocol", str(exc))
+            return
+        if sink is not None:
+            sink.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -166,6 +174,9 @@ class _Collect:
 
     def on_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.status, self.headers = status, headers
+
+    def flush(self) -> None:
+        return None
 
     def on_body(self, data: bytes) -> None:
         self.size += len(data)
