@@ -1,4 +1,5 @@
 import orjson
+import pytest
 
 from servetune.client.stream import StreamState
 
@@ -32,8 +33,16 @@ def test_error_object_mid_stream_fails_the_request() -> None:
     st = StreamState(chat=False)
     st.feed(ev({"choices": [{"text": "a"}]}), 1)
     st.feed(ev({"error": {"message": "engine died", "code": 500}}), 2)
-    assert st.done
     assert st.error == "server error mid-stream: engine died"
+    st.close(3)
+    assert st.verdict() == ("server_error", "server error mid-stream: engine died")
+
+
+def test_error_object_code_429_is_rate_limiting() -> None:
+    st = StreamState(chat=False)
+    st.feed(ev({"error": {"message": "slow down", "code": "429"}}) + b"data: [DONE]\n\n", 2)
+    st.close(3)
+    assert st.verdict()[0] == "rate_limited"
 
 
 def test_usage_on_every_chunk_gives_tokens_per_chunk() -> None:
@@ -59,6 +68,86 @@ def test_malformed_event_is_counted_not_raised() -> None:
     st = StreamState(chat=False)
     st.feed(b"data: {not json\n\n" + ev({"choices": [{"text": "a"}]}), 3)
     assert st.malformed == 1 and st.chunk_ns == [3]
+
+
+def whole(*objs: object) -> bytes:
+    """A stream that ends properly: the events, a finish_reason on the last, [DONE]."""
+    return b"".join(ev(o) for o in objs) + b"data: [DONE]\n\n"
+
+
+GOOD = {"choices": [{"text": "a"}]}
+LAST = {"choices": [{"text": "b", "finish_reason": "length"}]}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"garbage that is not SSE\n\n",
+        b"data: {not json\n\n",
+        b'data: {"choices": [{"text": "cut\n\n',
+        b"data: [1, 2]\n\n",
+        b"data: 17\n\n",
+        b'data: {"choices": "oops"}\n\n',
+        b'data: {"choices": [7]}\n\n',
+        b'data: {"choices": [{"delta": "x"}]}\n\n',
+        b'data: {"choices": [], "usage": {"completion_tokens": "many"}}\n\n',
+        b'data: {"choices": [], "usage": [3]}\n\n',
+    ],
+)
+def test_an_event_that_does_not_parse_fails_the_request(bad: bytes) -> None:
+    """A whole stream with one broken event in it is a failed request, not a success."""
+    chat = b"delta" in bad
+    st = StreamState(chat=chat)
+    st.feed(ev(GOOD) + bad, 1)  # the malformed event arrives with a good one
+    st.feed(whole(LAST), 2)
+    st.close(3)
+    cls, msg = st.verdict()
+    assert cls == "malformed_event", (bad, cls, msg)
+    assert msg is not None and "malformed" in msg
+    assert st.chunk_ns[0] == 1  # the partial timings are kept
+
+
+def test_stream_cut_without_finish_reason_or_done_is_truncated() -> None:
+    st = StreamState(chat=False)
+    for i in range(5):
+        st.feed(ev(GOOD), i)
+    st.close(9)  # the body ended properly at the HTTP level, but the stream did not
+    cls, msg = st.verdict()
+    assert cls == "truncated" and "after 5 content chunks" in (msg or "")
+    assert len(st.chunk_ns) == 5
+
+
+def test_stream_cut_inside_an_event_is_truncated() -> None:
+    st = StreamState(chat=False)
+    st.feed(ev(GOOD) + b'data: {"choices": [{"te', 1)
+    st.close(2)
+    assert st.verdict()[0] == "truncated"
+
+
+def test_finish_reason_without_done_is_whole_and_done_alone_too() -> None:
+    """llama.cpp ends with a finish_reason and no [DONE]; either marks a whole stream."""
+    st = StreamState(chat=False)
+    st.feed(ev(GOOD) + ev(LAST), 1)
+    st.close(2)
+    assert st.verdict() == (None, None)
+    st = StreamState(chat=False)
+    st.feed(ev(GOOD) + b"data: [DONE]", 1)  # the last event without its blank line
+    st.close(2)
+    assert st.done and st.verdict() == (None, None)
+
+
+def test_whole_stream_without_content_is_no_output() -> None:
+    st = StreamState(chat=False)
+    st.feed(b"data: [DONE]\n\n", 1)
+    st.close(2)
+    assert st.verdict()[0] == "no_output"
+
+
+def test_a_json_body_instead_of_a_stream_is_malformed() -> None:
+    st = StreamState(chat=False)
+    st.feed(b'{"choices": [{"text": "all at once", "finish_reason": "length"}]}', 1)
+    st.close(2)
+    assert st.verdict()[0] == "malformed_event"
 
 
 def test_event_kinds_in_compact_and_spaced_json() -> None:

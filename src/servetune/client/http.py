@@ -1,8 +1,11 @@
 """The measuring client: one streamed request in, one RequestRecord out.
 
 Nothing raises out of :meth:`OpenAIClient.request`: non-2xx answers, refused or reset
-connections, timeouts and error objects mid-stream become failed records with the reason;
-cancellation (Ctrl-C, end of a --duration run) becomes a cancelled record.
+connections, timeouts, error objects mid-stream and broken streams (cut, malformed) become
+failed records with their reason and error class (``servetune.results.record.ERROR_CLASSES``);
+cancellation (Ctrl-C, end of a --duration run) becomes a cancelled record. Whichever transport
+carried the bytes, the same failure gets the same class: the transport says how the body
+ended (normally, or by an exception classified here), the stream says whether it was whole.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from servetune.client.fasthttp import HTTPError
 from servetune.client.payload import endpoint_path
 from servetune.client.stream import StreamState, error_message
 from servetune.client.transports import Transport
-from servetune.results.record import RequestRecord
+from servetune.results.record import ErrorClass, RequestRecord, class_of_status
 from servetune.results.schema import Endpoint
 from servetune.workload.tokens import TokenCounter
 
@@ -33,21 +36,61 @@ def normalize_base_url(base_url: str) -> str:
 
 def describe_exception(exc: BaseException, timeout_s: float) -> str:
     """A short, stable failure reason (stable so that reasons can be counted)."""
+    return classify_exception(exc, timeout_s)[1]
+
+
+_HTTP_ERROR_CLASSES: tuple[tuple[str, ErrorClass], ...] = (
+    ("cannot connect", "connection_refused"),
+    ("disconnected", "connection_reset"),
+    ("reset", "connection_reset"),
+    ("closed", "connection_reset"),
+    ("malformed", "protocol_error"),
+    ("too large", "protocol_error"),
+    ("invalid", "protocol_error"),
+)
+
+
+def classify_exception(exc: BaseException, timeout_s: float) -> tuple[ErrorClass, str]:
+    """(error class, short stable message) of a request that ended by an exception."""
     if isinstance(exc, HTTPError):
-        return str(exc)
+        msg = str(exc)
+        kind = getattr(exc, "kind", None)  # a transport may say it outright
+        if kind in ("connection_refused", "connection_reset", "protocol_error", "timeout"):
+            return kind, msg
+        low = msg.lower()
+        for needle, cls in _HTTP_ERROR_CLASSES:
+            if needle in low:
+                return cls, msg
+        return "other", msg
     if isinstance(exc, TimeoutError):
-        return f"timeout after {timeout_s:g} s"
+        return "timeout", f"timeout after {timeout_s:g} s"
     if isinstance(exc, aiohttp.ClientConnectorError):
-        return f"cannot connect: {exc.os_error.strerror or exc.os_error}"
+        return "connection_refused", f"cannot connect: {exc.os_error.strerror or exc.os_error}"
     if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "server disconnected"
+        return "connection_reset", "server disconnected"
     if isinstance(exc, aiohttp.ClientPayloadError):
-        return "connection reset mid-stream"
-    if isinstance(exc, ConnectionResetError):
-        return "connection reset"
-    if isinstance(exc, OSError):
-        return f"{type(exc).__name__}: {exc.strerror or exc}"
-    return f"{type(exc).__name__}: {exc}"
+        return "connection_reset", "connection reset mid-stream"
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return "protocol_error", f"malformed HTTP response: {exc.message}"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection_refused", "cannot connect: connection refused"
+    if isinstance(exc, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
+        return "connection_reset", "connection reset"
+    if isinstance(exc, aiohttp.ClientOSError | OSError):
+        return "other", f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
+    return "other", f"{type(exc).__name__}: {exc}"
+
+
+def http_failure(http_status: int, body: bytes) -> tuple[ErrorClass, str]:
+    """(class, message) of a non-2xx answer, the message from its error body."""
+    try:
+        msg = error_message(orjson.loads(body))
+    except orjson.JSONDecodeError:
+        msg = body.decode("utf-8", "replace").strip()[:300]
+    cls: ErrorClass = class_of_status(http_status) if http_status >= 400 else "protocol_error"
+    if http_status < 400:
+        msg = msg or "a redirect or other non-2xx answer, not followed"
+    return cls, f"HTTP {http_status}: {msg}"
 
 
 class OpenAIClient:
@@ -87,39 +130,31 @@ class OpenAIClient:
         state = StreamState(self.chat)
         status = "ok"
         error: str | None = None
+        cls: ErrorClass | None = None
         http_status: int | None = None
         send_ns = clock()
         try:
             async with asyncio.timeout(self.timeout_s):
                 http_status, err_body = await self.transport.send(prepared, state.feed)
             if http_status >= 300:
-                try:
-                    msg = error_message(orjson.loads(err_body))
-                except orjson.JSONDecodeError:
-                    msg = err_body.decode("utf-8", "replace").strip()[:300]
-                status, error = "failed", f"HTTP {http_status}: {msg}"
+                status, cls, error = "failed", *http_failure(http_status, err_body)
             else:
                 state.close(clock())
+                cls, error = state.verdict()
+                if cls is not None:
+                    status = "failed"
         except asyncio.CancelledError:
             status, error = "cancelled", "cancelled by the client"
         except Exception as exc:  # every transport failure becomes a failed record
-            status, error = "failed", describe_exception(exc, self.timeout_s)
+            status = "failed"
+            cls, error = classify_exception(exc, self.timeout_s)
         end_ns = clock()
-
-        if status == "ok":
-            if state.error is not None:
-                status, error = "failed", state.error
-            elif not state.chunk_ns:
-                status = "failed"
-                error = "stream ended with no token" + (
-                    f" ({state.malformed} malformed events)" if state.malformed else ""
-                )
         t0 = self.t0_ns
         return self._record(
             rid,
             state,
             status,
-            error,
+            (error, cls),
             http_status,
             planned_input_len,
             planned_output_len,
@@ -131,7 +166,7 @@ class OpenAIClient:
         rid: int,
         st: StreamState,
         status: str,
-        error: str | None,
+        failure: tuple[str | None, ErrorClass | None],
         http_status: int | None,
         planned_in: int,
         planned_out: int | None,
@@ -150,7 +185,8 @@ class OpenAIClient:
             "id": rid,
             "worker": self.worker,
             "status": status,
-            "error": error,
+            "error": failure[0],
+            "error_class": failure[1],
             "http_status": http_status,
             "scheduled_ns": scheduled,
             "eligible_ns": eligible,

@@ -18,7 +18,7 @@ def build_body(
     spec: RequestSpec,
     model: str,
     endpoint: Endpoint,
-    ignore_eos: bool = True,
+    ignore_eos: bool = False,
     temperature: float = 0.0,
     extra: dict[str, Any] | None = None,
 ) -> bytes:

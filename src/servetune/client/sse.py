@@ -4,9 +4,15 @@ Tolerant of what real servers send: ``data:`` with or without a space, CRLF or L
 (split anywhere across reads), comments and keep-alives (``: ping``), ``event:``/``id:``/
 ``retry:`` fields, multi-line ``data`` (joined with ``\\n``), and events without data
 (ignored). The common case — one ``data: {...}`` line per event — takes a fast path.
+
+What the spec would ignore but no OpenAI-compatible server sends — a line whose field is none
+of ``data``, ``event``, ``id``, ``retry`` (garbage, or a body that is not SSE at all) — is
+reported by :meth:`SSEParser.inspect_block`, so the stream layer can call the event malformed.
 """
 
 from __future__ import annotations
+
+KNOWN_FIELDS = frozenset((b"data", b"event", b"id", b"retry"))
 
 
 class SSEParser:
@@ -44,16 +50,29 @@ class SSEParser:
 
     def flush(self) -> list[tuple[bytes, bytes]]:
         """Events left when the stream closes without a final blank line."""
-        rest, self._buf = self._buf.rstrip(b"\r\n"), b""
+        rest = self.tail()
         if not rest:
             return []
-        event = self.parse_block(rest.replace(b"\r\n", b"\n"))
+        event = self.parse_block(rest)
         return [event] if event is not None else []
+
+    def tail(self) -> bytes:
+        """What is left unterminated (no final blank line) when the stream ends; empties it."""
+        rest, self._buf = self._buf.rstrip(b"\r\n"), b""
+        return rest.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
 
     @staticmethod
     def parse_block(raw: bytes) -> tuple[bytes, bytes] | None:
+        name, data, _ = SSEParser.inspect_block(raw)
+        return None if data is None else (name, data)
+
+    @staticmethod
+    def inspect_block(raw: bytes) -> tuple[bytes, bytes | None, bytes | None]:
+        """(event name, data or None when the event has none, the first line whose field is
+        unknown or None)."""
         name = b"message"
         data: list[bytes] = []
+        unknown: bytes | None = None
         for line in raw.split(b"\n"):
             if not line or line.startswith(b":"):
                 continue
@@ -64,6 +83,6 @@ class SSEParser:
                 data.append(value)
             elif field == b"event":
                 name = value
-        if not data:
-            return None
-        return name, b"\n".join(data)
+            elif field not in KNOWN_FIELDS and unknown is None:
+                unknown = line
+        return name, (b"\n".join(data) if data else None), unknown

@@ -11,8 +11,16 @@ import os
 from typing import Any
 
 from servetune.errors import ConfigError
-from servetune.results.schema import BenchConfig, Slo
+from servetune.results.schema import (
+    DEFAULT_MAX_FAILURE_RATE,
+    DEFAULT_METRIC_PERCENTILES,
+    DEFAULT_PERCENTILE_METRICS,
+    BenchConfig,
+    Slo,
+)
 from servetune.workload.seeds import fresh_seed
+
+PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
 
 
 def parse_rate(text: str) -> float:
@@ -51,6 +59,60 @@ def parse_goodput(items: list[str] | None) -> Slo:
             raise ConfigError(f"--goodput {item!r}: the SLO must be > 0 ms")
         values[key] = ms
     return Slo(**values)
+
+
+def parse_percentile_metrics(text: str) -> list[str]:
+    """vLLM's ``--percentile-metrics ttft,tpot,itl`` (comma-separated metric names)."""
+    names = [t.strip().lower() for t in text.split(",") if t.strip()]
+    bad = [n for n in names if n not in PERCENTILE_METRICS]
+    if bad or not names:
+        raise ConfigError(
+            f"--percentile-metrics {text!r}: "
+            + (f"unknown metric {bad[0]!r}" if bad else "no metric given"),
+            hint=f"a comma-separated list of {', '.join(PERCENTILE_METRICS)}, "
+            "e.g. --percentile-metrics ttft,tpot,itl,e2el",
+        )
+    return list(dict.fromkeys(names))
+
+
+def parse_metric_percentiles(text: str) -> list[float]:
+    """vLLM's ``--metric-percentiles 50,90,99`` (percentiles between 0 and 100)."""
+    out: list[float] = []
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        try:
+            p = float(part)
+        except ValueError:
+            raise ConfigError(
+                f"--metric-percentiles {text!r}: {part.strip()!r} is not a number",
+                hint="e.g. --metric-percentiles 50,90,99,99.9",
+            ) from None
+        if not 0 < p <= 100 or math.isnan(p):
+            raise ConfigError(
+                f"--metric-percentiles {text!r}: {part.strip()} is not a percentile in (0, 100]",
+                hint="e.g. --metric-percentiles 50,90,99,99.9",
+            )
+        out.append(p)
+    if not out:
+        raise ConfigError("--metric-percentiles is empty", hint="e.g. --metric-percentiles 99")
+    return list(dict.fromkeys(out))
+
+
+def parse_failure_rate(text: str) -> float:
+    """``--max-failure-rate``: a share (0.05) or a percentage (5%)."""
+    t = text.strip()
+    try:
+        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a failure rate: {text!r} (a share such as 0.05, or 5%)"
+        ) from None
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(
+            f"--max-failure-rate {text!r} is outside 0–1 (0 = no failure allowed, 1 = any)"
+        )
+    return v
 
 
 def _endpoint(text: str) -> str:
@@ -184,8 +246,10 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--ignore-eos",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="generate exactly the planned output length (vLLM bench's default is off)",
+        default=False,
+        help="ask the server to generate exactly the planned output length (off by default, "
+        "as in vllm bench serve: outputs may stop at EOS, and the summary counts the ones "
+        "that came back shorter than asked)",
     )
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--request-timeout", type=float, default=600.0, dest="request_timeout_s")
@@ -209,6 +273,29 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
         help="SLOs, e.g. ttft:500 tpot:50 e2el:10000",
     )
     g.add_argument("--label", default=None)
+    r = p.add_argument_group("verdict and reporting")
+    r.add_argument(
+        "--max-failure-rate",
+        type=parse_failure_rate,
+        default=DEFAULT_MAX_FAILURE_RATE,
+        metavar="SHARE",
+        help="share of failed requests above which the run ends with status degraded or "
+        f"failed and a non-zero exit code (default {DEFAULT_MAX_FAILURE_RATE:g}; vllm bench "
+        "serve has no such check and exits 0 whatever failed)",
+    )
+    r.add_argument(
+        "--percentile-metrics",
+        default=",".join(DEFAULT_PERCENTILE_METRICS),
+        metavar="M1,M2,…",
+        help="metrics whose percentiles the summary reports, from ttft, tpot, itl, e2el "
+        "(default ttft,tpot,itl, as vllm bench serve)",
+    )
+    r.add_argument(
+        "--metric-percentiles",
+        default=",".join(f"{p:g}" for p in DEFAULT_METRIC_PERCENTILES),
+        metavar="P1,P2,…",
+        help='percentiles of those metrics, e.g. "25,50,75" (default 99, as vllm bench serve)',
+    )
 
 
 def workload_config_from_args(
@@ -217,11 +304,16 @@ def workload_config_from_args(
     """A BenchConfig from the target and workload flags. Without ``--seed`` a fresh seed is
     drawn (or 0 with ``fresh_seed_by_default=False``: the offline simulator keeps no cache
     between runs, and a fixed default makes its what-ifs repeat)."""
+    special = ("goodput", "percentile_metrics", "metric_percentiles")
     fields: dict[str, Any] = {
         k: getattr(args, k)
         for k in BenchConfig.model_fields
-        if hasattr(args, k) and getattr(args, k) is not None and k != "goodput"
+        if hasattr(args, k) and getattr(args, k) is not None and k not in special
     }
+    if getattr(args, "percentile_metrics", None) is not None:
+        fields["percentile_metrics"] = parse_percentile_metrics(args.percentile_metrics)
+    if getattr(args, "metric_percentiles", None) is not None:
+        fields["metric_percentiles"] = parse_metric_percentiles(args.metric_percentiles)
     if getattr(args, "num_prompts", None) is None:
         fields["num_prompts"] = 1000 if getattr(args, "duration_s", None) is None else 10**9
     if getattr(args, "seed", None) is None:

@@ -70,7 +70,16 @@ def run(args: argparse.Namespace) -> int:
         result = _bench(cfg, out, args, say)
     print_summary(result)
     print(f"results: {out}")
-    return 0 if result.status == "complete" else 130
+    return exit_code(result.status)
+
+
+EXIT_CODES = {"complete": 0, "degraded": 1, "failed": 1, "interrupted": 130}
+"""0: complete; 1: more requests failed than --max-failure-rate allows (degraded or failed);
+130: interrupted (Ctrl-C); 2 (from the CLI): bad input, nothing run."""
+
+
+def exit_code(status: str) -> int:
+    return EXIT_CODES.get(status, 1)
 
 
 def _bench(

@@ -6,7 +6,23 @@ from rich.console import Console
 from rich.table import Table
 
 from servetune.metrics.prefix_check import check_prefix_cache
+from servetune.results.record import ERROR_CLASSES
 from servetune.results.schema import RunResult, Stats
+
+_METRICS = {
+    "ttft": ("Time to first token", "TTFT"),
+    "tpot": ("Time per output token (excl. 1st)", "TPOT"),
+    "itl": ("Inter-token latency (chunk gaps)", "ITL"),
+    "e2el": ("End-to-end latency", "E2EL"),
+}
+_STATUS_STYLE = {
+    "complete": "green",
+    "degraded": "bold yellow",
+    "failed": "bold red",
+    "interrupted": "yellow",
+    "cut_short": "bold yellow",
+    "running": "cyan",
+}
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:
@@ -32,8 +48,24 @@ def summary_table(result: RunResult) -> Table:
     def section(name: str) -> None:
         t.add_row(f"[dim]── {name}[/dim]", "")
 
+    style = _STATUS_STYLE.get(result.status, "bold")
+    row("Status", f"[{style}]{result.status}[/{style}]")
     row("Successful requests", f"{s.completed}")
     row("Failed / cancelled / excluded", f"{s.failed} / {s.cancelled} / {s.excluded}")
+    f = result.failures
+    if f is not None and f.failed:
+        section("Failures")
+        row("  failed / ended (share)", f"{f.failed} / {f.requests} ({f.share:.1%})")
+        row("  allowed (--max-failure-rate)", f"{f.max_share:.1%}")
+        for cls, n in f.classes.items():
+            row(f"  {cls}", str(n))
+    cfg = result.config
+    if s.short_outputs:
+        note = " (ignore_eos sent!)" if cfg.ignore_eos else " (EOS; --ignore-eos to prevent)"
+        row(
+            "Outputs shorter than asked",
+            f"{s.short_outputs} of {s.completed}, {s.short_output_tokens:,} tokens short" + note,
+        )
     row("Benchmark duration (s)", _fmt(s.duration_s))
     row("Total input tokens", f"{s.total_input_tokens:,}")
     row("Total generated tokens", f"{s.total_output_tokens:,}")
@@ -44,18 +76,23 @@ def summary_table(result: RunResult) -> Table:
     row("Total token throughput (tok/s)", _fmt(s.total_token_throughput))
     row("Peak / mean requests in flight", f"{s.max_concurrent_requests} / {s.mean_concurrency:.1f}")
 
-    def stats(title: str, st: Stats) -> None:
+    def stats(metric: str, st: Stats) -> None:
+        """vLLM's block: mean, median and the --metric-percentiles of one metric."""
+        title, short = _METRICS[metric]
         section(title)
-        row("  mean / median (ms)", f"{_fmt(st.mean)} / {_fmt(st.p50)}")
-        row("  P90 / P99 / P99.9 (ms)", f"{_fmt(st.p90)} / {_fmt(st.p99)} / {_fmt(st.p999)}")
-        if st.p99_ci:
+        row(f"  Mean / median {short} (ms)", f"{_fmt(st.mean)} / {_fmt(st.p50)}")
+        for word, value in (s.percentiles.get(metric) or {}).items():
+            row(f"  P{word} {short} (ms)", _fmt(value))
+        if st.p99_ci and "99" in (s.percentiles.get(metric) or {}):
             row("  P99 95% CI (ms)", f"[{_fmt(st.p99_ci[0])}, {_fmt(st.p99_ci[1])}]")
 
-    stats("Time to first token", s.ttft)
-    stats("Time per output token (excl. 1st)", s.tpot)
-    stats("Inter-token latency (chunk gaps)", s.itl)
-    stats("End-to-end latency", s.e2el)
-    stats("TTFT from scheduled send", s.ttft_from_scheduled)
+    # --percentile-metrics picks the blocks, --metric-percentiles their rows (vLLM's rule;
+    # run.json keeps every metric's full distribution whatever is printed).
+    for metric in cfg.percentile_metrics:
+        stats(metric, getattr(s, metric))
+    sched = s.ttft_from_scheduled
+    if sched.count:
+        row("TTFT from scheduled send, P99 (ms)", _fmt(sched.p99))
     section("Client health")
     rate = "—"
     if h.target_rate is not None:
@@ -94,3 +131,8 @@ def print_summary(result: RunResult, console: Console | None = None) -> None:
     for w in result.warnings:
         style = "bold red" if "BEHIND" in w else "yellow"
         c.print(f"[{style}]warning:[/{style}] {w}")
+    f = result.failures
+    if f is not None and f.over:
+        c.print(f"[bold red]{result.status}:[/bold red] {f.verdict}")
+        for cls, example in f.examples.items():
+            c.print(f"  {cls}: {ERROR_CLASSES.get(cls, '')} — e.g. {example}")

@@ -63,10 +63,11 @@ class Workload:
 
 def workload_from_run(run_dir: str | Path) -> Workload:
     """The lengths a run actually used (mean prompt/output, longest prompt and request)."""
-    from servetune.results.io import read_records, read_run_result
+    from servetune.loadgen.runfile import open_run
+    from servetune.results.io import read_records
 
     d = Path(run_dir).expanduser()
-    run = read_run_result(d)
+    run = open_run(d)
     s = run.summary
     wl = Workload(
         input_len=s.input_tokens_per_request.mean,

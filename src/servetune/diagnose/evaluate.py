@@ -20,8 +20,9 @@ from servetune.diagnose.rules import (
     Rule,
 )
 from servetune.errors import ServetuneError
+from servetune.loadgen.runfile import open_run
 from servetune.metrics.timeline import TAIL_RATIO
-from servetune.results.io import read_records, read_run_result
+from servetune.results.io import read_records
 from servetune.results.record import RequestRecord
 from servetune.results.schema import RunResult
 from servetune.results.server_series import ServerSample
@@ -404,7 +405,7 @@ def diagnose_loaded(
 def load_run(
     run_dir: Path,
 ) -> tuple[RunResult, list[RequestRecord], list[ServerSample], str | None]:
-    run = read_run_result(run_dir)
+    run = open_run(run_dir)  # a run cut short: summarised from its records
     try:
         records = read_records(run_dir)
     except ServetuneError:

@@ -2,14 +2,21 @@
 
 ``run_bench`` is the function every other command calls for a real-time level (sweep,
 tune, the e2e tests); the CLI's ``servetune bench`` is a thin layer over it.
+
+The run directory: checked writable first; ``run.json`` written when the load starts (status
+``running``, kept current, see :mod:`servetune.loadgen.runfile`) and finished at the end with
+the verdict (complete, degraded, failed, interrupted). A run that fails before its first
+request leaves nothing behind: whatever it created is removed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from servetune.client.payload import build_body
 from servetune.client.target import ServerTokenizer, probe_target
@@ -17,11 +24,12 @@ from servetune.client.transports import make_session
 from servetune.errors import ConfigError, ResultError
 from servetune.loadgen.capacity import choose_workers
 from servetune.loadgen.driver import PlannedRequest
-from servetune.loadgen.health import client_health, note_stamps
+from servetune.loadgen.health import note_stamps
 from servetune.loadgen.progress import ProgressLine
+from servetune.loadgen.runfile import RunFile, finish
 from servetune.loadgen.runner import LoopSetup, run_load
 from servetune.metrics.prefix_check import check_prefix_cache
-from servetune.metrics.run_result import run_result, run_summary
+from servetune.metrics.run_result import run_result
 from servetune.metrics.scraper import MetricsScraper, describe_info, metrics_url_for
 from servetune.results.environment import this_machine
 from servetune.results.io import (
@@ -32,7 +40,15 @@ from servetune.results.io import (
     read_records,
     write_run_result,
 )
-from servetune.results.schema import BenchConfig, RunResult, ServerInfo, TargetInfo
+from servetune.results.schema import (
+    BenchConfig,
+    ClientHealth,
+    Environment,
+    RunResult,
+    ServerInfo,
+    Summary,
+    TargetInfo,
+)
 from servetune.workload.plan import Plan, make_plan
 from servetune.workload.prefix_share import workload_facts
 from servetune.workload.server_align import align_with_server
@@ -41,9 +57,20 @@ from servetune.workload.tokens import load_tokenizer
 Notify = Callable[[str], None]
 
 
-def _prepare_dir(result_dir: Path, overwrite: bool) -> Path:
-    d = ensure_result_dir(result_dir)
-    existing = [n for n in (RUN_FILE, REQUESTS_FILE, SERVER_METRICS_FILE) if (d / n).exists()]
+_RUN_FILES = (RUN_FILE, REQUESTS_FILE, SERVER_METRICS_FILE)
+
+
+def _prepare_dir(result_dir: Path, overwrite: bool) -> tuple[Path, Path | None]:
+    """The run directory, writable and free of an earlier run; and the topmost directory this
+    call created (None when it existed), which a run that never started removes again."""
+    p = result_dir.expanduser()
+    created: Path | None = None
+    probe = p
+    while not probe.exists() and probe != probe.parent:
+        created = probe
+        probe = probe.parent
+    d = ensure_result_dir(p)
+    existing = [n for n in _RUN_FILES if (d / n).exists()]
     if existing:
         if not overwrite:
             raise ResultError(
@@ -52,7 +79,23 @@ def _prepare_dir(result_dir: Path, overwrite: bool) -> Path:
             )
         for n in existing:
             (d / n).unlink()
-    return d
+    return d, created
+
+
+def _undo_dir(out: Path, created: Path | None) -> None:
+    """Remove what a run that sent nothing left: its files, and the directories it made."""
+    if (out / REQUESTS_FILE).exists() and (out / REQUESTS_FILE).stat().st_size > 0:
+        return  # something was measured: keep it
+    for n in _RUN_FILES:
+        with contextlib.suppress(OSError):
+            (out / n).unlink()
+    for tmp in out.glob("*.tmp"):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    if created is not None and created.is_dir():
+        leftovers = [f for f in created.rglob("*") if not f.is_dir()]
+        if not leftovers:
+            shutil.rmtree(created, ignore_errors=True)
 
 
 def _check_lengths(plan: Plan, target: TargetInfo) -> None:
@@ -118,12 +161,43 @@ async def run_bench(
             hint="servetune bench without --base-url starts the simulated engine itself",
         )
     env = this_machine()
-    out = _prepare_dir(Path(result_dir), overwrite)
+    out, created = _prepare_dir(Path(result_dir), overwrite)
+    try:
+        return await _run(
+            cfg,
+            out,
+            env,
+            say,
+            _RunOptions(progress, scrape_metrics, metrics_interval_s, dcgm_url, num_prompts_given),
+            on_start,
+        )
+    except BaseException:
+        _undo_dir(out, created)  # keeps everything once a request was recorded
+        raise
+
+
+class _RunOptions(NamedTuple):
+    progress: bool
+    scrape_metrics: bool
+    metrics_interval_s: float
+    dcgm_url: str | None
+    num_prompts_given: bool
+
+
+async def _run(
+    cfg: BenchConfig,
+    out: Path,
+    env: Environment,
+    say: Notify,
+    opts: _RunOptions,
+    on_start: Callable[[int], Awaitable[None]] | None,
+) -> RunResult:
+    assert cfg.base_url is not None
     async with make_session(cfg.api_key) as session:
         target = await probe_target(session, cfg.base_url, cfg.model)
         cfg = cfg.model_copy(update={"model": target.model})
         tok = load_tokenizer(cfg.tokenizer)
-        plan = make_plan(cfg, tok, num_prompts_given)
+        plan = make_plan(cfg, tok, opts.num_prompts_given)
         target.tokenizer, target.tokens_approximate = tok.name, not tok.exact
         if not tok.exact:
             counter = ServerTokenizer(session, target.base_url, target.model)
@@ -151,10 +225,26 @@ async def run_bench(
         drain_timeout_s=cfg.request_timeout_s,
     )
     scraper: MetricsScraper | None = None
-    if scrape_metrics:
-        scraper = await _prepare_scraper(target.base_url, out, metrics_interval_s, dcgm_url)
+    if opts.scrape_metrics:
+        scraper = await _prepare_scraper(
+            target.base_url, out, opts.metrics_interval_s, opts.dcgm_url
+        )
+    run_file = RunFile(
+        out,
+        run_result(
+            cfg,
+            Summary(),
+            environment=env,
+            target=target,
+            health=ClientHealth(workers=workers),
+            status="running",
+            workload=facts,
+        ),
+    )
 
     async def started(t0_ns: int) -> None:
+        run_file.result.environment.clock_t0_ns = t0_ns
+        run_file.start()
         if scraper is not None:
             await scraper.start(t0_ns)
         if on_start is not None:
@@ -169,44 +259,35 @@ async def run_bench(
     line = ProgressLine(
         None if plan.duration_ns else len(items),
         None if math.isinf(cfg.request_rate) else plan.planned_rate,
-        enabled=progress,
+        enabled=opts.progress,
+        on_update=run_file.progress,
     )
-    outcome = await run_load(items, setup, workers, line, on_start=started)
-    if scraper is not None:
-        await scraper.stop()
+    try:
+        outcome = await run_load(items, setup, workers, line, on_start=started)
+    finally:
+        if scraper is not None:
+            await scraper.stop()
+        await run_file.settle()
 
     records = read_records(out)
-    summary = run_summary(records, cfg)
-    server: ServerInfo | None = None
-    if scraper is not None:
-        # The server's figures over the same seconds as the client's (warm-up/cool-down out).
-        server = scraper.info(summary.window_start_s, summary.window_end_s)
-        for note in describe_info(server):
-            say(note)
-    health = client_health(records, cfg.request_rate, cfg.max_concurrency, workers)
+    env.clock_t0_ns = outcome.t0_ns
+    result = finish(
+        run_file.result.model_copy(update={"environment": env}),
+        records,
+        interrupted=outcome.interrupted,
+        workers=workers,
+    )
+    health = result.client_health
     health.cpu_s = outcome.cpu_s
     health.cpu_per_request_ms = 1000 * outcome.cpu_s / len(records) if records else None
     note_stamps(health, outcome.snapshots)
-    warnings = []
-    if target.tokens_approximate:
-        warnings.append(
-            "prompt lengths are approximate (no local tokenizer and no server /tokenize); "
-            "pass --tokenizer DIR for exact lengths"
-        )
-    if summary.failed:
-        warnings.append(f"{summary.failed} requests failed: {summary.errors}")
-    env.clock_t0_ns = outcome.t0_ns
-    result = run_result(
-        cfg,
-        summary,
-        environment=env,
-        target=target,
-        health=health,
-        server=server,
-        status="interrupted" if outcome.interrupted else "complete",
-        workload=facts,
-        warnings=warnings,
-    )
+    if scraper is not None:
+        # The server's figures over the same seconds as the client's (warm-up/cool-down out).
+        win = result.summary
+        server: ServerInfo = scraper.info(win.window_start_s, win.window_end_s)
+        for note in describe_info(server):
+            say(note)
+        result.server = server
     cache = check_prefix_cache(result)
     if cache is not None and cache.flagged:
         result.warnings.append(cache.message())

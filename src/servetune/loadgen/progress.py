@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rich.console import Console
 from rich.live import Live
@@ -33,7 +33,15 @@ def behind_reason(lag_p99_ms: float, achieved: float | None, planned: float | No
 class ProgressLine:
     """Renders snapshots from all workers as one line (rich Live on a TTY, plain lines else)."""
 
-    def __init__(self, total: int | None, planned_rate: float | None, enabled: bool = True):
+    def __init__(
+        self,
+        total: int | None,
+        planned_rate: float | None,
+        enabled: bool = True,
+        on_update: Callable[[Sequence[Snapshot]], None] | None = None,
+    ):
+        self.on_update = on_update
+        """Also told every update (the running run.json), shown or not."""
         self.total = total
         self.planned_rate = planned_rate
         self.enabled = enabled
@@ -57,6 +65,8 @@ class ProgressLine:
             self._live = None
 
     def update(self, snaps: Sequence[Snapshot], final: bool = False) -> None:
+        if self.on_update is not None:
+            self.on_update(snaps)
         elapsed = time.monotonic() - self.start
         sent = sum(s.sent for s in snaps)
         done = sum(s.done for s in snaps)

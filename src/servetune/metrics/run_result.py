@@ -10,7 +10,6 @@ come first.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Literal
 
 from servetune.metrics.summary import METRIC_DEFINITIONS, summarize
 from servetune.results.record import RequestRecord
@@ -18,7 +17,9 @@ from servetune.results.schema import (
     BenchConfig,
     ClientHealth,
     Environment,
+    Failures,
     RunResult,
+    RunStatus,
     ServerInfo,
     Summary,
     TargetInfo,
@@ -27,8 +28,16 @@ from servetune.results.schema import (
 
 
 def run_summary(records: Sequence[RequestRecord], cfg: BenchConfig) -> Summary:
-    """The client-side summary over ``cfg``'s measured window, with its goodput SLOs."""
-    return summarize(records, cfg.warmup_s, cfg.cooldown_s, cfg.goodput)
+    """The client-side summary over ``cfg``'s measured window, with its goodput SLOs and the
+    percentiles it asks for (``--percentile-metrics`` × ``--metric-percentiles``)."""
+    return summarize(
+        records,
+        cfg.warmup_s,
+        cfg.cooldown_s,
+        cfg.goodput,
+        cfg.percentile_metrics,
+        cfg.metric_percentiles,
+    )
 
 
 def run_result(
@@ -39,13 +48,15 @@ def run_result(
     target: TargetInfo,
     health: ClientHealth,
     server: ServerInfo | None = None,
-    status: Literal["complete", "interrupted", "failed"] = "complete",
+    status: RunStatus = "complete",
+    failures: Failures | None = None,
     workload: WorkloadFacts | None = None,
     warnings: Iterable[str] = (),
 ) -> RunResult:
     return RunResult(
         label=cfg.label,
         status=status,
+        failures=failures,
         config=cfg.model_copy(update={"api_key": None}),
         environment=environment,
         target=target,

@@ -15,7 +15,16 @@ import numpy as np
 
 from servetune.metrics.stats import describe
 from servetune.results.record import NS_PER_MS, RequestRecord
-from servetune.results.schema import Slo, Summary
+from servetune.results.schema import (
+    DEFAULT_MAX_FAILURE_RATE,
+    DEFAULT_METRIC_PERCENTILES,
+    DEFAULT_PERCENTILE_METRICS,
+    Failures,
+    RunStatus,
+    Slo,
+    Summary,
+    percentile_word,
+)
 
 NS = 1_000_000_000
 
@@ -61,21 +70,51 @@ def meets_slo(r: RequestRecord, slo: Slo) -> bool:
     return not (slo.e2el is not None and (r.e2e_ms is None or r.e2e_ms > slo.e2el))
 
 
+def _short(r: RequestRecord) -> int:
+    """Tokens a successful output is missing against its max_tokens (0 if none, or unknown:
+    a count from chunks, which may carry several tokens each, cannot tell)."""
+    want, got = r.planned_output_len, r.output_tokens
+    if want is None or got is None or r.tokens_source == "chunks":
+        return 0
+    return max(0, want - got)
+
+
+def selected_percentiles(
+    values: dict[str, Sequence[float]], metrics: Sequence[str], pcts: Sequence[float]
+) -> dict[str, dict[str, float | None]]:
+    """vLLM's ``--percentile-metrics`` × ``--metric-percentiles`` table."""
+    out: dict[str, dict[str, float | None]] = {}
+    for m in metrics:
+        arr = np.asarray(values.get(m, ()), dtype=np.float64)
+        if arr.size:
+            got = np.percentile(arr, list(pcts))
+            out[m] = {percentile_word(p): float(v) for p, v in zip(pcts, got, strict=True)}
+        else:
+            out[m] = {percentile_word(p): None for p in pcts}
+    return out
+
+
 def summarize(
     records: Sequence[RequestRecord],
     warmup_s: float = 0.0,
     cooldown_s: float = 0.0,
     slo: Slo | None = None,
+    percentile_metrics: Sequence[str] = DEFAULT_PERCENTILE_METRICS,
+    metric_percentiles: Sequence[float] = DEFAULT_METRIC_PERCENTILES,
 ) -> Summary:
     """The client-side Summary of one run's records."""
     if not records:
-        return Summary()
+        return Summary(percentiles=selected_percentiles({}, percentile_metrics, metric_percentiles))
     start = int(warmup_s * NS)
     last_end = max(r.end_ns for r in records)
     end = max(start, last_end - int(cooldown_s * NS))
 
     # Membership by the planned time: a request planned at t0 may leave a hair before it.
-    inside = [r for r in records if start <= r.scheduled_ns <= end]
+    # At the end, by whichever came first: the last request may leave a hair before its
+    # planned time and fail at once, ending before it was due.
+    inside = [
+        r for r in records if start <= r.scheduled_ns and min(r.scheduled_ns, r.send_ns) <= end
+    ]
     ok = [r for r in inside if r.ok and r.last_ns is not None and r.last_ns <= end]
     failed = [r for r in inside if r.status == "failed"]
     cancelled = [r for r in records if r.status == "cancelled"]
@@ -97,6 +136,12 @@ def summarize(
     def per_s(x: float) -> float:
         return x / duration if duration > 0 else 0.0
 
+    ttft = [t for r in ok if (t := r.ttft_ms) is not None]
+    tpot = [t for r in ok if (t := r.tpot_ms) is not None]
+    e2el = [t for r in ok if (t := r.e2e_ms) is not None]
+    shorts = [m for r in ok if (m := _short(r)) > 0]
+    classes = Counter(r.failure_class or "other" for r in failed)
+
     return Summary(
         completed=len(ok),
         failed=len(failed),
@@ -114,10 +159,10 @@ def summarize(
         good_requests=good,
         max_concurrent_requests=peak,
         mean_concurrency=mean_conc,
-        ttft=describe([r.ttft_ms for r in ok if r.ttft_ms is not None]),
-        tpot=describe([t for r in ok if (t := r.tpot_ms) is not None]),
+        ttft=describe(ttft),
+        tpot=describe(tpot),
         itl=describe(itl),
-        e2el=describe([r.e2e_ms for r in ok if r.e2e_ms is not None]),
+        e2el=describe(e2el),
         ttft_from_scheduled=describe(
             [t for r in ok if (t := r.ttft_from_scheduled_ms) is not None]
         ),
@@ -126,7 +171,66 @@ def summarize(
         input_tokens_per_request=describe(in_tokens, unit="tokens", ci=False),
         tokens_source=dict(Counter(r.tokens_source or "unknown" for r in ok)),
         errors=dict(Counter((r.error or "unknown")[:200] for r in failed)),
+        error_classes=dict(classes.most_common()),
+        short_outputs=len(shorts),
+        short_output_tokens=int(sum(shorts)),
+        percentiles=selected_percentiles(
+            {"ttft": ttft, "tpot": tpot, "itl": itl, "e2el": e2el},
+            percentile_metrics,
+            metric_percentiles,
+        ),
     )
+
+
+def assess_failures(
+    records: Sequence[RequestRecord], max_share: float = DEFAULT_MAX_FAILURE_RATE
+) -> Failures:
+    """The failure verdict over every request that ended (cancelled ones excluded; warm-up and
+    cool-down included: a failure is a failure whenever it happens)."""
+    ended = [r for r in records if r.status != "cancelled"]
+    failed = [r for r in ended if r.status == "failed"]
+    classes: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    for r in failed:
+        cls = r.failure_class or "other"
+        classes[cls] += 1
+        examples.setdefault(cls, (r.error or cls)[:300])
+    share = len(failed) / len(ended) if ended else 0.0
+    out = Failures(
+        requests=len(ended),
+        failed=len(failed),
+        share=share,
+        max_share=max_share,
+        classes=dict(classes.most_common()),
+        examples={c: examples[c] for c, _ in classes.most_common()},
+    )
+    out.verdict = failure_verdict(out)
+    return out
+
+
+def failure_verdict(f: Failures) -> str:
+    """One sentence on the failures of a run."""
+    if not f.requests:
+        return "no request ended"
+    if not f.failed:
+        return f"all {f.requests} requests succeeded"
+    why = ", ".join(f"{n} {c}" for c, n in f.classes.items())
+    line = f"{f.failed} of {f.requests} requests failed ({f.share:.1%}: {why})"
+    if f.over:
+        return line + f", above the {f.max_share:.0%} allowed (--max-failure-rate)"
+    return line + f", within the {f.max_share:.0%} allowed (--max-failure-rate)"
+
+
+def run_status(failures: Failures, interrupted: bool = False) -> RunStatus:
+    """What a finished run's status is: interrupted, else by its failure share (see
+    :data:`servetune.results.schema.RunStatus`)."""
+    if interrupted:
+        return "interrupted"
+    if failures.requests == 0:
+        return "failed"
+    if not failures.over:
+        return "complete"
+    return "failed" if failures.share >= 0.5 else "degraded"
 
 
 METRIC_DEFINITIONS: dict[str, str] = {

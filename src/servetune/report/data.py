@@ -10,12 +10,12 @@ from typing import Literal
 import numpy as np
 
 from servetune.errors import ResultError
+from servetune.loadgen.runfile import open_run
 from servetune.results.io import (
     REQUESTS_FILE,
     RUN_FILE,
     detect_dir,
     read_records,
-    read_run_result,
     read_server_series,
 )
 from servetune.results.schema import RunResult
@@ -105,7 +105,7 @@ def _single_level(run: RunResult) -> PlannedLevel:
 
 
 def load_run(path: Path, with_requests: bool = True) -> ReportData:
-    run = read_run_result(path)
+    run = open_run(path)  # a run cut short: summarised from its records
     row = row_from_run(_single_level(run), path, path, run)
     level = LevelData(
         label=row.label,
@@ -145,7 +145,7 @@ def load_sweep(path: Path, with_requests: bool = True) -> ReportData:
             notes.append(f"{row.label}: {d} has no {RUN_FILE}; shown from sweep.json only")
             continue
         try:
-            run = read_run_result(d)
+            run = open_run(d)
             series = read_server_series(d)
             lat = _latencies(d, run) if with_requests else None
         except ResultError as exc:

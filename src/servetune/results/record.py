@@ -13,6 +13,38 @@ from pydantic import BaseModel, ConfigDict
 
 Status = Literal["ok", "failed", "cancelled"]
 TokenSource = Literal["usage", "tokenizer", "chunks", "sim"]
+ErrorClass = Literal[
+    "server_error",
+    "rate_limited",
+    "client_error",
+    "connection_refused",
+    "connection_reset",
+    "timeout",
+    "truncated",
+    "malformed_event",
+    "no_output",
+    "protocol_error",
+    "other",
+]
+
+ERROR_CLASSES: dict[str, str] = {
+    "server_error": "the server answered HTTP 5xx, or sent an error object mid-stream",
+    "rate_limited": "the server answered HTTP 429 (or an error object with code 429)",
+    "client_error": "the server refused the request: HTTP 4xx other than 429 (a bad request, "
+    "an unknown model, a prompt beyond max_model_len, a missing API key)",
+    "connection_refused": "no connection could be made (refused, unreachable, DNS)",
+    "connection_reset": "the connection closed or was reset before the response ended",
+    "timeout": "no complete response within --request-timeout",
+    "truncated": "the stream ended cleanly at the HTTP level but with neither a finish_reason "
+    "nor [DONE]: the response was cut",
+    "malformed_event": "an SSE event of the stream did not parse (not SSE, invalid or truncated "
+    "JSON, not a JSON object, a choices list of the wrong shape)",
+    "no_output": "the stream ended properly but carried no content chunk",
+    "protocol_error": "the HTTP response itself was malformed (status line, chunked encoding, "
+    "headers too large)",
+    "other": "any other client-side failure (the message says which)",
+}
+"""Why a request failed, one class each: counted in ``run.json`` and the printed summary."""
 
 NS_PER_MS = 1_000_000
 
@@ -27,6 +59,8 @@ class RequestRecord(BaseModel):
     worker: int = 0
     status: Status
     error: str | None = None
+    error_class: ErrorClass | None = None
+    """Why a failed request failed (:data:`ERROR_CLASSES`); None when ok or cancelled."""
     http_status: int | None = None
 
     scheduled_ns: int
@@ -93,7 +127,55 @@ class RequestRecord(BaseModel):
         """Client queue delay: send − scheduled (limiter wait plus client lateness)."""
         return (self.send_ns - self.scheduled_ns) / NS_PER_MS
 
+    @property
+    def failure_class(self) -> str | None:
+        """The record's error class; for records written before classes existed, inferred
+        from the message (:func:`classify_error`)."""
+        if self.status != "failed":
+            return None
+        return self.error_class or classify_error(self.error, self.http_status)
+
     def itl_ms(self) -> list[float]:
         """Gaps between consecutive content chunks (one gap per chunk, whatever it carries)."""
         c = self.chunk_ns
         return [(c[i] - c[i - 1]) / NS_PER_MS for i in range(1, len(c))]
+
+
+def class_of_status(code: int) -> ErrorClass:
+    """The error class of an HTTP status (or of an error object's ``code``) of 400 and up."""
+    if code == 429:
+        return "rate_limited"
+    if 400 <= code < 500:
+        return "client_error"
+    return "server_error"
+
+
+_MESSAGE_CLASSES: tuple[tuple[tuple[str, ...], ErrorClass], ...] = (
+    (("timeout", "timed out"), "timeout"),
+    (
+        ("cannot connect", "connection refused", "unreachable", "name or service"),
+        "connection_refused",
+    ),
+    (("reset", "disconnected", "connection lost", "broken pipe", "eof"), "connection_reset"),
+    (("truncated", "ended without"), "truncated"),
+    (("malformed event", "malformed sse", "not valid json"), "malformed_event"),
+    (("no token", "no content"), "no_output"),
+    (("malformed http", "chunked encoding", "headers too large"), "protocol_error"),
+    (("mid-stream",), "server_error"),
+)
+
+
+def classify_error(error: str | None, http_status: int | None = None) -> ErrorClass:
+    """The class of a failure known only by its message and HTTP status (older records)."""
+    if http_status is not None and http_status >= 400:
+        return class_of_status(http_status)
+    text = (error or "").lower()
+    if text.startswith("http "):
+        try:
+            return class_of_status(int(text[5:8]))
+        except ValueError:
+            pass
+    for needles, cls in _MESSAGE_CLASSES:
+        if any(n in text for n in needles):
+            return cls
+    return "other"

@@ -17,6 +17,18 @@ SCHEMA_VERSION = 1
 Endpoint = Literal["completions", "chat"]
 DatasetName = Literal["random", "sharegpt", "jsonl", "prefix"]
 Arrival = Literal["poisson", "gamma", "constant"]
+PercentileMetric = Literal["ttft", "tpot", "itl", "e2el"]
+RunStatus = Literal["running", "complete", "degraded", "failed", "interrupted", "cut_short"]
+"""running: the run is under way (``run.json`` is written at the start and kept current);
+complete: it ended and at most ``max_failure_rate`` of its requests failed; degraded: more
+failed than that, but most succeeded; failed: more failed than that and fewer than half
+succeeded (none at all, or a broken level); interrupted: stopped by Ctrl-C / SIGTERM;
+cut_short: ``run.json`` still said running when it was read, and the process that wrote it is
+gone (killed): what is shown was summarised from the records on disk."""
+
+DEFAULT_MAX_FAILURE_RATE = 0.05
+DEFAULT_PERCENTILE_METRICS: tuple[PercentileMetric, ...] = ("ttft", "tpot", "itl")
+DEFAULT_METRIC_PERCENTILES: tuple[float, ...] = (99.0,)
 
 
 def rate_to_json(rate: float) -> float | str:
@@ -75,7 +87,18 @@ class BenchConfig(BaseModel):
 
     warmup_s: float = 0.0
     cooldown_s: float = 0.0
-    ignore_eos: bool = True
+    ignore_eos: bool = False
+    """vLLM bench serve's default: off (outputs may stop at EOS, shorter than asked)."""
+    max_failure_rate: float = DEFAULT_MAX_FAILURE_RATE
+    """Share of failed requests above which the run is ``degraded`` or ``failed``."""
+    percentile_metrics: list[PercentileMetric] = Field(
+        default_factory=lambda: list(DEFAULT_PERCENTILE_METRICS)
+    )
+    """vLLM's ``--percentile-metrics``: the metrics the summary reports percentiles of."""
+    metric_percentiles: list[float] = Field(
+        default_factory=lambda: list(DEFAULT_METRIC_PERCENTILES)
+    )
+    """vLLM's ``--metric-percentiles``: which percentiles (0–100) of those metrics."""
     temperature: float = 0.0
     request_timeout_s: float = 600.0
     workers: int | None = None
@@ -144,6 +167,41 @@ class Summary(BaseModel):
     tokens_source: dict[str, int] = Field(default_factory=dict)
     errors: dict[str, int] = Field(default_factory=dict)
     """Failure reasons and how often each occurred."""
+    error_classes: dict[str, int] = Field(default_factory=dict)
+    """Failed requests in the window by class (``servetune.results.record.ERROR_CLASSES``)."""
+    short_outputs: int = 0
+    """Successful requests that generated fewer tokens than asked (max_tokens)."""
+    short_output_tokens: int = 0
+    """Tokens those short outputs were missing, together."""
+    percentiles: dict[str, dict[str, float | None]] = Field(default_factory=dict)
+    """vLLM's selection: metric → {"99": value, "99.9": value, …} for ``percentile_metrics`` ×
+    ``metric_percentiles`` (keys written as vLLM does: 99, not 99.0)."""
+
+
+def percentile_word(p: float) -> str:
+    """vLLM's spelling of a percentile in key names: 99 → "99", 99.9 → "99.9"."""
+    return str(int(p)) if int(p) == p else str(p)
+
+
+class Failures(BaseModel):
+    """The run's verdict on failures: every request that ended (warm-up and cool-down included,
+    cancelled ones not), how many failed, why, and what that makes the run."""
+
+    requests: int = 0
+    failed: int = 0
+    share: float = 0.0
+    max_share: float = DEFAULT_MAX_FAILURE_RATE
+    """The threshold (``--max-failure-rate``)."""
+    classes: dict[str, int] = Field(default_factory=dict)
+    """Failed requests by class, most frequent first."""
+    examples: dict[str, str] = Field(default_factory=dict)
+    """One message per class, as the first such failure said it."""
+    verdict: str = ""
+    """One sentence: what failed and what it makes the run."""
+
+    @property
+    def over(self) -> bool:
+        return self.requests > 0 and self.share > self.max_share
 
 
 class ClientHealth(BaseModel):
@@ -245,7 +303,13 @@ class RunResult(BaseModel):
     schema_version: int = SCHEMA_VERSION
     kind: Literal["run"] = "run"
     label: str | None = None
-    status: Literal["complete", "interrupted", "failed"] = "complete"
+    status: RunStatus = "complete"
+    failures: Failures | None = None
+    """The failure verdict (None on files written before it existed)."""
+    pid: int | None = None
+    """The process writing the run (while ``status`` is running)."""
+    updated_at: str | None = None
+    """ISO-8601 UTC time ``run.json`` was last written."""
     config: BenchConfig
     environment: Environment
     target: TargetInfo

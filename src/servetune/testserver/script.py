@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict
+
+MalformedKind = Literal[
+    "garbage_line", "invalid_json", "truncated_json", "non_object", "bad_choices", "not_sse"
+]
 
 
 class Script(BaseModel):
@@ -29,11 +35,31 @@ class Script(BaseModel):
     """Interleave ``: ping`` comments between events."""
     crlf: bool = False
     fail_every: int = 0
-    """Every Nth request is answered HTTP 500."""
+    """Every Nth request is answered ``fail_status`` (1 = every request)."""
+    fail_status: int = 500
+    """The HTTP status of those answers: 500, 503, 429 (with ``Retry-After``), 400, …"""
     error_midstream_every: int = 0
     """Every Nth request streams half its tokens, then an error object."""
+    error_midstream_code: int = 500
+    """The ``code`` of that error object."""
     disconnect_every: int = 0
-    """Every Nth request streams half its tokens, then the connection is cut."""
+    """Every Nth request streams half its tokens, then the connection is reset."""
+    truncate_every: int = 0
+    """Every Nth request streams ``truncate_at`` tokens (default half), then ends its body
+    properly at the HTTP level: no finish_reason, no usage, no ``[DONE]``."""
+    truncate_at: int | None = None
+    malformed_every: int = 0
+    """Every Nth request carries one ``malformed_kind`` event in the middle of its stream."""
+    malformed_kind: MalformedKind = "invalid_json"
+    """garbage_line: a line that is not SSE; invalid_json: ``data: {not json``;
+    truncated_json: a chunk's JSON cut mid-way (then the stream goes on); non_object:
+    ``data: [1, 2]``; bad_choices: ``choices`` a string; not_sse: the whole body is one JSON
+    completion instead of a stream."""
+    short_output_every: int = 0
+    """Every Nth request stops at half its max_tokens with finish_reason "stop" (an EOS):
+    a whole, valid stream that is shorter than asked."""
+    close_framing: bool = False
+    """Frame streamed bodies by closing the connection (HTTP/1.0 style, no chunked encoding)."""
     tokens_per_word: int = 1
     """How many tokens the server's tokenizer counts per whitespace-separated word."""
     drop_reused_connections: bool = False

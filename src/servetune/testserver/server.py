@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from servetune.http import Exchange, HTTPServer, Router, ServerConnection
+from servetune.testserver import faults
 from servetune.testserver.script import Script
 
 _WORDS = [f" w{i}" for i in range(64)]
@@ -106,8 +107,10 @@ class ScriptedServer:
         if req.get("model") != s.model:
             ex.error(404, f"The model `{req.get('model')}` does not exist.")
             return
-        if s.fail_every and nth % s.fail_every == 0:
-            ex.error(500, "injected failure")
+        refused = faults.refusal(s, nth)
+        if refused is not None:
+            status, headers, body = refused
+            ex.respond(status, body, b"application/json", headers)
             return
         if chat:
             prompt = " ".join(str(m.get("content", "")) for m in req.get("messages") or [])
@@ -134,7 +137,7 @@ class ScriptedServer:
         self, ex: Exchange, chat: bool, nth: int, p_tokens: int, n: int, arrival: float
     ) -> None:
         s, c = self.script, self.counters
-        if s.one_write and not (s.error_midstream_every or s.disconnect_every):
+        if s.one_write and not faults.alters_streams(s):
             key = (chat, n, p_tokens)
             data = self._prerendered.get(key)
             if data is None:
@@ -149,35 +152,18 @@ class ScriptedServer:
             c.completed += 1
             c.generated += n
             return
-        events = self.chunks(chat, p_tokens, n)
-        cut = (
-            len(events) // 2
-            if (
-                (s.error_midstream_every and nth % s.error_midstream_every == 0)
-                or (s.disconnect_every and nth % s.disconnect_every == 0)
-            )
-            else None
-        )
+        shape = faults.shape_stream(self, chat, nth, p_tokens, n)
+        if shape.raw_body is not None:  # not a stream at all
+            ex.respond(200, shape.raw_body, b"application/json")
+            c.completed += 1
+            return
+        if s.close_framing:
+            ex.http10 = True  # the body ends when the connection closes (no chunked encoding)
         ex.start(200, b"text/event-stream", _NO_CACHE)
         loop = asyncio.get_running_loop()
         start = loop.time() - (time.perf_counter() - arrival)
         try:
-            for i, ev in enumerate(events):
-                if cut is not None and i == cut:
-                    c.aborted += 1
-                    if s.disconnect_every and nth % s.disconnect_every == 0:
-                        ex.abort()
-                        return
-                    error = {
-                        "error": {
-                            "message": "injected error mid-stream",
-                            "type": "InternalError",
-                            "code": 500,
-                        }
-                    }
-                    ex.send(self.event(error))
-                    ex.end(b"data: [DONE]" + self._sep)
-                    return
+            for i, ev in enumerate(shape.events):
                 due = start + (s.ttft_ms + i * s.tokens_per_chunk * s.tpot_ms) / 1000
                 delay = due - loop.time()
                 if delay > 0:
@@ -188,9 +174,15 @@ class ScriptedServer:
                     # vLLM sends the role chunk with the first engine output, not on arrival.
                     ev = self.role_event() + ev
                 ex.send(ev)
-            ex.end(self.tail(p_tokens, n))
-            c.completed += 1
-            c.generated += n
+            if shape.ending == "reset":
+                ex.abort()
+            else:
+                ex.end(shape.tail)  # "end" has no tail: the HTTP body ends, the stream did not
+            if shape.aborted:
+                c.aborted += 1
+            else:
+                c.completed += 1
+                c.generated += n
         except asyncio.CancelledError:  # the client went away
             c.aborted += 1
             raise

@@ -1,0 +1,163 @@
+"""Failures fail: a stub server that answers 500s and 429s, resets connections, and streams
+malformed or truncated SSE. Every case runs over both HTTP clients, which must agree."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import run_cli
+
+from servetune.loadgen.bench import bench
+from servetune.results.io import read_records, read_run_result
+from servetune.results.schema import BenchConfig
+
+Factory = Callable[..., Any]
+CLIENTS = ["fast", "aiohttp"]
+
+
+def cfg(url: str, transport: str, **kw: Any) -> BenchConfig:
+    base: dict[str, Any] = dict(
+        base_url=url,
+        random_input_len=16,
+        random_output_len=12,
+        num_prompts=20,
+        request_rate=100.0,
+        seed=3,
+        http_client=transport,
+    )
+    base.update(kw)
+    return BenchConfig(**base)
+
+
+def run(srv: Any, tmp_path: Path, transport: str, **kw: Any) -> Any:
+    return bench(cfg(srv.base_url, transport, **kw), tmp_path, progress=False, scrape_metrics=False)
+
+
+@pytest.mark.parametrize("transport", CLIENTS)
+@pytest.mark.parametrize(
+    ("script", "cls"),
+    [
+        ({"fail_every": 1, "fail_status": 500}, "server_error"),
+        ({"fail_every": 1, "fail_status": 503}, "server_error"),
+        ({"fail_every": 1, "fail_status": 429}, "rate_limited"),
+        ({"disconnect_every": 1}, "connection_reset"),
+        ({"error_midstream_every": 1}, "server_error"),
+        ({"error_midstream_every": 1, "error_midstream_code": 429}, "rate_limited"),
+        ({"truncate_every": 1}, "truncated"),
+        ({"truncate_every": 1, "close_framing": True}, "truncated"),
+        ({"truncate_every": 1, "truncate_at": 0}, "truncated"),
+        ({"malformed_every": 1, "malformed_kind": "garbage_line"}, "malformed_event"),
+        ({"malformed_every": 1, "malformed_kind": "invalid_json"}, "malformed_event"),
+        ({"malformed_every": 1, "malformed_kind": "truncated_json"}, "malformed_event"),
+        ({"malformed_every": 1, "malformed_kind": "non_object"}, "malformed_event"),
+        ({"malformed_every": 1, "malformed_kind": "bad_choices"}, "malformed_event"),
+        ({"malformed_every": 1, "malformed_kind": "not_sse"}, "malformed_event"),
+    ],
+)
+def test_every_request_failing_is_a_failed_run(
+    scripted: Factory, tmp_path: Path, transport: str, script: dict[str, Any], cls: str
+) -> None:
+    srv = scripted({"tpot_ms": 1, **script})
+    r = run(srv, tmp_path, transport)
+    assert r.status == "failed", (r.status, r.summary.errors)
+    assert r.failures is not None and r.failures.over
+    assert r.failures.classes == {cls: 20}, r.failures
+    assert r.summary.completed == 0 and r.summary.failed == 20
+    assert r.summary.error_classes == {cls: 20}
+    # nothing of a failed request enters the success statistics
+    assert r.summary.ttft.count == 0 and r.summary.total_output_tokens == 0
+    on_disk = read_run_result(tmp_path)
+    assert on_disk.status == "failed" and on_disk.failures == r.failures
+    recs = read_records(tmp_path)
+    assert {x.error_class for x in recs} == {cls}
+    partial = script.get("truncate_at") != 0 and script.get("malformed_kind") != "not_sse"
+    if cls in ("truncated", "malformed_event") and partial:
+        # the partial timings are kept in the record
+        assert all(x.chunk_ns and x.first_ns is not None for x in recs)
+
+
+@pytest.mark.parametrize("transport", CLIENTS)
+def test_failures_within_the_threshold_complete_and_above_degrade(
+    scripted: Factory, tmp_path: Path, transport: str
+) -> None:
+    srv = scripted({"tpot_ms": 1, "truncate_every": 25})
+    r = run(srv, tmp_path / "a", transport, num_prompts=50)
+    assert r.failures is not None and r.failures.failed == 2
+    assert r.status == "complete"  # 4% <= 5%
+    assert r.summary.completed == 48
+    r = run(srv, tmp_path / "b", transport, num_prompts=50, max_failure_rate=0.01)
+    assert r.status == "degraded", r.failures
+    assert "above the 1% allowed" in r.failures.verdict
+
+
+@pytest.mark.parametrize("transport", CLIENTS)
+def test_outputs_shorter_than_asked_are_counted(
+    scripted: Factory, tmp_path: Path, transport: str
+) -> None:
+    srv = scripted({"tpot_ms": 1, "short_output_every": 2})
+    r = run(srv, tmp_path, transport)
+    assert r.status == "complete" and r.summary.completed == 20
+    assert r.summary.short_outputs == 10
+    assert r.summary.short_output_tokens == 10 * 6  # each stopped at 6 of 12
+    assert not r.config.ignore_eos  # vLLM's default
+    assert not any("shorter than asked" in w for w in r.warnings)
+    r = run(srv, tmp_path / "eos", transport, ignore_eos=True)
+    assert any("shorter than asked although ignore_eos" in w for w in r.warnings)
+
+
+def test_cli_exits_non_zero_and_names_the_failures(scripted: Factory, tmp_path: Path) -> None:
+    srv = scripted({"fail_every": 1, "fail_status": 429})
+    p = run_cli(
+        "bench",
+        "--base-url",
+        srv.base_url,
+        "--num-prompts",
+        "10",
+        "--request-rate",
+        "50",
+        "--random-input-len",
+        "16",
+        "--random-output-len",
+        "4",
+        "--no-progress",
+        "--no-metrics",
+        "--result-dir",
+        str(tmp_path),
+    )
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr
+    assert "rate_limited" in p.stdout and "failed" in p.stdout
+    data = json.loads((tmp_path / "run.json").read_text())
+    assert data["status"] == "failed"
+    assert data["failures"]["classes"] == {"rate_limited": 10}
+
+
+def test_cli_degraded_run_exits_1_and_a_lenient_threshold_exits_0(
+    scripted: Factory, tmp_path: Path
+) -> None:
+    srv = scripted({"fail_every": 4})
+    common = [
+        "bench",
+        "--base-url",
+        srv.base_url,
+        "--num-prompts",
+        "20",
+        "--request-rate",
+        "100",
+        "--random-input-len",
+        "16",
+        "--random-output-len",
+        "4",
+        "--no-progress",
+        "--no-metrics",
+    ]
+    p = run_cli(*common, "--result-dir", str(tmp_path / "a"))
+    assert p.returncode == 1, p.stderr
+    assert json.loads((tmp_path / "a" / "run.json").read_text())["status"] == "degraded"
+    p = run_cli(*common, "--max-failure-rate", "30%", "--result-dir", str(tmp_path / "b"))
+    assert p.returncode == 0, p.stderr
+    assert json.loads((tmp_path / "b" / "run.json").read_text())["status"] == "complete"
