@@ -37,6 +37,7 @@ def run(eng: EngineProcess, tiny: provisioned.TinyModel, out: Path, **cfg: objec
         "dataset_name": "random",
         "random_input_len": 64,
         "random_output_len": OUT,
+        "ignore_eos": True,  # the token counts below are the planned lengths
         "num_prompts": N,
         "request_rate": 3.0,
         "tokenizer": str(tiny.hf_dir),

@@ -118,6 +118,7 @@ def bench_cli(eng: EngineProcess, tiny: provisioned.TinyModel, out: Path, n: int
         "32",
         "--random-output-len",
         str(LONG),
+        "--ignore-eos",
         "--num-prompts",
         str(n),
         "--request-rate",

@@ -45,6 +45,7 @@ def base_config(eng: EngineProcess, tiny: provisioned.TinyModel) -> BenchConfig:
         model="tiny",
         random_input_len=64,
         random_output_len=64,
+        ignore_eos=True,
         num_prompts=N,
         # Evenly spaced arrivals: below saturation nothing waits, past it the queue grows —
         # the curve's shape comes from the engine, not from the burstiness of the arrivals.

@@ -22,6 +22,7 @@ def scraped(engine: str, eng: EngineProcess, tiny: provisioned.TinyModel, out: P
         model="tiny",
         random_input_len=64,
         random_output_len=32,
+        ignore_eos=True,
         num_prompts=16,
         request_rate=4.0,
         tokenizer=str(tiny.hf_dir),

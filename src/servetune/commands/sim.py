@@ -222,4 +222,8 @@ def _run(args: argparse.Namespace) -> int:
     if s.request_goodput is not None:
         print(f"  goodput      {s.request_goodput:8.2f} req/s")
     print(f"results in {out}")
-    return 0
+    from servetune.commands.bench import exit_code
+
+    if result.failures is not None and result.failures.failed:
+        print(f"{result.status}: {result.failures.verdict}")
+    return exit_code(result.status)

@@ -128,10 +128,12 @@ def summary_table(result: RunResult) -> Table:
 def print_summary(result: RunResult, console: Console | None = None) -> None:
     c = console or Console()
     c.print(summary_table(result))
+    f = result.failures
     for w in result.warnings:
+        if f is not None and f.over and w == f.verdict:
+            continue  # said below, with the run's status
         style = "bold red" if "BEHIND" in w else "yellow"
         c.print(f"[{style}]warning:[/{style}] {w}")
-    f = result.failures
     if f is not None and f.over:
         c.print(f"[bold red]{result.status}:[/bold red] {f.verdict}")
         for cls, example in f.examples.items():

@@ -243,7 +243,7 @@ def print_sweep(result: SweepResult) -> None:
     head = "offered" if mode == "rate" else "conc"
     print(
         f"{'level':<22} {head:>8} {'req/s':>8} {'tok/s':>9} {'P99 TTFT':>10} "
-        f"{'P99 TPOT':>9} {'P99 E2E':>9} {'KV':>5} {'wait':>6}"
+        f"{'P99 TPOT':>9} {'P99 E2E':>9} {'KV':>5} {'wait':>6} {'failed':>7}"
     )
     for r in result.measured_rows():
         load = r.load
@@ -254,7 +254,9 @@ def print_sweep(result: SweepResult) -> None:
             f"{fmt.num(r.request_throughput):>8} {fmt.num(r.output_throughput):>9} "
             f"{fmt.ms(r.ttft_p99):>10} {fmt.ms(r.tpot_p99):>9} {fmt.ms(r.e2el_p99):>9} "
             f"{(f'{kv:.0%}' if kv is not None else '–'):>5} "
-            f"{(fmt.num(wait, 2) if wait is not None else '–'):>6}"
+            f"{(fmt.num(wait, 2) if wait is not None else '–'):>6} "
+            f"{(f'{r.failure_share:.0%}' if r.failure_share is not None else '–'):>7}"
+            + ("" if r.status == "complete" else f"  {r.status}")
         )
     if result.knee is not None:
         print(f"\nknee: {result.knee.verdict}")
@@ -262,6 +264,8 @@ def print_sweep(result: SweepResult) -> None:
         print(f"SLO: {result.slo_max.verdict}")
     for w in result.warnings:
         print(f"warning: {w}")
+    if result.status != "complete":
+        print(f"sweep {result.status}")
 
 
 def _recorded_seed(sweep_dir: Path) -> int | None:
@@ -305,4 +309,6 @@ def run(args: argparse.Namespace) -> int:
         written = build_report(out)
         print(f"report: {written.html}")
     print(f"results: {out}")
-    return 0
+    from servetune.commands.bench import exit_code
+
+    return exit_code(result.status)

@@ -8,6 +8,7 @@ from typing import Any
 
 from servetune.diagnose.actions import PROCEDURE, build_action
 from servetune.diagnose.conditions import Condition, fmt_ms, render, template_fields
+from servetune.diagnose.failures import gate_run
 from servetune.diagnose.figures import MIN_SAMPLES, Figures, compute_figures, read_series_tolerant
 from servetune.diagnose.knobs import KnownConfig, known_config
 from servetune.diagnose.model import KIND_ORDER, Diagnosis, Finding
@@ -388,7 +389,7 @@ def diagnose_loaded(
     if known.known:
         notes.append(f"engine configuration from {known.source}")
     healthy = findings[0].kind == "healthy"
-    return Diagnosis(
+    diag = Diagnosis(
         kind="run",
         path=path,
         headline=headline(findings),
@@ -400,6 +401,9 @@ def diagnose_loaded(
         procedure=list(PROCEDURE),
         notes=notes,
     )
+    # Failures above --max-failure-rate are the finding (no capacity advice); a cut-short
+    # run says so first.
+    return gate_run(diag, run)
 
 
 def load_run(

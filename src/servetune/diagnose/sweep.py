@@ -11,13 +11,15 @@ from typing import Any
 from servetune.diagnose.actions import PROCEDURE, build_action
 from servetune.diagnose.conditions import fmt_ms, fmt_num
 from servetune.diagnose.evaluate import diagnose_run, rank
+from servetune.diagnose.failures import sweep_failure_finding
 from servetune.diagnose.figures import Figures
 from servetune.diagnose.knobs import KnownConfig
 from servetune.diagnose.model import Action, Diagnosis, Finding, LevelDiagnosis
 from servetune.diagnose.rules import CAUSES, NEAR_CEILING
 from servetune.errors import ResultError, ServetuneError
 from servetune.results.io import RUN_FILE
-from servetune.results.sweep_schema import Knee, LevelRow, SweepResult, read_sweep_result
+from servetune.results.sweep_schema import Knee, LevelRow, SweepResult
+from servetune.sweep.reading import open_sweep
 
 SWEEP_CAUSES = (*CAUSES, "kv_near_full")
 """On a curve, a pool at its edge past the knee is the limit too."""
@@ -409,7 +411,7 @@ def _headline(findings: list[Finding], knee: Knee | None) -> str:
 def diagnose_sweep(sweep_dir: str | Path, config: KnownConfig | None = None) -> Diagnosis:
     """Per level and for the curve as a whole."""
     d = Path(sweep_dir).expanduser()
-    sweep = read_sweep_result(d)
+    sweep = open_sweep(d)  # a sweep cut short: its partial level summarised from its records
     if not sweep.rows:
         raise ResultError(
             f"{d / 'sweep.json'} has no finished level yet",
@@ -460,14 +462,19 @@ def diagnose_sweep(sweep_dir: str | Path, config: KnownConfig | None = None) -> 
             )
         )
     findings: list[Finding] = []
-    status = _knee_status_finding(sweep, knee)
+    failed = sweep_failure_finding(sweep.measured_rows())
+    if failed is not None:
+        findings.append(failed)
+    # Only complete levels speak for the curve (a failing level measured its failures).
+    good = [(r, dg) for r, dg in pairs if r.status == "complete"]
+    status = _knee_status_finding(sweep, knee) if good or failed is None else None
     if status is not None:
         findings.append(status)
     if knee is not None and knee.status == "found":
-        past = [(r, dg) for r, dg in pairs if _past(r, knee)]
+        past = [(r, dg) for r, dg in good if _past(r, knee)]
         if past:
             findings.append(_past_knee_finding(sweep, knee, past))
-    limit = _limit_finding(sweep, knee, pairs)
+    limit = _limit_finding(sweep, knee, good) if good else None
     if limit is not None:
         findings.append(limit)
     # Warnings found on any level (client behind, OOM, failures, a level that measured the
@@ -486,10 +493,13 @@ def diagnose_sweep(sweep_dir: str | Path, config: KnownConfig | None = None) -> 
                 )
     findings = rank(findings)
     healthy = not any(f.kind in ("bottleneck", "warning") for f in findings)
+    if sweep.status in ("cut_short", "running"):
+        notes.insert(0, sweep.warnings[0])
     return Diagnosis(
         kind="sweep",
         path=str(d),
-        headline=_headline(findings, knee) if findings else "no finding",
+        headline=("(cut short) " if sweep.status == "cut_short" else "")
+        + (_headline(findings, knee) if findings else "no finding"),
         healthy=healthy,
         findings=findings,
         levels=levels,

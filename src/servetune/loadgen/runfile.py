@@ -144,27 +144,32 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _age_s(stamp: str | None) -> float | None:
-    if not stamp:
-        return None
-    try:
-        then = datetime.fromisoformat(stamp)
-    except ValueError:
-        return None
-    return (datetime.now(UTC) - then).total_seconds()
+def newest_mtime(paths: Sequence[Path]) -> float | None:
+    """The latest modification time among ``paths`` (files, or every file under a folder)."""
+    best: float | None = None
+    for p in paths:
+        files = [f for f in p.rglob("*") if f.is_file()] if p.is_dir() else [p]
+        for f in files:
+            try:
+                m = f.stat().st_mtime
+            except OSError:
+                continue
+            best = m if best is None else max(best, m)
+    return best
 
 
-def writer_gone(run: RunResult) -> bool:
-    """Whether the process that was writing a ``running`` run.json is gone."""
-    age = _age_s(run.updated_at)
-    stale = age is not None and age > STALE_AFTER_S
-    same_host = run.environment.hostname == socket.gethostname()
-    if run.pid is None or not same_host:
-        return stale
-    if not _alive(run.pid):
-        return True
-    # The id may have been reused by another process since: trust it only while fresh.
-    return stale
+def process_gone(pid: int | None, hostname: str | None, paths: Sequence[Path]) -> bool:
+    """Whether the process that was writing a ``running`` result (``pid`` on ``hostname``)
+    is gone. On this machine the process is checked (and, against a reused id, the files
+    must have moved within the last half hour); elsewhere the files must have moved within
+    the last :data:`STALE_AFTER_S` (a run rewrites run.json every few seconds)."""
+    newest = newest_mtime(paths)
+    age = None if newest is None else time.time() - newest
+    if pid is not None and hostname == socket.gethostname():
+        if not _alive(pid):
+            return True
+        return age is not None and age > 1800.0
+    return age is None or age > STALE_AFTER_S
 
 
 def open_run(run_dir: str | Path) -> RunResult:
@@ -175,7 +180,7 @@ def open_run(run_dir: str | Path) -> RunResult:
     run = read_run_result(d)
     if run.status != "running":
         return run
-    gone = writer_gone(run)
+    gone = process_gone(run.pid, run.environment.hostname, [d])
     records = read_records(d)
     workers = run.client_health.workers or 1
     out = finish(run, records, interrupted=False, workers=workers)

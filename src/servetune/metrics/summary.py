@@ -80,7 +80,7 @@ def _short(r: RequestRecord) -> int:
 
 
 def selected_percentiles(
-    values: dict[str, Sequence[float]], metrics: Sequence[str], pcts: Sequence[float]
+    values: dict[str, Sequence[float] | np.ndarray], metrics: Sequence[str], pcts: Sequence[float]
 ) -> dict[str, dict[str, float | None]]:
     """vLLM's ``--percentile-metrics`` × ``--metric-percentiles`` table."""
     out: dict[str, dict[str, float | None]] = {}
@@ -253,4 +253,11 @@ METRIC_DEFINITIONS: dict[str, str] = {
     "goodput": "requests meeting every SLO given (ttft, tpot, e2el in ms) / window length",
     "percentiles": "linear interpolation (numpy); p99_ci = 95% bootstrap interval",
     "input_tokens": "planned prompt length (as vLLM bench serve counts it)",
+    "failed": "no whole response; error_class says why (server_error, rate_limited, "
+    "client_error, connection_refused, connection_reset, timeout, truncated: no finish_reason "
+    "nor [DONE], malformed_event: an event that does not parse, no_output, protocol_error); "
+    "partial timings kept in the record, out of every figure",
+    "status": "failures.share = failed / ended (whole run) vs --max-failure-rate: complete, "
+    "degraded (over it, most succeeded), failed (over it, fewer than half succeeded)",
+    "short_outputs": "successful requests with fewer output tokens than max_tokens asked",
 }

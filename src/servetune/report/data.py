@@ -24,10 +24,10 @@ from servetune.results.sweep_schema import (
     LevelRow,
     PlannedLevel,
     SweepResult,
-    read_sweep_result,
 )
 from servetune.sweep.analysis import analyse
 from servetune.sweep.curve import row_from_run
+from servetune.sweep.reading import open_sweep
 
 
 @dataclass
@@ -137,7 +137,7 @@ def _reanalysed(sweep: SweepResult, notes: list[str]) -> SweepResult:
 
 def load_sweep(path: Path, with_requests: bool = True) -> ReportData:
     notes: list[str] = []
-    sweep = _reanalysed(read_sweep_result(path), notes)
+    sweep = _reanalysed(open_sweep(path), notes)
     levels: list[LevelData] = []
     for row in sweep.measured_rows():
         d = path / row.level_dir

@@ -60,7 +60,21 @@ def run_verdict(row: LevelRow) -> str:
         text += f"; the server's KV cache averaged {s.kv_cache_usage_mean:.0%}"
         if s.waiting_mean is not None:
             text += f" with {fmt.num(s.waiting_mean, 2)} requests waiting on average"
-    return text + ". A knee needs several load levels: run servetune sweep."
+    text += ". A knee needs several load levels: run servetune sweep."
+    if row.status != "complete":
+        share = f"{row.failure_share:.0%} " if row.failure_share else ""
+        why = ", ".join(f"{n} {c}" for c, n in row.error_classes.items())
+        lead = {
+            "failed": f"This run FAILED: {share}of its requests failed ({why}).",
+            "degraded": f"This run is DEGRADED: {share}of its requests failed ({why}); the "
+            "figures describe only the requests that succeeded.",
+            "cut_short": "This run was CUT SHORT (killed before it finished): the figures cover "
+            "the requests it recorded.",
+            "interrupted": "This run was interrupted: the figures cover the requests it finished.",
+            "running": "This run is still going: figures so far.",
+        }.get(row.status, f"Status: {row.status}.")
+        text = lead + " " + text
+    return text
 
 
 def _config_rows(obj: dict[str, Any]) -> list[tuple[str, str]]:

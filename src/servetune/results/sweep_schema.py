@@ -23,7 +23,7 @@ from pydantic import (
 
 from servetune.errors import ResultError
 from servetune.results.jsonfile import read_json_file, write_json_atomic
-from servetune.results.schema import BenchConfig, Slo, rate_from_json, rate_to_json
+from servetune.results.schema import BenchConfig, RunStatus, Slo, rate_from_json, rate_to_json
 
 SWEEP_SCHEMA_VERSION = 1
 
@@ -133,9 +133,16 @@ class LevelRow(BaseModel):
     offered_rate: float | None = None
     """Planned req/s (``inf`` for an unbounded rate); None for a pure concurrency level."""
     concurrency: int | None = None
-    status: Literal["complete", "interrupted", "failed"] = "complete"
+    status: RunStatus = "complete"
+    """The level's run status: only ``complete`` levels draw the knee and the SLO-max (a
+    degraded or failed level's latencies describe only the requests that succeeded)."""
     completed: int = 0
     failed: int = 0
+    failure_share: float | None = None
+    """Failed / ended requests over the whole level (warm-up included)."""
+    error_classes: dict[str, int] = Field(default_factory=dict)
+    """The level's failed requests by class."""
+    short_outputs: int = 0
     duration_s: float = 0.0
     achieved_send_rate: float | None = None
     """Requests the client actually sent per second (its own health figure)."""
@@ -262,9 +269,18 @@ class SweepResult(BaseModel):
 
     schema_version: int = SWEEP_SCHEMA_VERSION
     kind: Literal["sweep"] = "sweep"
-    status: Literal["running", "complete", "interrupted", "failed"] = "running"
+    status: Literal["running", "complete", "degraded", "failed", "interrupted", "cut_short"] = (
+        "running"
+    )
+    """complete: every level complete; degraded: some levels failed more requests than
+    ``--max-failure-rate`` allows (left out of the knee); failed: no level was usable;
+    interrupted: Ctrl-C; cut_short: set when read — sweep.json still said running and its
+    process is gone (killed)."""
     created_at: str
     updated_at: str
+    pid: int | None = None
+    """The process running the sweep (while status is running)."""
+    hostname: str | None = None
     command: list[str] = Field(default_factory=list)
     config: SweepConfig
     planned: list[PlannedLevel] = Field(default_factory=list)

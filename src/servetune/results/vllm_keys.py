@@ -2,7 +2,9 @@
 
 Names follow vLLM's ``--save-result`` JSON: ``duration``, ``completed``, ``request_throughput``,
 ``mean_ttft_ms``, ``median_ttft_ms``, ``std_ttft_ms``, ``p99_ttft_ms``, … for ttft, tpot, itl
-and e2el.
+and e2el. The percentiles asked with ``--percentile-metrics`` / ``--metric-percentiles`` are
+added under vLLM's names (``p25_ttft_ms``, ``p99.9_itl_ms``); the fixed set stays (a superset of
+what vLLM writes, so scripts written for its defaults find their keys).
 """
 
 from __future__ import annotations
@@ -51,4 +53,7 @@ def vllm_keys(result: RunResult) -> dict[str, Any]:
     }
     for name, stats in (("ttft", s.ttft), ("tpot", s.tpot), ("itl", s.itl), ("e2el", s.e2el)):
         keys.update(_metric_keys(name, stats))
+    for name, table in s.percentiles.items():
+        for word, value in table.items():
+            keys[f"p{word}_{name}_ms"] = value
     return keys

@@ -32,6 +32,7 @@ from servetune.loadgen.health import client_health
 from servetune.metrics.engine_maps import VLLM_V1
 from servetune.metrics.run_result import run_result, run_summary
 from servetune.metrics.server_summary import cache_config, summarize_server
+from servetune.metrics.summary import assess_failures, run_status
 from servetune.results import server_series as ss
 from servetune.results.environment import this_machine
 from servetune.results.io import (
@@ -599,6 +600,7 @@ def build_result(
     exact: bool,
 ) -> RunResult:
     summary = run_summary(sim.records, cfg)
+    failures = assess_failures(sim.records, cfg.max_failure_rate)
     # The modelled client is perfect (sends on schedule), judged as a real one is.
     health = client_health(sim.records, cfg.request_rate, cfg.max_concurrency, workers=1)
     eng = sim.eng
@@ -650,7 +652,7 @@ def build_result(
         samples=sim.samples,
         summary=server_summary,
     )
-    warnings = []
+    warnings = [failures.verdict] if failures.failed else []
     if not exact:
         warnings.append(
             "prompt lengths counted with the approximate tokenizer (the simulator counts the "
@@ -671,5 +673,7 @@ def build_result(
         ),
         health=health,
         server=server,
+        status=run_status(failures),
+        failures=failures,
         warnings=warnings,
     )

@@ -69,13 +69,22 @@ def row_from_run(
     except ValueError:
         rel = str(level_dir)
     warnings: list[str] = []
-    total = s.completed + s.failed
-    if total and s.failed / total > FAILED_SHARE_WARN:
+    f = result.failures
+    if f is not None and f.over:
         warnings.append(
-            f"{s.failed} of {total} requests failed ({s.failed / total:.0%}); its latencies "
-            "describe only the successes"
+            f"{result.status}: {f.verdict}; left out of the knee and the SLO-max (its latencies "
+            "describe only the requests that succeeded)"
         )
-    if s.completed == 0:
+    elif f is None:  # a run.json written before the verdict existed
+        total = s.completed + s.failed
+        if total and s.failed / total > FAILED_SHARE_WARN:
+            warnings.append(
+                f"{s.failed} of {total} requests failed ({s.failed / total:.0%}); its latencies "
+                "describe only the successes"
+            )
+    if result.status == "cut_short":
+        warnings.append("cut short (the sweep was killed while this level ran): left out")
+    if s.completed == 0 and (f is None or not f.over):
         warnings.append("no request completed inside the measured window")
     if health.behind:
         warnings.append(
@@ -106,6 +115,9 @@ def row_from_run(
         status=result.status,
         completed=s.completed,
         failed=s.failed,
+        failure_share=f.share if f is not None else None,
+        error_classes=dict(f.classes) if f is not None else dict(s.error_classes),
+        short_outputs=s.short_outputs,
         duration_s=s.duration_s,
         achieved_send_rate=health.achieved_rate,
         request_throughput=s.request_throughput,

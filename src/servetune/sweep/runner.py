@@ -9,7 +9,9 @@ complete and matches the level's configuration, and re-runs the others from scra
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import shutil
+import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,7 +28,7 @@ from servetune.results.sweep_schema import (
     write_sweep_result,
 )
 from servetune.sweep import fmt
-from servetune.sweep.analysis import analyse
+from servetune.sweep.analysis import analyse, failure_summary, usable
 from servetune.sweep.curve import row_from_run
 from servetune.sweep.levels import (
     auto_rates,
@@ -38,6 +40,9 @@ from servetune.sweep.levels import (
 
 LevelRunner = Callable[[BenchConfig, Path], RunResult]
 LEVELS_DIR = "levels"
+STOP_AFTER_DEAD_LEVELS = 2
+"""A sweep stops after this many levels in a row where not one request succeeded: more load
+will not make a server that fails everything answer."""
 
 
 class ServerControl(Protocol):
@@ -130,10 +135,16 @@ class SweepRunner:
         self.reused: list[str] = []
         self.ran: list[str] = []
         self._server_up = False
+        self._created: Path | None = None
+        self._dead_levels = 0
         self.result: SweepResult | None = None
 
     # --- set-up ---------------------------------------------------------------------
     def _open(self) -> SweepResult:
+        probe = self.sweep_dir.expanduser()
+        while not probe.exists() and probe != probe.parent:
+            self._created = probe  # the topmost folder this sweep creates
+            probe = probe.parent
         ensure_result_dir(self.sweep_dir)
         path = self.sweep_dir / SWEEP_FILE
         now = _now()
@@ -154,10 +165,18 @@ class SweepRunner:
                 )
             old.status = "running"
             old.updated_at = now
+            old.pid, old.hostname = os.getpid(), socket.gethostname()
             return old
         if self.resume:
             self.echo(f"nothing to resume in {self.sweep_dir}: starting a new sweep")
-        return SweepResult(created_at=now, updated_at=now, command=self.command, config=self.config)
+        return SweepResult(
+            created_at=now,
+            updated_at=now,
+            command=self.command,
+            config=self.config,
+            pid=os.getpid(),
+            hostname=socket.gethostname(),
+        )
 
     def _save(self) -> None:
         assert self.result is not None
@@ -216,6 +235,10 @@ class SweepRunner:
             self._ensure_server(d / "server.log" if restart else self.sweep_dir / "server.log")
             try:
                 run = self.run_level(cfg, d)
+            except BaseException:
+                if not any(f.is_file() and f.stat().st_size for f in d.rglob("*.jsonl")):
+                    shutil.rmtree(d, ignore_errors=True)  # it never sent a request
+                raise
             finally:
                 if restart:
                     self._stop_server()
@@ -226,6 +249,7 @@ class SweepRunner:
         self._save()
         if row.status == "interrupted":
             raise KeyboardInterrupt
+        self._dead_levels = self._dead_levels + 1 if row.completed == 0 and row.failed else 0
         return row
 
     # --- the sweep ------------------------------------------------------------------
@@ -247,6 +271,14 @@ class SweepRunner:
                 result.planned = [probe]
                 self.echo("probing the saturation throughput with one unbounded-rate level")
                 row = self.run_one(probe, 1, 1)
+                if not usable(row):
+                    self.echo(
+                        f"the probe level {row.status}: {failure_summary([row])}; "
+                        "no levels can be placed from it"
+                    )
+                    self._finish_status()
+                    self._save()
+                    return result
                 rates = auto_rates(row.request_throughput, self.config.auto_levels)
                 self.echo(
                     f"saturation ≈ {fmt.num(row.request_throughput)} req/s → levels "
@@ -264,20 +296,45 @@ class SweepRunner:
             self._save()
             for i, level in enumerate(levels, 1):
                 self.run_one(level, i, len(levels))
+                if self._dead_levels >= STOP_AFTER_DEAD_LEVELS and i < len(levels):
+                    self.echo(
+                        f"stopping: not one request succeeded in the last {self._dead_levels} "
+                        f"levels ({failure_summary(result.rows[-self._dead_levels :])}); "
+                        f"{len(levels) - i} level(s) not run"
+                    )
+                    break
             self._confirm()
-            result.status = "complete"
+            self._finish_status()
         except KeyboardInterrupt:
             result.status = "interrupted"
+            result.pid = None
             self._save()
             raise
         except ServetuneError:
             result.status = "failed"
-            self._save()
+            result.pid = None
+            if self._created is not None and not result.rows:
+                shutil.rmtree(self._created, ignore_errors=True)  # nothing was measured
+            else:
+                self._save()
             raise
         finally:
             self._stop_server()
         self._save()
         return result
+
+    def _finish_status(self) -> None:
+        """complete: every level complete; failed: none usable; degraded: in between."""
+        assert self.result is not None
+        rows = self.result.rows
+        good = [r for r in rows if usable(r)]
+        if not rows or not good:
+            self.result.status = "failed"
+        elif len(good) < len(rows) or len(rows) < len(self.result.planned):
+            self.result.status = "degraded"
+        else:
+            self.result.status = "complete"
+        self.result.pid = None
 
     def _confirm(self) -> None:
         """``--confirm``: one more level at the interpolated SLO-max load."""
