@@ -9,10 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
-from servetune.errors import ResultError
-from servetune.results.jsonfile import read_json_file, write_json_atomic
+from servetune.results.jsonfile import read_model_file, write_json_atomic
 
 COST_FILE = "cost.json"
 COST_SCHEMA_VERSION = 1
@@ -84,11 +83,4 @@ def write_cost_report(path: str | Path, report: CostReport) -> Path:
 
 
 def read_cost_report(path: str | Path) -> CostReport:
-    p = Path(path)
-    if p.is_dir():
-        p = p / COST_FILE
-    data = read_json_file(p, "cost", COST_SCHEMA_VERSION)
-    try:
-        return CostReport.model_validate(data)
-    except ValidationError as exc:
-        raise ResultError(f"{p} does not match the cost schema: {exc}") from exc
+    return read_model_file(path, CostReport, "cost", COST_SCHEMA_VERSION, COST_FILE)

@@ -12,7 +12,7 @@ import orjson
 from pydantic import ValidationError
 
 from servetune.errors import ResultError
-from servetune.results.jsonfile import read_json_file, write_json_atomic
+from servetune.results.jsonfile import read_model_file, write_json_atomic
 from servetune.results.record import RequestRecord
 from servetune.results.schema import SCHEMA_VERSION, RunResult
 from servetune.results.server_series import ServerSample
@@ -77,12 +77,7 @@ def write_run_result(run_dir: str | Path, result: RunResult) -> Path:
 
 
 def read_run_result(run_dir: str | Path) -> RunResult:
-    path = Path(run_dir) / RUN_FILE
-    data = read_json_file(path, "run", SCHEMA_VERSION)
-    try:
-        return RunResult.model_validate(data)
-    except ValidationError as exc:
-        raise ResultError(f"{path} does not match the RunResult schema: {exc}") from exc
+    return read_model_file(Path(run_dir) / RUN_FILE, RunResult, "run", SCHEMA_VERSION, RUN_FILE)
 
 
 def iter_jsonl(path: Path) -> Iterable[tuple[int, Any]]:

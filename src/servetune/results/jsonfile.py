@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
+from pydantic import BaseModel, ValidationError
 
 from servetune.errors import ResultError
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def write_json_atomic(path: Path, obj: object, hint: str | None = None) -> Path:
@@ -50,3 +53,18 @@ def read_json_file(path: Path, kind: str, max_version: int) -> dict[str, Any]:
             hint="upgrade servetune to read results written by a newer version",
         )
     return data
+
+
+def read_model_file(
+    path: str | Path, model: type[M], kind: str, max_version: int, file_name: str
+) -> M:
+    """The ``kind`` file at ``path`` — or, when ``path`` is a directory, its ``file_name`` —
+    read as ``model``; a file that does not fit the schema is a :class:`ResultError`."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / file_name
+    data = read_json_file(p, kind, max_version)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ResultError(f"{p} does not match the {model.__name__} schema: {exc}") from exc

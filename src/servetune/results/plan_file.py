@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from servetune.errors import ResultError
-from servetune.results.jsonfile import read_json_file, write_json_atomic
+from servetune.results.jsonfile import read_model_file, write_json_atomic
 from servetune.results.schema import Slo
 
 PLAN_FILE = "plan.json"
@@ -114,11 +114,4 @@ def write_plan_result(path: str | Path, plan: PlanResult) -> Path:
 
 
 def read_plan_result(path: str | Path) -> PlanResult:
-    p = Path(path)
-    if p.is_dir():
-        p = p / PLAN_FILE
-    data = read_json_file(p, "plan", PLAN_SCHEMA_VERSION)
-    try:
-        return PlanResult.model_validate(data)
-    except ValidationError as exc:
-        raise ResultError(f"{p} does not match the plan schema: {exc}") from exc
+    return read_model_file(path, PlanResult, "plan", PLAN_SCHEMA_VERSION, PLAN_FILE)

@@ -16,13 +16,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     field_serializer,
     field_validator,
 )
 
-from servetune.errors import ResultError
-from servetune.results.jsonfile import read_json_file, write_json_atomic
+from servetune.results.jsonfile import read_model_file, write_json_atomic
 from servetune.results.schema import BenchConfig, RunStatus, Slo, rate_from_json, rate_to_json
 
 SWEEP_SCHEMA_VERSION = 1
@@ -302,8 +300,4 @@ def write_sweep_result(sweep_dir: str | Path, result: SweepResult) -> Path:
 def read_sweep_result(sweep_dir: str | Path) -> SweepResult:
     """Read ``sweep.json``, refusing foreign files and newer schema versions clearly."""
     path = Path(sweep_dir) / "sweep.json"
-    data = read_json_file(path, "sweep", SWEEP_SCHEMA_VERSION)
-    try:
-        return SweepResult.model_validate(data)
-    except ValidationError as exc:
-        raise ResultError(f"{path} does not match the SweepResult schema: {exc}") from exc
+    return read_model_file(path, SweepResult, "sweep", SWEEP_SCHEMA_VERSION, "sweep.json")

@@ -11,10 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
-from servetune.errors import ResultError
-from servetune.results.jsonfile import read_json_file, write_json_atomic
+from servetune.results.jsonfile import read_model_file, write_json_atomic
 
 WATCH_FILE = "watch.json"
 WATCH_SCHEMA_VERSION = 1
@@ -67,11 +66,4 @@ def write_watch_recording(directory: str | Path, rec: WatchRecording) -> Path:
 
 
 def read_watch_recording(directory: str | Path) -> WatchRecording:
-    p = Path(directory)
-    if p.is_dir():
-        p = p / WATCH_FILE
-    data = read_json_file(p, "watch", WATCH_SCHEMA_VERSION)
-    try:
-        return WatchRecording.model_validate(data)
-    except ValidationError as exc:
-        raise ResultError(f"{p} does not match the watch schema: {exc}") from exc
+    return read_model_file(directory, WatchRecording, "watch", WATCH_SCHEMA_VERSION, WATCH_FILE)
