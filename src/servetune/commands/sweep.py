@@ -19,7 +19,7 @@ from servetune.commands._workload_args import (
 from servetune.sim.cli_args import add_engine_arguments
 
 if TYPE_CHECKING:
-    from servetune.results.sweep_schema import SweepConfig, SweepResult
+    from servetune.results.sweep_schema import SweepConfig, SweepResult, TargetKind
     from servetune.sweep.runner import LevelRunner, ServerControl
 
 DEFAULT_RATES = "8,16,32,64,128"
@@ -131,6 +131,7 @@ def sweep_config_from_args(args: argparse.Namespace) -> SweepConfig:
         )
     if args.sim_offline and args.level_runner:
         raise ConfigError("--sim-offline and --level-runner each choose how levels run: pick one")
+    target: TargetKind
     if args.level_runner:
         target = "custom"
     elif args.sim_offline:
@@ -165,29 +166,20 @@ def sweep_config_from_args(args: argparse.Namespace) -> SweepConfig:
             "--confirm checks the SLO-max rate, which needs SLOs",
             hint="add e.g. --goodput ttft:500 tpot:50",
         )
-    if args.concurrencies is not None:
-        concs = parse_concurrencies(args.concurrencies)
-        return SweepConfig(
-            bench=bench,
-            mode="concurrency",
-            concurrencies=concs,
-            repeats=args.repeats,
-            target=target,  # type: ignore[arg-type]
-            engine=engine,
-            server_cmd=args.server_cmd,
-            restart_per_level=args.restart_per_level,
-            scrape_metrics=not args.no_metrics,
-            knee_k=args.knee_k,
-            confirm=args.confirm,
-        )
-    rates = parse_rates(args.request_rates or DEFAULT_RATES)
+    levels: dict[str, Any] = (
+        {"mode": "concurrency", "concurrencies": parse_concurrencies(args.concurrencies)}
+        if args.concurrencies is not None
+        else {
+            "mode": "rate",
+            "request_rates": parse_rates(args.request_rates or DEFAULT_RATES),
+            "auto_levels": args.auto_levels,
+        }
+    )
     return SweepConfig(
         bench=bench,
-        mode="rate",
-        request_rates=rates,  # type: ignore[arg-type]
-        auto_levels=args.auto_levels,
+        **levels,
         repeats=args.repeats,
-        target=target,  # type: ignore[arg-type]
+        target=target,
         engine=engine,
         server_cmd=args.server_cmd,
         restart_per_level=args.restart_per_level,

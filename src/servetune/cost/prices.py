@@ -22,6 +22,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from servetune.errors import ConfigError, ServetuneError
+from servetune.results.cost_file import PriceUsed
 from servetune.sim.catalog import find_gpu, gpus
 
 Pricing = Literal["on-demand", "spot", "reserved-1y", "reserved-3y"]
@@ -45,18 +46,10 @@ class Offer(BaseModel):
     note: str | None = None
 
 
-class Price(BaseModel):
-    """The price used for one GPU type, and where it came from."""
+class Price(PriceUsed):
+    """The price used for one GPU type, and where it came from (what cost.json records of it,
+    plus the catalog's note)."""
 
-    gpu: str
-    usd_per_gpu_hour: float
-    pricing: str
-    """on-demand / spot / reserved-1y / reserved-3y, or ``override``."""
-    provider: str | None = None
-    product: str | None = None
-    source: str | None = None
-    read_on: str | None = None
-    via: str | None = None
     note: str | None = None
 
     def describe(self) -> str:

@@ -646,20 +646,25 @@ def _default_cap(fig: Figures) -> tuple[float | None, str]:
 # --- knobs and derived ----------------------------------------------------------------------
 
 
+NUMERIC_KNOB_FIGURES = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "tensor_parallel_size",
+    "long_prefill_token_threshold",
+)
+KNOB_FIGURES = (*NUMERIC_KNOB_FIGURES, "enable_chunked_prefill", "quantized", "kv_fp8")
+"""The figures that come from the engine's configuration, not from what it measured."""
+
+
 def _knobs(fig: Figures, run: RunResult) -> None:
     cfg = fig.config
     why = (
         'the engine configuration is unknown (pass --server-cmd "vllm serve MODEL …" with the '
         "flags the server was started with)"
     )
-    for knob in (
-        "max_num_seqs",
-        "max_num_batched_tokens",
-        "max_model_len",
-        "gpu_memory_utilization",
-        "tensor_parallel_size",
-        "long_prefill_token_threshold",
-    ):
+    for knob in NUMERIC_KNOB_FIGURES:
         value = cfg.get(knob)
         fig.put(knob, value if isinstance(value, int | float) else None, why)
     chunked = cfg.get("enable_chunked_prefill")

@@ -18,9 +18,12 @@ COST_SCHEMA_VERSION = 1
 
 
 class PriceUsed(BaseModel):
+    """The price a cost was computed with, and where it came from."""
+
     gpu: str
     usd_per_gpu_hour: float
     pricing: str
+    """on-demand / spot / reserved-1y / reserved-3y, or ``override``."""
     provider: str | None = None
     product: str | None = None
     source: str | None = None

@@ -23,6 +23,7 @@ import yaml
 
 from servetune.diagnose.actions import ACTIONS
 from servetune.diagnose.conditions import Cond, Condition
+from servetune.diagnose.figures import KNOB_FIGURES
 from servetune.diagnose.rules import RULES, Rule
 from servetune.diagnose.window import CLIENT_RULES
 from servetune.watch.promql import BY, Promql
@@ -33,17 +34,7 @@ ALERT_RULE_IDS = tuple(
     for r in RULES
     if (r.id not in CLIENT_RULES or r.id == "server_gone") and r.kind != "advisory"
 )
-_KNOB_FIGURES = {
-    "enable_chunked_prefill",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "max_model_len",
-    "gpu_memory_utilization",
-    "tensor_parallel_size",
-    "long_prefill_token_threshold",
-    "quantized",
-    "kv_fp8",
-}
+_KNOB_FIGURES = frozenset(KNOB_FIGURES)
 
 
 KNOB_BASED = {
