@@ -20,7 +20,7 @@ While passing an event stream it also
 from __future__ import annotations
 
 import asyncio
-import re
+import contextlib
 import time
 from typing import Any
 
@@ -30,7 +30,23 @@ from servetune.gateway.upstream import UpstreamConnection
 from servetune.http import Exchange
 
 _HIGH_WATER = 256 * 1024
-_EVENT_END = re.compile(rb"\r?\n\r?\n")
+
+
+def _last_event_end(buf: bytes) -> int:
+    """Index just past the last blank line that ends an SSE event (-1: none)."""
+    i = buf.rfind(b"\n\n")
+    j = buf.rfind(b"\n\r\n")
+    if i < 0 and j < 0:
+        return -1
+    return max(i + 2 if i >= 0 else -1, j + 3 if j >= 0 else -1)
+
+
+def _event_end(buf: bytes, at: int) -> int:
+    """Index just past the blank line ending the event that holds position ``at``."""
+    i = buf.find(b"\n\n", at)
+    j = buf.find(b"\n\r\n", at)
+    cands = [x for x in (i + 2 if i >= 0 else -1, j + 3 if j >= 0 else -1) if x >= 0]
+    return min(cands) if cands else -1
 
 
 class UpstreamLost(Exception):
@@ -181,44 +197,40 @@ class Relay:
     def _pass(self, data: bytes) -> None:
         now = time.perf_counter_ns()
         self.last_ns = now
-        if not self.first_token_ns and b"data:" in data and _token_piece(data):
-            self.first_token_ns = now
-        self.events += data.count(b"data: {")
         if self.strip_usage or self._rest or b'"usage"' in data:
-            data = self._scan(data)
+            data = self._scan(data)  # whole events only when stripping
         if data:
+            if not self.first_token_ns and b"data:" in data and _token_piece(data):
+                self.first_token_ns = now
+            self.events += data.count(b"data: {")
             self._out.append(data)
 
     def _scan(self, data: bytes) -> bytes:
         """Read ``usage`` from whole events; with ``strip_usage`` hold back a split event and
-        drop the usage-only chunk. Returns the bytes to forward."""
+        drop the usage-only chunk. Returns the bytes to forward. Only finds in C: no step
+        per event."""
         buf = self._rest + data if self._rest else data
-        ends = list(_EVENT_END.finditer(buf))
-        if not ends:
+        cut = _last_event_end(buf)
+        if cut < 0:
             self._rest = buf
             return b"" if self.strip_usage else data
-        cut = ends[-1].end()
-        whole, self._rest = buf[:cut], buf[cut:]
-        if b'"usage"' not in whole:
-            return whole if self.strip_usage else data
-        out: list[bytes] = []
-        start = 0
-        for m in ends:
-            event = whole[start : m.end()]
-            start = m.end()
-            if b'"usage"' in event:
-                payload = event.strip()
-                if payload.startswith(b"data:"):
-                    try:
-                        obj = orjson.loads(payload[5:].strip())
-                    except orjson.JSONDecodeError:
-                        obj = None
-                    if isinstance(obj, dict) and isinstance(obj.get("usage"), dict):
-                        self.usage = obj["usage"]
-                        if self.strip_usage and not obj.get("choices"):
-                            continue
-            out.append(event)
-        return b"".join(out) if self.strip_usage else data
+        whole, self._rest = (buf, b"") if cut == len(buf) else (buf[:cut], buf[cut:])
+        at = whole.find(b'"usage"')
+        while at >= 0:
+            start = whole.rfind(b"data:", 0, at)
+            end = _event_end(whole, at)
+            if start < 0 or end < 0:
+                break
+            obj = None
+            with contextlib.suppress(orjson.JSONDecodeError):
+                obj = orjson.loads(whole[start + 5 : end].strip())
+            if isinstance(obj, dict) and isinstance(obj.get("usage"), dict):
+                self.usage = obj["usage"]
+                if self.strip_usage and not obj.get("choices"):
+                    whole = whole[:start] + whole[end:]
+                    end = start
+            at = whole.find(b'"usage"', end)
+        return whole if self.strip_usage else data
 
     def _backpressure(self) -> None:
         if self._resume_task is not None:

@@ -1,0 +1,127 @@
+"""The relay's stream handling without sockets: usage read and the usage-only chunk removed
+however the upstream splits its events, first-token stamp, one write per read."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from servetune.gateway.relay import Relay
+from servetune.workload.tokens import ApproxTokenizer, approx_count, word_pieces
+
+
+class FakeConn:
+    buffered = 0
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+
+class FakeExchange:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.finished = False
+        self.conn = FakeConn()
+
+    def start(self, status: int, headers: Any = (), flush: bool = True) -> None:
+        self.writes.append(b"<head>")
+
+    def send(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def end(self, data: bytes = b"") -> None:
+        self.writes.append(data + b"<end>")
+        self.finished = True
+
+
+def ev(obj: str, crlf: bool = False) -> bytes:
+    return b"data: " + obj.encode() + (b"\r\n\r\n" if crlf else b"\n\n")
+
+
+TOKENS = [ev('{"choices":[{"text":" a' + str(i) + '"}]}') for i in range(3)]
+USAGE = ev('{"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":3}}')
+DONE = b"data: [DONE]\n\n"
+
+
+def relay_through(pieces: list[bytes], strip: bool) -> tuple[Relay, bytes, FakeExchange]:
+    async def main() -> tuple[Relay, FakeExchange]:
+        ex = FakeExchange()
+        r = Relay(ex, FakeConn(), strip, 60.0)  # type: ignore[arg-type]
+        r.on_head(200, [(b"content-type", b"text/event-stream")])
+        r.commit_stream([])
+        for i, p in enumerate(pieces):
+            r.on_body(p)
+            if i == len(pieces) - 1:
+                r.on_end(True)  # the end in the same read as the last bytes
+            r.flush()
+        return r, ex
+
+    r, ex = asyncio.run(main())
+    return r, b"".join(w for w in ex.writes if w != b"<head>"), ex
+
+
+@pytest.mark.parametrize("split", [None, 7, 1])
+def test_usage_only_chunk_is_removed_however_split(split: int | None) -> None:
+    stream = b"".join(TOKENS) + USAGE + DONE
+    pieces = (
+        [stream] if split is None else [stream[i : i + split] for i in range(0, len(stream), split)]
+    )
+    r, out, _ = relay_through(pieces, strip=True)
+    assert out == b"".join(TOKENS) + DONE + b"<end>"
+    assert r.usage == {"prompt_tokens": 4, "completion_tokens": 3}
+    assert r.first_token_ns > 0
+
+
+def test_usage_kept_when_the_client_asked_and_crlf_events() -> None:
+    crlf = [
+        ev('{"choices":[{"text":" x"}]}', True),
+        ev('{"choices":[],"usage":{"completion_tokens":1}}', True),
+    ]
+    r, out, _ = relay_through(crlf, strip=False)
+    assert out == b"".join(crlf) + b"<end>" and r.usage == {"completion_tokens": 1}
+    r, out, _ = relay_through(crlf, strip=True)
+    assert out == crlf[0] + b"<end>" and r.usage == {"completion_tokens": 1}
+
+
+def test_llama_style_usage_on_the_last_content_chunk_stays() -> None:
+    last = ev(
+        '{"choices":[{"text":" z","finish_reason":"length"}],"usage":{"completion_tokens":2}}'
+    )
+    r, out, _ = relay_through([TOKENS[0] + last + DONE], strip=True)
+    assert out == TOKENS[0] + last + DONE + b"<end>" and r.usage == {"completion_tokens": 2}
+
+
+def test_one_write_per_read_and_the_end_rides_along() -> None:
+    _r, _out, ex = relay_through([b"".join(TOKENS) + DONE], strip=False)
+    assert ex.writes == [b"<head>", b"".join(TOKENS) + DONE + b"<end>"]
+
+
+def test_role_chunk_is_not_the_first_token() -> None:
+    async def main() -> Relay:
+        ex = FakeExchange()
+        r = Relay(ex, FakeConn(), False, 60.0)  # type: ignore[arg-type]
+        r.on_head(200, [(b"content-type", b"text/event-stream")])
+        r.commit_stream([])
+        r.on_body(ev('{"choices":[{"delta":{"role":"assistant","content":""}}]}'))
+        assert r.first_token_ns == 0
+        r.on_body(ev('{"choices":[{"delta":{"content":"hi"}}]}'))
+        return r
+
+    assert asyncio.run(main()).first_token_ns > 0
+
+
+def test_fast_approx_count_equals_the_rule() -> None:
+    tok = ApproxTokenizer()
+    for text in [
+        "",
+        "the cat",
+        "supercalifragilistic, expialidocious!",
+        "a" * 15 + " b" * 3,
+        "x_y9 ...",
+    ]:
+        assert tok.count(text) == approx_count(word_pieces(text))
