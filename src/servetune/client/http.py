@@ -47,6 +47,8 @@ _HTTP_ERROR_CLASSES: tuple[tuple[str, ErrorClass], ...] = (
     ("malformed", "protocol_error"),
     ("too large", "protocol_error"),
     ("invalid", "protocol_error"),
+    ("unsolicited", "protocol_error"),
+    ("unexpected", "protocol_error"),
 )
 
 
