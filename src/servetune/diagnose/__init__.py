@@ -40,12 +40,10 @@ def _known_from_options(
     command: str | None, gpu: str | None, model: str | None
 ) -> KnownConfig | None:
     """A KnownConfig from --server-cmd / --gpu / --model, or None to use the run's own record."""
-    from servetune.diagnose.doctor import engine_config_from_command
-    from servetune.diagnose.knobs import KnownConfig, from_engine_config
+    from servetune.diagnose.knobs import KnownConfig, from_command
 
     if command:
-        cfg, _ignored, _unsupported = engine_config_from_command(command, gpu or "A100-80GB", model)
-        return from_engine_config(cfg, gpu_known=gpu is not None)
+        return from_command(command, gpu, model, source="--server-cmd")
     if gpu or model:
         return KnownConfig(source="--gpu/--model", gpu=gpu, model=model)
     return None

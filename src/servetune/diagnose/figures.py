@@ -43,10 +43,12 @@ from servetune.metrics.timeline import (
     tail_ratio,
 )
 from servetune.results import server_series as ss
-from servetune.results.record import RequestRecord
+from servetune.results.record import RequestRecord, classify_error
 from servetune.results.schema import RunResult
 from servetune.results.server_series import ServerSample
 
+SERVER_GONE_CLASSES = ("connection_refused", "connection_reset")
+"""Error classes of a server that stopped answering (a crash, an out-of-memory kill)."""
 MIN_SAMPLES = 6
 """Fewer server samples than this in the window: no durations are judged."""
 MIN_SENDING_S = 2.0
@@ -328,14 +330,14 @@ def _client(fig: Figures, run: RunResult) -> None:
         for reason, n in errors.items()
         if any(k in reason.lower() for k in ("out of memory", "outofmemory", " oom", "cuda error"))
     )
-    gone = sum(
-        n
-        for reason, n in errors.items()
-        if any(
-            k in reason.lower()
-            for k in ("connection refused", "connection reset", "server disconnected", "eof")
-        )
-    )
+    # The client's error classes (results.record.classify_error), not the messages' words;
+    # an out-of-memory error is only told by the server's own message text.
+    classes: dict[str, int] = dict(s.error_classes)
+    if not classes:  # a run.json written before the classes were recorded
+        for reason, n in errors.items():
+            cls = classify_error(reason)
+            classes[cls] = classes.get(cls, 0) + n
+    gone = sum(n for cls, n in classes.items() if cls in SERVER_GONE_CLASSES)
     fig.put("server_errors_oom", oom)
     fig.put("server_gone", gone)
 

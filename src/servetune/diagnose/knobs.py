@@ -163,15 +163,19 @@ def planner_fields(parsed: ParsedCommand) -> tuple[dict[str, Any], list[str]]:
 
 
 def from_command(
-    command: str | list[str], gpu: str | None = None, model: str | None = None
+    command: str | list[str],
+    gpu: str | None = None,
+    model: str | None = None,
+    source: str = "the recorded server command",
 ) -> KnownConfig:
-    """The configuration of a server command line (any engine the registry reads); with the
-    GPU and a vLLM-like engine, also the planner's EngineConfig and KV pool."""
+    """The configuration of a server command line (any engine the knob registry reads);
+    with the GPU and a vLLM-like engine, also the planner's EngineConfig, vLLM's defaults for
+    the knobs not given, and the KV pool."""
     parsed = parse_command(command)
     values = dict(parsed.values)
     name = model or parsed.model
     known = KnownConfig(
-        source="the recorded server command",
+        source=source,
         engine=parsed.engine,
         gpu=gpu,
         model=name,

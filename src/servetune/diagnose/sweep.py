@@ -418,26 +418,9 @@ def diagnose_sweep(sweep_dir: str | Path, config: KnownConfig | None = None) -> 
             hint="wait for the first level to end, or resume the sweep with --resume",
         )
     knee = sweep.knee
-    if (config is None or not config.known) and sweep.config.server_cmd:
-        from servetune.diagnose.knobs import from_command
-
-        try:
-            recorded = from_command(
-                sweep.config.server_cmd,
-                gpu=config.gpu if config else None,
-                model=config.model if config else None,
-            )
-        except ServetuneError as exc:
-            notes_early = [f"the recorded server command could not be read: {exc.message}"]
-        else:
-            notes_early = []
-            if recorded.known:
-                config = recorded
-    else:
-        notes_early = []
     levels: list[LevelDiagnosis] = []
     pairs: list[tuple[LevelRow, Diagnosis | None]] = []
-    notes: list[str] = list(notes_early)
+    notes: list[str] = []
     for row in sweep.measured_rows():
         diag = _level_diag(d, row, config)
         pairs.append((row, diag))
