@@ -13,7 +13,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from servetune.cost.prices import PriceBook
+    from servetune.results.cost_file import CostPoint, CostReport
 
 
 def add_price_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prices", action="store_true", help="list the price catalog and exit")
 
 
-def price_book(args: argparse.Namespace) -> Any:
+def price_book(args: argparse.Namespace) -> PriceBook:
     from servetune.cost.prices import PriceBook, parse_price_overrides
 
     return PriceBook(args.pricing, args.provider, parse_price_overrides(args.price))
@@ -97,7 +101,7 @@ def _pct(v: float | None) -> str:
     return "—" if v is None else f"{v:.0%}"
 
 
-def _print(report: Any) -> None:
+def _print(report: CostReport) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -132,7 +136,7 @@ def _print(report: Any) -> None:
     ):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
 
-    def add(x: Any, style: str | None = None) -> None:
+    def add(x: CostPoint, style: str | None = None) -> None:
         t.add_row(
             x.label,
             "—" if x.request_throughput is None else f"{x.request_throughput:.2f}",

@@ -16,7 +16,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from servetune.plan.planner import PlanRequest
+    from servetune.results.plan_file import PlanResult
 
 
 def _list(text: str) -> list[str]:
@@ -117,7 +121,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--no-progress", action="store_true")
 
 
-def _request(args: argparse.Namespace) -> Any:
+def _request(args: argparse.Namespace) -> PlanRequest:
     from servetune.commands._workload_args import parse_goodput
     from servetune.errors import ConfigError
     from servetune.plan import workload as wl
@@ -213,7 +217,7 @@ def _m(v: float | None) -> str:
     return f"${v:,.3f}" if v < 10 else f"${v:,.2f}"
 
 
-def _print(res: Any, top: int | None) -> None:
+def _print(res: PlanResult, top: int | None) -> None:
     from rich.console import Console
     from rich.table import Table
 

@@ -23,7 +23,7 @@ def knob_flag_name(name: str) -> str:
 
 
 def add_knob_arguments(
-    group: Any,
+    group: argparse._ActionsContainer,
     names: Iterable[str],
     engine: str = "vllm",
     help_extra: Mapping[str, str] | None = None,

@@ -16,7 +16,7 @@ import math
 import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypedDict, Unpack
 
 from servetune.client.payload import build_body
 from servetune.client.target import ServerTokenizer, probe_target
@@ -296,7 +296,20 @@ async def _run(
     return result
 
 
-def bench(cfg: BenchConfig, result_dir: str | Path, **kwargs: Any) -> RunResult:
+class BenchOptions(TypedDict, total=False):
+    """:func:`run_bench`'s keyword arguments, for :func:`bench` to pass on."""
+
+    progress: bool
+    scrape_metrics: bool
+    metrics_interval_s: float
+    dcgm_url: str | None
+    overwrite: bool
+    num_prompts_given: bool
+    notify: Notify | None
+    on_start: Callable[[int], Awaitable[None]] | None
+
+
+def bench(cfg: BenchConfig, result_dir: str | Path, **kwargs: Unpack[BenchOptions]) -> RunResult:
     """Synchronous :func:`run_bench` (on uvloop when installed)."""
     from servetune.aio import run
 

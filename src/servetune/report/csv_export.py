@@ -48,7 +48,7 @@ COLUMNS: tuple[str, ...] = (
 )
 
 
-def _cell(v: Any) -> Any:
+def _cell(v: object) -> object:
     if v is None:
         return ""
     if isinstance(v, float):

@@ -14,7 +14,7 @@ import re
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -161,17 +161,27 @@ def _norm(s: str) -> str:
     return s.strip().lower().replace("_", "-").replace(" ", "-")
 
 
-def _match(name: str, entries: tuple[Any, ...], what: str, flag: str) -> Any:
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def aliases(self) -> list[str]: ...
+
+
+E = TypeVar("E", bound=_Named)
+
+
+def _match(name: str, entries: tuple[E, ...], what: str, flag: str) -> E:
     key = _norm(name)
-    for e in entries:
-        names = [e.name, *e.aliases]
+    for entry in entries:
+        names = [entry.name, *entry.aliases]
         if any(_norm(n) == key for n in names):
-            return e
+            return entry
         # a Hugging Face id's last part matches too
         if any(_norm(n).split("/")[-1] == key for n in names):
-            return e
-    known = [e.name for e in entries]
-    pool = {_norm(n): e.name for e in entries for n in [e.name, *e.aliases]}
+            return entry
+    known = [x.name for x in entries]
+    pool = {_norm(n): x.name for x in entries for n in [x.name, *x.aliases]}
     close = difflib.get_close_matches(key, list(pool), n=3, cutoff=0.5)
     suggestions = list(dict.fromkeys(pool[c] for c in close))
     hint = (
@@ -181,8 +191,7 @@ def _match(name: str, entries: tuple[Any, ...], what: str, flag: str) -> Any:
 
 
 def find_gpu(name: str) -> GpuSpec:
-    result: GpuSpec = _match(name, gpus(), "gpu", "--gpu")
-    return result
+    return _match(name, gpus(), "gpu", "--gpu")
 
 
 def gpu_alias_note(name: str) -> str | None:
@@ -257,5 +266,4 @@ def find_model(name: str) -> ModelSpec:
     p = Path(name).expanduser()
     if name.endswith(".json") or (p.is_dir() and (p / "config.json").is_file()):
         return model_from_hf_config(p)
-    result: ModelSpec = _match(name, models(), "model", "--model")
-    return result
+    return _match(name, models(), "model", "--model")

@@ -20,7 +20,7 @@ SIM_KNOBS: tuple[str, ...] = tuple(engine_knobs("sim"))
 """The registry's knobs the simulated engine has (each an EngineConfig field)."""
 
 
-def add_engine_arguments(p: Any, shared: Iterable[str] = ()) -> None:
+def add_engine_arguments(p: argparse._ActionsContainer, shared: Iterable[str] = ()) -> None:
     """The engine's flags on P (a parser or an argument group). SHARED: flags the command
     defines itself and the engine reads too (``bench`` owns ``--model``); they are not added
     again, and a clash with any other flag is an error, never silently skipped."""

@@ -4,12 +4,17 @@ engine, the offline (virtual-clock) simulator, or any ``module:callable`` a user
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from servetune.errors import ConfigError, EngineError
 from servetune.results.schema import BenchConfig, RunResult
 from servetune.sweep.runner import LevelRunner
+
+if TYPE_CHECKING:
+    from servetune.sim.config import EngineConfig
+    from servetune.sim.embedded import EmbeddedServer
 
 
 def bench_runner(
@@ -19,7 +24,7 @@ def bench_runner(
     metrics_interval_s: float = 1.0,
     dcgm_url: str | None = None,
     num_prompts_given: bool = True,
-    base_url: Any = None,
+    base_url: Callable[[], str] | None = None,
 ) -> LevelRunner:
     """One real-time bench per level. ``base_url``: a callable giving the URL at run time
     (the embedded engine's port is known only once it started)."""
@@ -43,7 +48,7 @@ def bench_runner(
     return run
 
 
-def offline_runner(engine_cfg: Any, *, progress: bool = False) -> LevelRunner:
+def offline_runner(engine_cfg: EngineConfig, *, progress: bool = False) -> LevelRunner:
     """One virtual-clock simulation per level (``servetune.sim.offline``)."""
 
     def run(cfg: BenchConfig, level_dir: Path) -> RunResult:
@@ -62,16 +67,16 @@ class EmbeddedEngine:
     logs = False
     """The embedded engine runs in this process: it writes no log of its own."""
 
-    def __init__(self, engine_cfg: Any) -> None:
+    def __init__(self, engine_cfg: EngineConfig) -> None:
         self.engine_cfg = engine_cfg
-        self._server: Any = None
+        self._server: EmbeddedServer | None = None
         self.base_url: str | None = None
 
     def start(self, log_path: Path) -> None:
         from servetune.sim.embedded import start_embedded
 
         self._server = start_embedded(self.engine_cfg)
-        self.base_url = str(self._server.base_url)
+        self.base_url = self._server.base_url
 
     def stop(self) -> None:
         server, self._server = self._server, None
