@@ -44,6 +44,7 @@ def run(srv: Any, tmp_path: Path, transport: str, **kw: Any) -> Any:
         ({"fail_every": 1, "fail_status": 500}, "server_error"),
         ({"fail_every": 1, "fail_status": 503}, "server_error"),
         ({"fail_every": 1, "fail_status": 429}, "rate_limited"),
+        ({"fail_every": 1, "fail_status": 400}, "client_error"),
         ({"disconnect_every": 1}, "connection_reset"),
         ({"error_midstream_every": 1}, "server_error"),
         ({"error_midstream_every": 1, "error_midstream_code": 429}, "rate_limited"),
@@ -78,6 +79,17 @@ def test_every_request_failing_is_a_failed_run(
     if cls in ("truncated", "malformed_event") and partial:
         # the partial timings are kept in the record
         assert all(x.chunk_ns and x.first_ns is not None for x in recs)
+
+
+@pytest.mark.parametrize("transport", CLIENTS)
+def test_a_server_that_never_answers_times_out(
+    scripted: Factory, tmp_path: Path, transport: str
+) -> None:
+    srv = scripted({"ttft_ms": 5000})
+    r = run(srv, tmp_path, transport, num_prompts=6, request_timeout_s=0.3)
+    assert r.status == "failed" and r.failures is not None
+    assert r.failures.classes == {"timeout": 6}
+    assert r.failures.examples["timeout"] == "timeout after 0.3 s"
 
 
 @pytest.mark.parametrize("transport", CLIENTS)
