@@ -36,7 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "servetune.commands.export",
         "Grafana dashboard / Prometheus alert rules, per engine",
     ),
-    "compare": ("servetune.commands.compare", "did a change help? runs or sweeps, with 95% CIs"),
+    "compare": ("servetune.commands.compare", "did a change help? runs or sweeps, with intervals"),
 }
 
 

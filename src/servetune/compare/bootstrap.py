@@ -99,7 +99,6 @@ def figure_values(
         vals = weighted_percentiles(vs, mult, qs)
         for j, f in enumerate(group):
             out[f.key] = vals[:, j]
-    duration = run.duration_s
     for f in figs:
         if f.kind == "pct":
             continue
@@ -120,7 +119,11 @@ def figure_values(
                 continue
             total = mult @ s
             if f.kind == "rate":
-                out[f.key] = total / duration if duration > 0 else np.full(reps, np.nan)
+                seconds = mult @ run.active
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    out[f.key] = np.where(
+                        seconds > 0, total / np.where(seconds > 0, seconds, 1), np.nan
+                    )
             else:
                 out[f.key] = total.astype(float)
         elif f.kind == "gauge":
@@ -226,6 +229,12 @@ def pair_block_length(
         if sa is None or sb is None or sa.size != sb.size or sa.size < 8:
             continue
         if f.kind == "rate":
-            sa, sb = sa / a.width_s, sb / b.width_s
+            with np.errstate(invalid="ignore", divide="ignore"):
+                sa = np.where(a.active > 0, sa / np.where(a.active > 0, a.active, 1), np.nan)
+                sb = np.where(b.active > 0, sb / np.where(b.active > 0, b.active, 1), np.nan)
+            ok = np.isfinite(sa) & np.isfinite(sb)
+            if ok.sum() < 8:
+                continue
+            sa, sb = sa[ok], sb[ok]
         best = max(best, optimal_block_length(detrend(sa - sb) if DETREND else sa - sb))
     return max(1, min(a.n // 2 if a.n >= 2 else 1, round(best)))

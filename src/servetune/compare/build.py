@@ -37,7 +37,7 @@ def level_for(run: RunInput, sweep: SweepInput) -> RunInput:
             math.isinf(row.load) and math.isinf(value)
         ):
             return sweep.level_run(row)
-    loads = ", ".join(sorted({f"{r.load:g}" for r in rows})) or "none"
+    loads = ", ".join(f"{x:g}" for x in sorted({r.load for r in rows})) or "none"
     what = "req/s" if mode == "rate" else "concurrency"
     raise ConfigError(
         f"{run.label} ran at {value:g} {what}, a load sweep {sweep.label} did not run "

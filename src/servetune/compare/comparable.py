@@ -217,16 +217,17 @@ def engine_flags(run: RunResult, server_cmd: str | None = None) -> dict[str, tup
         if run.server.engine:
             out["engine"] = (run.server.engine, "/metrics")
     if server_cmd:
-        from servetune.diagnose.cmdline import parse_vllm_command
         from servetune.errors import ConfigError
+        from servetune.knobs import flag, parse_command
 
         try:
-            parsed = parse_vllm_command(server_cmd)
+            parsed = parse_command(server_cmd)
         except ConfigError:
             out["server command"] = (server_cmd, "server command")
         else:
-            for key, value in parsed.fields.items():
-                out[_flag(key)] = (value, "server command")
+            for key, value in parsed.values.items():
+                name = flag(parsed.engine, key) or _flag(key)
+                out[name] = (value, "server command")
     sim = run.target.simulated
     if sim:
         for key, value in sim.items():

@@ -23,7 +23,13 @@ from servetune.compare.inputs import RunInput
 from servetune.compare.model import FigureResult, Method, PairComparison
 from servetune.compare.signflip import DEFAULT_REPLICATES, MIN_BLOCKS, block_tests
 from servetune.compare.stats import DEFAULT_LEVEL, max_t_critical
-from servetune.compare.windows import WindowedRun, build_windows, has_figure, window_count
+from servetune.compare.windows import (
+    WindowedRun,
+    build_windows,
+    common_width,
+    has_figure,
+    window_count,
+)
 from servetune.results.schema import Slo
 
 GROWTH_WARN = 3.0
@@ -31,6 +37,12 @@ GROWTH_WARN = 3.0
 
 def _slo_dict(slo: Slo | None) -> dict[str, float]:
     return {} if slo is None else {k: v for k, v in slo.model_dump().items() if v is not None}
+
+
+def arrival_windows(run: WindowedRun) -> int:
+    """Windows up to the last one a measured request was scheduled in."""
+    vs = run.sets.get("ttft")
+    return int(vs.window.max()) + 1 if vs is not None and vs.size else 0
 
 
 def queue_growth(run: WindowedRun) -> float | None:
@@ -90,16 +102,27 @@ def compare_runs(
     if slo is None or slo.is_empty():
         slo = ra.config.goodput if not ra.config.goodput.is_empty() else rb.config.goodput
     out.slo = _slo_dict(slo)
-    requests = min(len(a.records), len(b.records))
-    n = window_count(requests)
-    wa = build_windows(a.records, a.samples, ra.config.warmup_s, ra.config.cooldown_s, slo, n)
-    wb = build_windows(b.records, b.samples, rb.config.warmup_s, rb.config.cooldown_s, slo, n)
+    wa, wb = paired_windows(a, b, slo)
     figures, out.method = compare_windows(wa, wb, bool(out.slo), replicates, level, seed)
     out.figures = figures
     blocks = out.method.blocks
     out.warnings += _warnings(out, wa, wb, blocks)
     out.verdict = _verdict(out)
     return out
+
+
+def paired_windows(a: RunInput, b: RunInput, slo: Slo | None) -> tuple[WindowedRun, WindowedRun]:
+    """Both runs cut into the same number of windows of one length (the same seconds after
+    each run's start)."""
+    ca, cb = a.result.config, b.result.config
+    n = window_count(min(len(a.records), len(b.records)))
+    width = common_width(
+        [(a.records, ca.warmup_s, ca.cooldown_s), (b.records, cb.warmup_s, cb.cooldown_s)], n
+    )
+    return (
+        build_windows(a.records, a.samples, ca.warmup_s, ca.cooldown_s, slo, n, width),
+        build_windows(b.records, b.samples, cb.warmup_s, cb.cooldown_s, slo, n, width),
+    )
 
 
 def compare_windows(
@@ -120,7 +143,10 @@ def compare_windows(
     est_a, est_b = point_estimates(wa, figs), point_estimates(wb, figs)
     head_figs = [f for f in figs if f.key in headline]
     n = wa.n
-    block = min(pair_block_length(wa, wb, head_figs, est_a, est_b), max(1, n // MIN_BLOCKS))
+    # at least MIN_BLOCKS blocks over the stretch where requests arrived (after it, a run
+    # only drains: no latency is measured there)
+    span = max(arrival_windows(wa), arrival_windows(wb)) or n
+    block = min(pair_block_length(wa, wb, head_figs, est_a, est_b), max(1, span // MIN_BLOCKS))
     # Both runs past capacity: the queue carries chance differences from block to block for
     # the rest of the run (a random walk), so the blocks' dependence is taken as it is; else a
     # change that grows through the runs is a change, not dependence (ρ of detrended d_j).

@@ -14,7 +14,7 @@ structure: each replicate flips the sign of every ``d_j`` with probability ½ (a
 patterns when there are few blocks) and T* = mean_j ±d_j is what T looks like by chance.
 Blocks that are too short to be independent leave ``d_j`` correlated; the replicates are then
 widened by the AR(1) variance factor √((1 + ρ) / (1 − ρ)), ρ the lag-1 autocorrelation of
-``d_j`` (0 ≤ ρ ≤ 0.9) around its straight-line trend (a change that grows through the runs is
+``d_j`` (0 ≤ ρ ≤ 0.9) around its quadratic trend (a change that grows through the runs is
 a change, not dependence) — or of ``d_j`` itself when both runs were past capacity, where a
 chance difference in the queue carries on to the end of the run.
 
@@ -81,11 +81,13 @@ def sign_patterns(k: int, reps: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def detrended(x: np.ndarray) -> np.ndarray:
+    """``x`` minus its least-squares quadratic (a straight line below 6 points): a change that
+    grows through the runs, or grows and then levels off, is a change, not dependence."""
     if x.size < 4:
         return x
     t = np.arange(x.size, dtype=float)
-    slope, icept = np.polyfit(t, x, 1)
-    out: np.ndarray = x - (slope * t + icept)
+    coef = np.polyfit(t, x, 2 if x.size >= 6 else 1)
+    out: np.ndarray = x - np.polyval(coef, t)
     return out
 
 

@@ -1,11 +1,14 @@
-"""One run cut into equal time windows: what each window holds, for the block bootstrap.
+"""One run cut into equal time windows: what each window holds, for the block bootstrap and
+the block comparisons.
 
 The measured window is the summary's (warm-up and cool-down excluded; membership as
 :func:`servetune.metrics.summary.summarize` decides it: a request counts when it was scheduled
 inside the window and, if it succeeded, ended inside it). It is cut into ``n`` windows of equal
-length. A request's latencies belong to the window it was scheduled in; a completion (and its
-tokens) to the window its last token arrived in; a server scrape to the window of its time.
-Resampling whole windows (in blocks) keeps requests that shared the server's state together.
+length from its start; two runs that are compared share the window length, so that window
+``w`` of each covers the same seconds after the start (the shorter run's last windows are
+empty, and a rate counts only the seconds a window lies inside its run's measured window).
+A request's latencies belong to the window it was scheduled in; a completion (and its tokens)
+to the window its last token arrived in; a server scrape to the window of its time.
 """
 
 from __future__ import annotations
@@ -63,14 +66,27 @@ class WindowedRun:
     gauges: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     """concept → (sum of readings, number of readings) per window."""
     requests: int = 0
+    active: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """Seconds of each window that lie inside the measured window (rates divide by them)."""
 
     @property
     def duration_s(self) -> float:
-        return self.n * self.width_s
+        return self.end_s - self.start_s
 
 
 def window_count(requests: int) -> int:
     return int(min(MAX_WINDOWS, max(MIN_WINDOWS, requests // REQUESTS_PER_WINDOW)))
+
+
+def measured_window(
+    records: Sequence[RequestRecord], warmup_s: float, cooldown_s: float
+) -> tuple[int, int]:
+    """(start, end) of the measured window in ns on the run clock, as ``summarize`` sets it."""
+    start = int(warmup_s * NS)
+    if not records:
+        return start, start
+    last_end = max(r.end_ns for r in records)
+    return start, max(start, last_end - int(cooldown_s * NS))
 
 
 def build_windows(
@@ -80,19 +96,21 @@ def build_windows(
     cooldown_s: float,
     slo: Slo | None,
     n_windows: int | None = None,
+    width_s: float | None = None,
 ) -> WindowedRun:
-    """Cut one run into windows (see the module docstring)."""
+    """Cut one run into windows (see the module docstring); ``width_s``: the windows' length
+    (default: the measured window / ``n_windows``)."""
     if not records:
-        return WindowedRun(n=1, width_s=0.0, start_s=0.0, end_s=0.0)
-    start = int(warmup_s * NS)
-    last_end = max(r.end_ns for r in records)
-    end = max(start, last_end - int(cooldown_s * NS))
+        return WindowedRun(n=1, width_s=0.0, start_s=0.0, end_s=0.0, active=np.zeros(1))
+    start, end = measured_window(records, warmup_s, cooldown_s)
     inside = [r for r in records if start <= r.scheduled_ns <= end]
     ok = [r for r in inside if r.ok and r.last_ns is not None and r.last_ns <= end]
     failed = [r for r in inside if r.status == "failed"]
     n = n_windows or window_count(len(ok) + len(failed))
     span = max(end - start, 1)
-    width_ns = span / n
+    width_ns = width_s * NS if width_s else span / n
+    edges = start + width_ns * np.arange(n + 1)
+    active = np.clip(np.minimum(edges[1:], end) - edges[:-1], 0.0, None) / NS
 
     def win(t_ns: int) -> int:
         return min(n - 1, max(0, int((t_ns - start) / width_ns)))
@@ -103,6 +121,7 @@ def build_windows(
         start_s=start / NS,
         end_s=end / NS,
         requests=len(ok) + len(failed),
+        active=active,
     )
     sched = [win(r.scheduled_ns) for r in ok]
     out.sets["ttft"] = ValueSet.build(
@@ -129,21 +148,26 @@ def build_windows(
             acc[w] += v
         return acc
 
-    done = [win(r.last_ns or r.end_ns) for r in ok]
-    out.sums["completed"] = sums([(w, 1.0) for w in done])
-    out.sums["output_tokens"] = sums(
-        [(w, float(r.output_tokens or 0)) for r, w in zip(ok, done, strict=True)]
-    )
-    out.sums["total_tokens"] = sums(
-        [
-            (w, float((r.output_tokens or 0) + r.planned_input_len))
-            for r, w in zip(ok, done, strict=True)
-        ]
-    )
+    # Completions and tokens are spread over the time their work took (a request over its
+    # life from send to last token; its output tokens over its decode, from the first to the
+    # last token; its prompt at the first token): the server did the work then, and with
+    # equal lengths completions come in waves that would make every window's count a coin
+    # toss. Each window still adds up to the run's totals.
+    send = np.array([r.send_ns for r in ok], dtype=float)
+    first = np.array([r.first_ns if r.first_ns is not None else r.end_ns for r in ok], float)
+    last = np.array([r.last_ns if r.last_ns is not None else r.end_ns for r in ok], float)
+    outs = np.array([float(r.output_tokens or 0) for r in ok])
+    ins = np.array([float(r.planned_input_len) for r in ok])
+    edges = start + width_ns * np.arange(n + 1)
+    life = spread(send, last, edges)
+    decode = spread(first, last, edges)
+    prompt = spread(first, first, edges)
+    out.sums["completed"] = life.sum(axis=0) if len(ok) else np.zeros(n)
+    out.sums["output_tokens"] = outs @ decode if len(ok) else np.zeros(n)
+    out.sums["total_tokens"] = (outs @ decode + ins @ prompt) if len(ok) else np.zeros(n)
     if slo is not None and not slo.is_empty():
-        out.sums["good"] = sums(
-            [(w, 1.0) for r, w in zip(ok, done, strict=True) if meets_slo(r, slo)]
-        )
+        good = np.array([1.0 if meets_slo(r, slo) else 0.0 for r in ok])
+        out.sums["good"] = good @ life if len(ok) else np.zeros(n)
     out.sums["failed"] = sums([(win(r.scheduled_ns), 1.0) for r in failed])
     _add_server(out, samples, start / NS, end / NS, width_ns / NS)
     return out
@@ -190,3 +214,28 @@ def has_figure(run: WindowedRun, source: str, kind: str) -> bool:
     if kind in ("rate", "count"):
         return source in run.sums
     return source in run.gauges
+
+
+def spread(t0: np.ndarray, t1: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """(requests × windows) share of each interval [t0, t1] that falls in each window between
+    ``edges`` (a point interval goes whole to its window); each row sums to 1."""
+    if t0.size == 0:
+        return np.zeros((0, edges.size - 1))
+    span = np.maximum(t1 - t0, 0.0)
+    point = span <= 0
+    safe = np.where(point, 1.0, span)
+    cum = np.clip((edges[None, :] - t0[:, None]) / safe[:, None], 0.0, 1.0)
+    # a point: all of it at the first edge at or after it (right-closed windows)
+    cum = np.where(point[:, None], (edges[None, :] >= t0[:, None]).astype(float), cum)
+    # whatever lies before the first edge or after the last counts in the first or last window
+    cum[:, 0] = 0.0
+    cum[:, -1] = 1.0
+    out: np.ndarray = np.diff(cum, axis=1)
+    return out
+
+
+def common_width(runs: Sequence[tuple[Sequence[RequestRecord], float, float]], n: int) -> float:
+    """The window length that cuts the longest of RUNS (records, warm-up, cool-down) into
+    ``n`` windows."""
+    spans = [(e - s) / NS for s, e in (measured_window(r, w, c) for r, w, c in runs)]
+    return max(max(spans, default=0.0), 1e-9) / n
