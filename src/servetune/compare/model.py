@@ -8,7 +8,9 @@ from pydantic import BaseModel, Field
 
 from servetune.compare.comparable import Difference, FlagDifference
 
-Verdict = Literal["better", "worse", "same", "not measured"]
+Verdict = Literal["better", "worse", "same", "not measured", "past capacity"]
+"""``past capacity``: both runs' queues grew throughout, so a figure that includes the wait in
+the queue measures the run's length and its realized arrivals; it is shown, not tested."""
 
 
 class FigureResult(BaseModel):

@@ -35,7 +35,13 @@ def interval(f: FigureResult) -> str:
 
 
 def _mark(f: FigureResult) -> str:
-    return {"better": "better", "worse": "WORSE", "same": "·", "not measured": ""}[f.verdict]
+    return {
+        "better": "better",
+        "worse": "WORSE",
+        "same": "·",
+        "not measured": "",
+        "past capacity": "(past capacity: not tested)",
+    }[f.verdict]
 
 
 def figure_table(figures: dict[str, FigureResult], headline_only: bool = False) -> list[str]:

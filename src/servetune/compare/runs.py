@@ -18,7 +18,7 @@ import numpy as np
 
 from servetune.compare.bootstrap import pair_block_length, point_estimates
 from servetune.compare.comparable import Difference, flag_differences, run_differences
-from servetune.compare.figures import FIGURES, FigureDef
+from servetune.compare.figures import BY_KEY, FIGURES, FigureDef
 from servetune.compare.inputs import RunInput
 from servetune.compare.model import FigureResult, Method, PairComparison
 from servetune.compare.signflip import DEFAULT_REPLICATES, MIN_BLOCKS, block_tests
@@ -33,6 +33,8 @@ from servetune.compare.windows import (
 from servetune.results.schema import Slo
 
 GROWTH_WARN = 3.0
+QUEUEING_SOURCES = ("ttft", "e2el", "good")
+"""What a request's wait in the queue is part of."""
 
 
 def _slo_dict(slo: Slo | None) -> dict[str, float]:
@@ -152,6 +154,14 @@ def compare_windows(
     # change that grows through the runs is a change, not dependence (ρ of detrended d_j).
     persistent = all((g := queue_growth(w)) is not None and g >= GROWTH_WARN for w in (wa, wb))
     tests = block_tests(wa, wb, figs, block, replicates, seed, detrend_rho=not persistent)
+    if persistent:
+        # Both queues grew through the runs: a request's wait is the backlog of the arrivals
+        # before it, and the runs' realized arrivals differ by chance for the whole run (a
+        # few percent more requests early in one run keep every later request of it waiting
+        # longer). Waits, and the figures that include them, are then not comparable; the
+        # engine's own speed (TPOT, ITL, throughput) still is.
+        for key in [k for k in tests if BY_KEY[k].source in QUEUEING_SOURCES]:
+            del tests[key]
     blocks = math.ceil(n / block)
     method = Method(
         windows=n,
@@ -194,6 +204,8 @@ def compare_windows(
             res.significant = res.delta != 0 and (res.ci_low > 0 or res.ci_high < 0)
             res.p_value = float(np.mean(np.abs(test.draws) >= abs(test.t) - 1e-12))
         res.verdict = _verdict_of(f, res.significant, res.delta)  # type: ignore[assignment]
+        if persistent and f.source in QUEUEING_SOURCES and res.delta is not None:
+            res.verdict = "past capacity"
         figures[f.key] = res
     return figures, method
 
@@ -213,8 +225,17 @@ def _warnings(out: PairComparison, wa: WindowedRun, wb: WindowedRun, blocks: int
         if g is not None and g >= GROWTH_WARN:
             warns.append(
                 f"run {side}: the queue grew through the run (median TTFT ×{g:.1f} from the first "
-                "to the last quarter): the server was past its capacity, so its latencies "
-                "depend on the run's length; throughput figures stay meaningful"
+                "to the last quarter): the server was past its capacity, so its waits depend on "
+                "the run's length and its realized arrivals"
+                + (
+                    "; with both runs past capacity, TTFT, E2E and goodput are not tested "
+                    "(throughput, TPOT and ITL are)"
+                    if side == "B"
+                    and all(
+                        (x := queue_growth(v)) is not None and x >= GROWTH_WARN for v in (wa, wb)
+                    )
+                    else ""
+                )
             )
     return warns
 
