@@ -28,7 +28,7 @@ def sandbox(tmp_path: Path) -> Path:
     tools first on PATH (dpkg-query says what is installed, apt-get logs its calls)."""
     text = SCRIPT.read_text()
     start = text.index("PACKAGES=(")
-    end = text.index(")", start)
+    end = text.index("\n)", start) + 1  # the line that closes the list (comments hold parens)
     (tmp_path / "deps.sh").write_text(text[:start] + f"PACKAGES=(\n  {PKG}\n" + text[end:])
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
