@@ -84,9 +84,12 @@ def kill9() -> Iterator[Callable[[list[str]], subprocess.Popen[str]]]:
         orphans.extend(kids)
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
-        for kid in kids:  # the embedded engine outlives a kill -9 of its parent: end it here
-            if not _gone(kid):
-                os.kill(kid, signal.SIGKILL)
+        # The embedded engine ends by itself once its parent is gone (it checks twice a
+        # second); a generous wait for a loaded box.
+        end = time.monotonic() + 30
+        while time.monotonic() < end and not all(_gone(k) for k in kids):
+            time.sleep(0.2)
+        assert all(_gone(k) for k in kids), "a child outlived the kill -9 of its parent"
 
     start.kill = kill  # type: ignore[attr-defined]
     yield start

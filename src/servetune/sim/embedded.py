@@ -81,6 +81,8 @@ def start_embedded(
         str(port),
         "--writer",
         writer,
+        "--exit-with-parent",
+        str(os.getpid()),
     ]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(

@@ -31,7 +31,10 @@ import asyncio
 import contextlib
 import gc
 import json
+import os
+import signal
 import sys
+import threading
 import time
 
 from servetune.errors import ServetuneError
@@ -200,13 +203,36 @@ def serve_forever(
         asyncio.run(serve(cfg, host, port, announce, ready_line, mode))
 
 
+def _exit_with_parent(pid: int, every_s: float = 0.5) -> None:
+    """A daemon thread that ends this process (SIGTERM to itself) once ``pid`` is no longer
+    its parent: a parent killed with SIGKILL cannot stop its children, and an orphaned
+    server would hold its port and a core forever."""
+
+    def watch() -> None:
+        while os.getppid() == pid:
+            time.sleep(every_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m servetune.sim.server")
     ap.add_argument("--config-json", required=True, help="an EngineConfig as JSON")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--writer", default="plain", choices=WRITER_MODES)
+    ap.add_argument(
+        "--exit-with-parent",
+        type=int,
+        default=None,
+        metavar="PID",
+        help="stop when process PID is gone (the embedded engine ends with the bench that "
+        "started it, even when that bench is killed with SIGKILL)",
+    )
     args = ap.parse_args(argv)
+    if args.exit_with_parent is not None:
+        _exit_with_parent(args.exit_with_parent)
     try:
         cfg = EngineConfig.model_validate(json.loads(args.config_json))
         serve_forever(
