@@ -57,6 +57,14 @@ def _resolve(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     return ".".join([*base, *([node.module] if node.module else [])])
 
 
+def _is_module(dotted: str, src: Path) -> bool:
+    parts = dotted.split(".")[1:]
+    if not parts or dotted.split(".")[0] != ROOT:
+        return False
+    where = src.joinpath(*parts)
+    return where.is_dir() or where.with_suffix(".py").is_file()
+
+
 def imports_of(path: Path, src: Path = SRC) -> list[tuple[int, str]]:
     """(line, imported first-party module) for every import in the file."""
     module = module_name(path, src)
@@ -67,12 +75,9 @@ def imports_of(path: Path, src: Path = SRC) -> list[tuple[int, str]]:
             found += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             name = _resolve(node, module, path.name == "__init__.py")
-            if name == ROOT:  # from servetune import x: x is a package, module or attribute
-                for a in node.names:
-                    sub = (src / a.name).is_dir() or (src / f"{a.name}.py").is_file()
-                    found.append((node.lineno, f"{ROOT}.{a.name}" if sub else ROOT))
-            else:
-                found.append((node.lineno, name))
+            for a in node.names:  # from x import y: y is a module of x, or a name in x
+                sub = f"{name}.{a.name}"
+                found.append((node.lineno, sub if _is_module(sub, src) else name))
         elif (
             isinstance(node, ast.Call)
             and node.args
@@ -152,6 +157,41 @@ def test_no_two_packages_import_each_other() -> None:
         if a < b and (b, a) in edges:
             cycles.append(f"{a} <-> {b} ({where}; {edges[(b, a)]})")
     assert not cycles, "packages import each other:\n" + "\n".join(cycles)
+
+
+def test_no_import_cycle_between_modules() -> None:
+    """Modules import each other in one direction too (imports inside functions included):
+    a cycle works only in some import orders, and it hides which module is the lower one."""
+    modules = {module_name(p): p for p in sources()}
+
+    def owner(target: str) -> str | None:
+        parts = target.split(".")
+        while parts and ".".join(parts) not in modules:
+            parts.pop()
+        return ".".join(parts) or None
+
+    graph = {
+        m: {d for _, t in imports_of(p) if (d := owner(t)) is not None and d != m}
+        for m, p in modules.items()
+    }
+    for start in sorted(graph):
+        # breadth-first from the module's imports; reaching the module again is a cycle
+        parent: dict[str, str] = {}
+        frontier = [start]
+        while frontier and start not in parent:
+            nxt = []
+            for node in frontier:
+                for dep in sorted(graph[node]):
+                    if dep not in parent:
+                        parent[dep] = node
+                        nxt.append(dep)
+            frontier = nxt
+        if start in parent:
+            cycle = [start]
+            while (node := parent[cycle[-1]]) != start:
+                cycle.append(node)
+            cycle.append(start)
+            raise AssertionError("modules import each other: " + " <- ".join(cycle))
 
 
 # The checker itself must see what it claims to see.

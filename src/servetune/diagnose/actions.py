@@ -24,8 +24,7 @@ from servetune.diagnose.model import Action
 from servetune.errors import ServetuneError
 from servetune.knobs import flag as knob_flag
 from servetune.knobs import has, note, render_value
-from servetune.sim.cli_args import SIM_KNOBS
-from servetune.sim.config import EngineConfig
+from servetune.sim.config import SIM_KNOBS, EngineConfig
 
 ENGINES = ("vllm", "sglang", "tgi", "llama.cpp")
 

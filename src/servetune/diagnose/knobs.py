@@ -25,8 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from servetune.errors import ServetuneError
 from servetune.knobs import KNOB_NAMES, ParsedCommand, parse_command
 from servetune.results.schema import RunResult
-from servetune.sim.cli_args import SIM_KNOBS
-from servetune.sim.config import EngineConfig
+from servetune.sim.config import SIM_KNOBS, EngineConfig
 
 _KV_ALIASES = {"bfloat16": "auto", "float16": "auto", "half": "auto", "bf16": "auto"}
 """KV dtypes that are the model's own 16-bit type: the memory planner's ``auto``."""

@@ -28,7 +28,6 @@ from servetune.knobs.model import (
 from servetune.knobs.parse import ParsedCommand, parse_command
 from servetune.knobs.registry import (
     KNOB_NAMES,
-    Change,
     Tunable,
     check_config,
     check_engine,
@@ -37,7 +36,6 @@ from servetune.knobs.registry import (
     conflicts,
     default,
     default_rule,
-    diff,
     engine_knobs,
     flag,
     has,
@@ -47,7 +45,15 @@ from servetune.knobs.registry import (
     spelling,
     tunable,
 )
-from servetune.knobs.render import Command, Rendered, render_args, render_command, render_value
+from servetune.knobs.render import (
+    Change,
+    Command,
+    Rendered,
+    diff,
+    render_args,
+    render_command,
+    render_value,
+)
 from servetune.knobs.table import ENGINES, KNOBS
 
 __all__ = [

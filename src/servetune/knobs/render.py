@@ -17,7 +17,7 @@ from typing import Any
 
 from servetune.errors import ConfigError
 from servetune.knobs.model import Spelling
-from servetune.knobs.registry import KNOB_NAMES, Version, check_values, knob, require
+from servetune.knobs.registry import KNOB_NAMES, Version, check_values, flag, knob, require
 
 ENTRY: dict[str, tuple[list[str], str | None]] = {
     "vllm": (["vllm", "serve"], None),
@@ -154,3 +154,28 @@ def render_command(
     argv = [*entry, *([model_flag, model] if model_flag else [model])]
     part = render_args(engine, values, version)
     return Command(argv=[*argv, *part.args, *(extra or [])], env=part.env)
+
+
+# --- differences ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Change:
+    """One knob that differs between two configurations (None = the engine's default)."""
+
+    knob: str
+    old: Any
+    new: Any
+
+    def describe(self, engine: str = "vllm", version: Version = None) -> str:
+        """``--max-num-seqs 128 → 256`` in ENGINE's spelling."""
+        old = render_value(engine, self.knob, self.old, version) if self.old is not None else None
+        new = render_value(engine, self.knob, self.new, version) if self.new is not None else None
+        name = flag(engine, self.knob, version) or self.knob
+        return f"{name}: {old or 'default'} → {new or 'default'}"
+
+
+def diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
+    """The knobs whose values differ between OLD and NEW (checked; table order)."""
+    a, b = check_values(old), check_values(new)
+    return [Change(n, a.get(n), b.get(n)) for n in KNOB_NAMES if a.get(n) != b.get(n)]

@@ -10,14 +10,11 @@ import argparse
 from collections.abc import Iterable
 from typing import Any
 
-from servetune.knobs import engine_knobs
 from servetune.knobs.cli import add_knob_arguments, knob_values
-from servetune.sim.config import EngineConfig
+from servetune.sim.config import SIM_KNOBS, EngineConfig
 
 DEFAULT_GPU = "A100-80GB"
 DEFAULT_MODEL = "Qwen/Qwen2.5-7B-Instruct"
-SIM_KNOBS: tuple[str, ...] = tuple(engine_knobs("sim"))
-"""The registry's knobs the simulated engine has (each an EngineConfig field)."""
 
 
 def add_engine_arguments(p: argparse._ActionsContainer, shared: Iterable[str] = ()) -> None:

@@ -16,9 +16,19 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from servetune.errors import ConfigError, SimError
-from servetune.knobs import DefaultContext, default, render_command, spelling, vllm_batch_defaults
+from servetune.knobs import (
+    DefaultContext,
+    default,
+    engine_knobs,
+    render_command,
+    spelling,
+    vllm_batch_defaults,
+)
 from servetune.knobs.model import Spelling
 from servetune.sim.catalog import GpuSpec, ModelSpec, find_gpu, find_model
+
+SIM_KNOBS: tuple[str, ...] = tuple(engine_knobs("sim"))
+"""The registry's knobs the simulated engine has (each an EngineConfig field)."""
 
 UsageContext = Literal["openai_api_server", "llm_class"]
 
@@ -68,8 +78,6 @@ class EngineConfig(BaseModel):
 
     def knob_values(self) -> dict[str, Any]:
         """The registry knobs set explicitly (engine-neutral names → values)."""
-        from servetune.sim.cli_args import SIM_KNOBS
-
         return {k: getattr(self, k) for k in SIM_KNOBS if k in self.model_fields_set}
 
     def resolve(self) -> ResolvedConfig:
@@ -80,8 +88,6 @@ class EngineConfig(BaseModel):
         """The ``vllm serve`` arguments (model first) that reproduce this configuration with
         every default resolved, spelled by the knob registry."""
         r = self.resolve()
-        from servetune.sim.cli_args import SIM_KNOBS
-
         values = {k: getattr(r, k) for k in SIM_KNOBS}
         if not values.get("long_prefill_token_threshold"):
             values.pop("long_prefill_token_threshold", None)
