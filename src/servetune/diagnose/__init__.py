@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from servetune.diagnose.doctor import diagnose_config
 from servetune.diagnose.model import Action, Diagnosis, Finding, LevelDiagnosis
 
 if TYPE_CHECKING:
@@ -118,9 +119,7 @@ def diagnose_path(
         return diag
     diag = diagnose_run(p, known)
     if server_cmd and gpu:
-        from servetune.diagnose.doctor import diagnose_config as doctor
-
-        extra = doctor(server_cmd, gpu, model, run_dir=p)
+        extra = diagnose_config(server_cmd, gpu, model, run_dir=p)
         seen = {f.rule for f in diag.findings if f.kind in ("bottleneck", "warning")}
         more = [
             f
@@ -131,17 +130,3 @@ def diagnose_path(
         diag.notes += [n for n in extra.notes if n.startswith("vLLM would print")]
     diag.notes += notes
     return diag
-
-
-def diagnose_config(
-    command: str | list[str],
-    gpu: str,
-    model: str | None = None,
-    input_len: int | None = None,
-    output_len: int | None = None,
-    run_dir: str | Path | None = None,
-) -> Diagnosis:
-    """The config doctor: warnings before launch (see :mod:`servetune.diagnose.doctor`)."""
-    from servetune.diagnose.doctor import diagnose_config as doctor
-
-    return doctor(command, gpu, model, input_len, output_len, run_dir)

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import math
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -108,11 +109,21 @@ def extract(
     """(values, histograms, concept → name used) for one parsed page."""
     values, used = extract_values(parsed, emap)
     hists: dict[str, Histogram] = {}
+    for _ in extract_histograms(parsed, emap, hists, used):
+        pass
+    return values, hists, used
+
+
+def extract_histograms(
+    parsed: MetricsView, emap: EngineMap, hists: dict[str, Histogram], used: dict[str, str]
+) -> Iterator[None]:
+    """Fill ``hists`` (and ``used``) one histogram concept at a time, yielding after each: the
+    scraper gives the event loop its turn between them."""
     for concept, sources in emap.histograms.items():
         found = extract_histogram(parsed, sources)
         if found is not None:
             hists[concept], used[concept] = found
-    return values, hists, used
+        yield
 
 
 def reducer_for(emap: EngineMap) -> Reducer | None:
@@ -448,10 +459,7 @@ class MetricsScraper:
             self._reducer = reducer_for(emap)
         values, used = extract_values(parsed, emap)
         hists: dict[str, Histogram] = {}
-        for concept, sources in emap.histograms.items():
-            found = extract_histogram(parsed, sources)
-            if found is not None:
-                hists[concept], used[concept] = found
+        for _ in extract_histograms(parsed, emap, hists, used):
             await clock.yield_()
         for concept, name in used.items():
             self._found.setdefault(concept, name)
