@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Grafana dashboard / Prometheus alert rules, per engine",
     ),
     "compare": ("servetune.commands.compare", "did a change help? runs or sweeps, with intervals"),
+    "tune": ("servetune.commands.tune", "the engine config serving the most traffic in SLOs"),
 }
 
 

@@ -1,0 +1,211 @@
+"""``servetune tune``: the engine configuration that serves the most traffic within latency
+SLOs — searched over the knob registry's space, each configuration launched, loaded and
+stopped, the best ones repeated; ``servetune tune worker`` runs a shared study's trials on
+another host's GPUs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ENGINES = ("sim", "vllm", "vllm-cpu", "sglang", "tgi", "llama.cpp")
+
+
+def _tune_arguments(p: argparse.ArgumentParser) -> None:
+    from servetune.commands._workload_args import add_workload_arguments
+
+    g = p.add_argument_group("target")
+    g.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=None,
+        help="the engine to launch per configuration (sim: the simulated engine, offline)",
+    )
+    g.add_argument("--base-url", default=None, help=argparse.SUPPRESS)
+    g.add_argument("--model", default=None, help="model (a path or hub name; sim: catalog)")
+    g.add_argument("--gpu", default=None, help="GPU type, e.g. A100-80GB (sim, planner)")
+    g.add_argument("--gpus", default=None, help="device ids to use, e.g. 0,1 (bounds TP)")
+    g.add_argument("--executable", default=None, help="the engine's binary or Python")
+    g.add_argument("--dtype", default=None, help="vLLM --dtype")
+    g.add_argument("--enforce-eager", action="store_true", help="vLLM --enforce-eager")
+    g.add_argument("--cpu-kv-cache-gib", type=float, default=None, help="vllm-cpu KV pool")
+    g.add_argument("--threads", type=int, default=None, help="llama.cpp -t / vllm-cpu threads")
+    g.add_argument("--ready-timeout", type=float, default=300.0, help="engine start-up limit, s")
+    add_workload_arguments(p)
+    g.add_argument(
+        "--workload-from",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="the traffic of a recorded run: its dataset, lengths, arrivals and seed",
+    )
+    t = p.add_argument_group("search")
+    t.add_argument(
+        "--slo",
+        action="append",
+        default=None,
+        metavar="METRIC:STAT<=MS",
+        help="e.g. --slo ttft:p99<=500 --slo tpot:p99<=50 (ttft:500 means P99)",
+    )
+    t.add_argument(
+        "--objective",
+        choices=["slo-max", "goodput", "throughput", "pareto"],
+        default="slo-max",
+        help="slo-max: the highest rate meeting the SLOs; goodput/throughput/pareto: one run "
+        "at --request-rate per configuration",
+    )
+    t.add_argument("--trials", type=int, default=30, help="configurations launched")
+    t.add_argument("--time-budget", type=float, default=None, help="seconds for the search")
+    t.add_argument(
+        "--knob",
+        action="append",
+        default=None,
+        metavar="NAME=V1,V2",
+        help="search only these knobs, over these values",
+    )
+    t.add_argument("--fix", action="append", default=None, metavar="NAME=VALUE", help="pin a knob")
+    t.add_argument("--repeats", type=int, default=3, help="measurements of each top config")
+    t.add_argument("--top-k", type=int, default=3, help="configs repeated")
+    t.add_argument("--mad-k", type=float, default=1.0, help="rank by median − k·MAD")
+    t.add_argument("--probes", type=int, default=8, help="rates tried per configuration")
+    o = p.add_argument_group("study")
+    o.add_argument("--result-dir", type=Path, default=None)
+    o.add_argument(
+        "--storage",
+        default=None,
+        help="study storage URL (default: SQLite in the result dir), "
+        "e.g. postgresql://user@host:5432/db",
+    )
+    o.add_argument("--study", default=None, help="study name (default: servetune-tune)")
+    o.add_argument("--resume", action="store_true", help="continue the study")
+    o.add_argument("--json", action="store_true", help="print tune.json at the end")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    _tune_arguments(p)
+    sub = p.add_subparsers(dest="tune_command", metavar="[worker]")
+    w = sub.add_parser("worker", help="run a shared study's trials on this host's GPUs")
+    w.add_argument("--study", required=True, dest="worker_study")
+    w.add_argument("--storage", required=True, dest="worker_storage")
+    w.add_argument("--gpus", default=None, dest="worker_gpus", help="e.g. 0,1")
+    w.add_argument("--result-dir", type=Path, default=None, dest="worker_result_dir")
+    w.add_argument(
+        "--trials",
+        type=int,
+        default=None,
+        dest="worker_trials",
+        help="stop when the study has launched this many (default: the study's)",
+    )
+
+
+def _spec(args: argparse.Namespace) -> Any:
+    from servetune.commands._workload_args import workload_config_from_args
+    from servetune.errors import ConfigError
+    from servetune.results.io import read_run_result
+    from servetune.tune.model import TuneSpec
+    from servetune.tune.slo import as_goodput, parse_slos
+    from servetune.tune.space import build_space
+
+    if args.base_url:
+        raise ConfigError(
+            "tune launches the engine for every configuration: it cannot retune a server "
+            "that is already running",
+            hint="give --engine (vllm, sglang, …) and --model; to measure a running server's "
+            "SLO-max use servetune sweep --base-url … --goodput …",
+        )
+    if args.engine is None:
+        raise ConfigError("which engine? give --engine", hint=f"one of: {', '.join(ENGINES)}")
+    slos = parse_slos(args.slo)
+    if args.objective in ("slo-max",) and not slos:
+        raise ConfigError(
+            "the slo-max objective needs at least one SLO",
+            hint="e.g. --slo ttft:p99<=500 --slo tpot:p99<=50, or --objective throughput",
+        )
+    if args.workload_from is not None:
+        workload = read_run_result(args.workload_from).config
+    else:
+        workload = workload_config_from_args(args)
+    workload = workload.model_copy(update={"base_url": None, "goodput": as_goodput(slos)})
+    gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else []
+    engine = args.engine
+    model = args.model
+    gpu = args.gpu
+    if engine == "sim":
+        model = model or "Qwen/Qwen2.5-7B-Instruct"
+        gpu = gpu or "A100-80GB"
+    elif model is None:
+        raise ConfigError(f"--engine {engine} needs --model", hint="a path or a hub name")
+    if args.trials < 1:
+        raise ConfigError(f"--trials {args.trials}: at least 1")
+    space = build_space(engine, args.knob, args.fix, gpus=max(1, len(gpus)))
+    options: dict[str, Any] = {
+        k: v
+        for k, v in {
+            "executable": args.executable,
+            "dtype": args.dtype,
+            "enforce_eager": args.enforce_eager or None,
+            "cpu_kv_cache_gib": args.cpu_kv_cache_gib,
+            "threads": args.threads,
+        }.items()
+        if v is not None
+    }
+    return TuneSpec(
+        engine=engine,
+        model=model,
+        gpu=gpu,
+        gpus=gpus,
+        workload=workload,
+        slos=slos,
+        objective=args.objective,
+        space=space,
+        trials=args.trials,
+        time_budget_s=args.time_budget,
+        repeats=max(1, args.repeats),
+        top_k=max(1, args.top_k),
+        mad_k=args.mad_k,
+        seed=workload.seed,
+        probes=max(2, args.probes),
+        engine_options=options,
+        ready_timeout_s=args.ready_timeout,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if getattr(args, "tune_command", None) == "worker":
+        return _worker(args)
+    from servetune.tune.render import render_result
+    from servetune.tune.run import run_tune
+
+    spec = _spec(args)
+    out = args.result_dir or Path("servetune-results") / f"{datetime.now():%Y%m%d-%H%M%S}-tune"
+    say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else print
+    try:
+        result = run_tune(
+            spec, out, storage=args.storage, study_name=args.study, resume=args.resume, echo=say
+        )
+    except KeyboardInterrupt:
+        print(
+            f"servetune tune: interrupted; finished trials are kept — resume with the same "
+            f"flags and --resume (results in {out})",
+            file=sys.stderr,
+        )
+        return 130
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        print(render_result(result))
+        print(f"results in {out}")
+    return 0 if result.status == "complete" else 1
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from servetune.tune.run import run_worker
+
+    gpus = [g.strip() for g in args.worker_gpus.split(",")] if args.worker_gpus else None
+    out = args.worker_result_dir or Path("servetune-results") / f"{args.worker_study}-worker"
+    recs = run_worker(args.worker_study, args.worker_storage, out, gpus, trials=args.worker_trials)
+    print(f"worker done: the study holds {len(recs)} finished trials")
+    return 0

@@ -1,0 +1,313 @@
+"""Where a trial runs: the simulated engine on its virtual clock, or a real engine launched
+for the trial (its own process group, stopped afterwards, never by name).
+
+A backend screens a configuration (the memory planner; the knob registry's rules), predicts
+its SLO-max on the simulated engine when it can (the rate search starts there; a prediction
+far below the best so far prunes the trial without launching it), and opens a *session*: the
+engine started and warmed up, a ``measure(rate) -> Probe`` to load it, then stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from servetune.errors import ConfigError, EngineError, ServetuneError, SimError
+from servetune.results.schema import BenchConfig, RunResult
+from servetune.tune.search import Probe, find_slo_max
+from servetune.tune.slo import SloSpec, as_goodput, check
+
+Measure = Callable[[float], Probe]
+PREDICT_PROMPTS = 300
+
+
+def probe_of(rate: float, result: RunResult, slos: list[SloSpec]) -> Probe:
+    """A probe from one run's result."""
+    s = result.summary
+    c = check(s, slos)
+    server = result.server.summary if result.server is not None else {}
+    return Probe(
+        rate=rate,
+        meets=c.meets and not result.client_health.behind,
+        throughput=s.request_throughput,
+        limiting=(
+            "the client fell behind its schedule" if result.client_health.behind else c.limiting
+        ),
+        worst_ratio=c.worst_ratio,
+        failed_share=c.failed_share,
+        figures={
+            "p50_ttft_ms": s.ttft.p50,
+            "p99_ttft_ms": s.ttft.p99,
+            "p50_tpot_ms": s.tpot.p50,
+            "p99_tpot_ms": s.tpot.p99,
+            "p99_e2el_ms": s.e2el.p99,
+            "request_throughput": s.request_throughput,
+            "output_throughput": s.output_throughput,
+            "request_goodput": s.request_goodput,
+            "kv_cache_usage_mean": server.get("kv_cache_usage_mean"),
+            "gpu_utilization_mean": server.get("gpu_utilization_mean"),
+        },
+    )
+
+
+class Backend(Protocol):
+    def screen(self, config: Mapping[str, Any]) -> str | None:
+        """Why the configuration cannot start (None: it can, as far as can be told)."""
+
+    def predict(self, config: Mapping[str, Any], slos: list[SloSpec]) -> float | None:
+        """The simulated engine's SLO-max for it, or None when it cannot be simulated."""
+
+    def session(
+        self,
+        config: Mapping[str, Any],
+        trial_dir: Path,
+        seed: int | None = None,
+        server_metrics: bool = False,
+    ) -> contextlib.AbstractContextManager[Measure]:
+        """The engine running with the configuration; yields ``measure(rate)`` (the workload
+        drawn with ``seed`` when given)."""
+
+
+def _sim_engine_config(gpu: str, model: str, config: Mapping[str, Any]) -> Any:
+    from servetune.sim.config import EngineConfig
+
+    fields = dict(config)
+    try:
+        return EngineConfig(gpu=gpu, model=model, **fields)
+    except ValueError as exc:  # pydantic: a value the simulated engine does not model
+        raise SimError(f"the simulated engine cannot run {dict(config)}: {exc}") from None
+
+
+def sim_screen(gpu: str, model: str, config: Mapping[str, Any]) -> str | None:
+    """vLLM's start-up checks and memory plan for the configuration, in milliseconds."""
+    from servetune.sim.memory import plan_memory
+
+    try:
+        plan_memory(_sim_engine_config(gpu, model, config))
+    except ServetuneError as exc:
+        return exc.message
+    return None
+
+
+class SimBackend:
+    """The simulated engine, offline (``servetune.sim.offline.simulate``)."""
+
+    def __init__(
+        self, gpu: str, model: str, workload: BenchConfig, slos: list[SloSpec] | None = None
+    ) -> None:
+        self.gpu, self.model, self.workload = gpu, model, workload
+        self.slos = list(slos or [])
+
+    def screen(self, config: Mapping[str, Any]) -> str | None:
+        return sim_screen(self.gpu, self.model, config)
+
+    def run(
+        self,
+        config: Mapping[str, Any],
+        rate: float,
+        *,
+        seed: int | None = None,
+        server_metrics: bool = False,
+        num_prompts: int | None = None,
+    ) -> RunResult:
+        from servetune.sim.offline import simulate
+
+        update: dict[str, Any] = {"request_rate": rate, "base_url": None}
+        if seed is not None:
+            update["seed"] = seed
+        if num_prompts is not None:
+            update["num_prompts"] = num_prompts
+        cfg = self.workload.model_copy(update=update)
+        return simulate(
+            cfg, _sim_engine_config(self.gpu, self.model, config), server_metrics=server_metrics
+        )
+
+    def measurer(
+        self,
+        config: Mapping[str, Any],
+        slos: list[SloSpec],
+        *,
+        seed: int | None = None,
+        num_prompts: int | None = None,
+        server_metrics: bool = False,
+    ) -> Measure:
+        def measure(rate: float) -> Probe:
+            result = self.run(
+                config, rate, seed=seed, num_prompts=num_prompts, server_metrics=server_metrics
+            )
+            return probe_of(rate, result, slos)
+
+        return measure
+
+    def saturation(self, config: Mapping[str, Any], num_prompts: int | None = None) -> float:
+        """Requests/s the configuration completes with every request sent at once."""
+        res = self.run(config, math.inf, num_prompts=num_prompts)
+        return res.summary.request_throughput
+
+    def predict(self, config: Mapping[str, Any], slos: list[SloSpec]) -> float | None:
+        if self.screen(config) is not None:
+            return None
+        n = min(self.workload.num_prompts, PREDICT_PROMPTS)
+        start = 0.7 * self.saturation(config, n)
+        out = find_slo_max(self.measurer(config, slos, num_prompts=n), start, max_probes=7, tol=0.1)
+        return out.slo_max if out.slo_max is not None else 0.0
+
+    @contextlib.contextmanager
+    def session(
+        self,
+        config: Mapping[str, Any],
+        trial_dir: Path,
+        seed: int | None = None,
+        server_metrics: bool = False,
+    ) -> Iterator[Measure]:
+        yield self.measurer(config, self.slos, seed=seed, server_metrics=server_metrics)
+
+
+class EngineBackend:
+    """A real engine: launched per trial, loaded by ``servetune bench``, stopped."""
+
+    def __init__(
+        self,
+        engine: str,
+        model: str,
+        workload: BenchConfig,
+        slos: list[SloSpec],
+        options: Mapping[str, Any] | None = None,
+        gpus: list[str] | None = None,
+        sim: SimBackend | None = None,
+        ready_timeout_s: float = 300.0,
+        warmup_requests: int = 8,
+    ) -> None:
+        self.engine, self.model, self.workload, self.slos = engine, model, workload, slos
+        self.options = dict(options or {})
+        self.gpus = list(gpus or [])
+        self.sim = sim
+        self.ready_timeout_s = ready_timeout_s
+        self.warmup_requests = warmup_requests
+
+    def screen(self, config: Mapping[str, Any]) -> str | None:
+        from servetune.knobs import check_config
+
+        try:
+            check_config(self.engine, config)
+        except ConfigError as exc:
+            return exc.message
+        if self.sim is not None and self.engine in ("vllm", "sglang", "tgi"):
+            return self.sim.screen(config)
+        return None
+
+    def predict(self, config: Mapping[str, Any], slos: list[SloSpec]) -> float | None:
+        if self.sim is None:
+            return None
+        try:
+            return self.sim.predict(config, slos)
+        except ServetuneError:
+            return None
+
+    def _spec(self, config: Mapping[str, Any]) -> Any:
+        from servetune.engines.commands import EngineOptions, build_command
+        from servetune.engines.knobs import EngineKnobs
+        from servetune.engines.process import free_port
+
+        opts = dict(self.options)
+        env = dict(opts.pop("env", {}) or {})
+        if self.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpus)
+        return build_command(
+            self.engine,
+            self.model,
+            EngineKnobs(**config),
+            EngineOptions(**opts, env=env),
+            port=free_port(),
+        )
+
+    @contextlib.contextmanager
+    def session(
+        self,
+        config: Mapping[str, Any],
+        trial_dir: Path,
+        seed: int | None = None,
+        server_metrics: bool = True,
+    ) -> Iterator[Measure]:
+        from servetune.engines.process import launch
+
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        spec = self._spec(config)
+        log = trial_dir / "engine.log"
+        eng = asyncio.run(launch(spec, log, self.ready_timeout_s))
+        probes = 0
+
+        def died() -> str | None:
+            if eng.alive():
+                return None
+            found = eng.failure()
+            from servetune.engines.failures import last_error_line
+
+            line = found.line if found is not None else last_error_line(eng.engine_lines())
+            return (
+                f"{self.engine} exited with status {eng.returncode()} under load: "
+                f"{line or 'nothing in its log'} (log: {log})"
+            )
+
+        def measure(rate: float) -> Probe:
+            nonlocal probes
+            probes += 1
+            from servetune.loadgen.bench import bench
+
+            update: dict[str, Any] = {"seed": seed} if seed is not None else {}
+            cfg = self.workload.model_copy(
+                update={
+                    **update,
+                    "request_rate": rate,
+                    "base_url": spec.base_url,
+                    "model": spec.served_model_name,
+                    "goodput": as_goodput(self.slos),
+                }
+            )
+            try:
+                result = bench(
+                    cfg,
+                    trial_dir / f"probe-{probes}-rate-{rate:.3g}",
+                    progress=False,
+                    overwrite=True,
+                )
+            except ServetuneError as exc:
+                return Probe(rate=rate, meets=False, error=died() or exc.message)
+            dead = died()
+            if dead is not None:
+                return Probe(rate=rate, meets=False, error=dead)
+            return probe_of(rate, result, self.slos)
+
+        try:
+            if self.warmup_requests:
+                from servetune.loadgen.bench import bench
+
+                warm = self.workload.model_copy(
+                    update={
+                        "request_rate": math.inf,
+                        "max_concurrency": 4,
+                        "num_prompts": self.warmup_requests,
+                        "base_url": spec.base_url,
+                        "model": spec.served_model_name,
+                        "duration_s": None,
+                    }
+                )
+                bench(
+                    warm, trial_dir / "warmup", progress=False, overwrite=True, scrape_metrics=False
+                )
+            yield measure
+        finally:
+            eng.stop()
+
+
+def engine_error_reason(exc: BaseException) -> str:
+    """One line for a trial that failed to start."""
+    if isinstance(exc, EngineError):
+        return exc.message + (f" ({exc.hint})" if exc.hint else "")
+    if isinstance(exc, ServetuneError):
+        return exc.message
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,251 @@
+"""After the search: repeats of the best configurations ranked under noise, the
+one-knob-at-a-time table around the winner, the Pareto front, the command line, the gain
+over the default and the verdict.
+
+Repeats: each of the ``top_k`` best distinct configurations (and the engine's default) has
+its SLO-max rate searched ``repeats`` times more with other draws of the workload (seed + r).
+They are ranked by ``median − k·MAD`` (MAD: the median absolute deviation from the median),
+so a configuration that wins once by luck does not beat one that is steadily good; one
+whose repeats spread more than ``unstable_spread`` of their median ((max − min) / median) is
+flagged *unstable*.
+
+One knob at a time (the seed's step 4): from the winner, each searched knob one step down and
+one step up its grid, alone, measured at the winner's SLO-max rate: P50/P99 TTFT and TPOT,
+tok/s, KV-cache and GPU use, and whether the SLOs still hold.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from servetune.errors import ServetuneError
+from servetune.knobs import render_command
+from servetune.tune.backends import Backend, engine_error_reason
+from servetune.tune.model import OfatRow, Repeat, TrialRecord, TuneResult, TuneSpec
+from servetune.tune.search import find_slo_max
+from servetune.tune.space import neighbours
+
+REPEAT_SEED_STEP = 1009
+
+
+def _key(params: dict[str, Any]) -> str:
+    return repr(sorted((k, repr(v)) for k, v in params.items()))
+
+
+def command_line(spec: TuneSpec, config: dict[str, Any]) -> str:
+    """The exact command that serves the model with CONFIG (the simulated engine's
+    configuration is vLLM's: ``vllm serve …``)."""
+    engine = "vllm" if spec.engine == "sim" else spec.engine
+    return render_command(engine, spec.model, config).shell()
+
+
+def repeat_config(
+    spec: TuneSpec,
+    backend: Backend,
+    rec: TrialRecord,
+    out_dir: Path,
+) -> Repeat:
+    values: list[float | None] = [rec.slo_max]
+    note = ""
+    for r in range(1, spec.repeats):
+        seed = spec.workload.seed + r * REPEAT_SEED_STEP
+        try:
+            with backend.session(rec.config, out_dir / f"r{r}", seed=seed) as measure:
+                res = find_slo_max(
+                    measure, rec.slo_max or 1.0, max_probes=spec.probes, tol=spec.tol
+                )
+        except ServetuneError as exc:
+            values.append(None)
+            note = engine_error_reason(exc)
+            continue
+        if res.error is not None:
+            values.append(None)
+            note = res.error
+        else:
+            values.append(res.slo_max or 0.0)
+    got = [v for v in values if v is not None]
+    rep = Repeat(params=rec.params, config=rec.config, values=values, note=note)
+    if got:
+        med = statistics.median(got)
+        mad = statistics.median(abs(v - med) for v in got)
+        rep.median, rep.mad = med, mad
+        rep.score = med - spec.mad_k * mad
+        spread = (max(got) - min(got)) / med if med > 0 else 0.0
+        rep.unstable = spread > spec.unstable_spread or len(got) < len(values)
+        if rep.unstable and not note:
+            note = f"repeats spread {spread:.0%} of their median"
+        rep.note = note
+    return rep
+
+
+def ofat(
+    spec: TuneSpec,
+    backend: Backend,
+    best: TrialRecord,
+    rate: float,
+    out_dir: Path,
+) -> list[OfatRow]:
+    rows: list[OfatRow] = []
+
+    def measure_one(params: dict[str, Any], knob: str, value: Any, direction: str) -> None:
+        config = spec.space.config(params)
+        row = OfatRow(knob=knob, value=value, direction=direction)  # type: ignore[arg-type]
+        reason = backend.screen(config)
+        if reason is not None:
+            row.status = f"rejected: {reason}"
+            rows.append(row)
+            return
+        sub = out_dir / f"{knob}-{direction}"
+        try:
+            with backend.session(config, sub, server_metrics=True) as measure:
+                p = measure(rate)
+        except ServetuneError as exc:
+            row.status = f"failed: {engine_error_reason(exc)}"
+            rows.append(row)
+            return
+        if p.error is not None:
+            row.status = f"failed: {p.error}"
+        else:
+            row.status = "meets SLOs" if p.meets else f"misses: {p.limiting}"
+            row.figures = dict(p.figures)
+        rows.append(row)
+
+    measure_one(best.params, "—", "", "best")
+    for d in spec.space.dims:
+        for value in neighbours(spec.space, best.params, d.name):
+            cur = spec.space.dim(d.name).index(best.params[d.name])
+            direction = "up" if d.index(value) > cur else "down"
+            measure_one({**best.params, d.name: value}, d.name, value, direction)
+    return rows
+
+
+def pareto_front(trials: list[TrialRecord]) -> list[TrialRecord]:
+    """Trials not beaten on both throughput (higher) and P99 E2E latency (lower)."""
+    pts = [
+        t
+        for t in trials
+        if t.throughput and t.p99_latency_ms is not None and t.status in ("ok", "pruned")
+    ]
+    out = []
+    for t in pts:
+        assert t.throughput is not None and t.p99_latency_ms is not None
+        dominated = any(
+            o is not t
+            and (o.throughput or 0) >= t.throughput
+            and (o.p99_latency_ms or 0) <= t.p99_latency_ms
+            and ((o.throughput or 0) > t.throughput or (o.p99_latency_ms or 0) < t.p99_latency_ms)
+            for o in pts
+        )
+        if not dominated:
+            out.append(t)
+    return sorted(out, key=lambda t: t.throughput or 0.0)
+
+
+def finish(
+    result: TuneResult,
+    backend: Backend,
+    out_dir: Path,
+    echo: Callable[[str], None] = print,
+    measure_more: bool = True,
+) -> TuneResult:
+    """Fill repeats, OFAT, Pareto, best, default, gain and verdict in RESULT (in place)."""
+    spec = result.spec
+    trials = [t for t in result.trials if t.status != "duplicate"]
+    measured = [t for t in trials if t.status == "ok" and t.value]
+    default = next((t for t in trials if all(v == "default" for v in t.params.values())), None)
+    result.default = default
+    result.pareto = pareto_front(trials)
+    if not measured:
+        result.status = "no-config-meets"
+        result.verdict = _no_config_verdict(spec, trials)
+        return result
+    ranked = sorted(measured, key=lambda t: t.value or 0.0, reverse=True)
+    distinct: list[TrialRecord] = []
+    for t in ranked:
+        if _key(t.params) not in {_key(d.params) for d in distinct}:
+            distinct.append(t)
+    top = distinct[: spec.top_k]
+    if (
+        default is not None
+        and default.status == "ok"
+        and _key(default.params) not in {_key(t.params) for t in top}
+    ):
+        top.append(default)
+    best = top[0]
+    if spec.objective == "slo-max" and spec.repeats > 1 and measure_more:
+        echo(f"repeating the {len(top)} best configurations {spec.repeats}× (other seeds)")
+        result.repeats = [
+            repeat_config(spec, backend, t, out_dir / "repeats" / f"{t.number:04d}") for t in top
+        ]
+        scored = [(r, t) for r, t in zip(result.repeats, top, strict=True) if r.score is not None]
+        if scored:
+            best = max(scored, key=lambda rt: (rt[0].score or 0.0, not rt[0].unstable))[1]
+    result.best = best
+    result.best_command = command_line(spec, best.config)
+    best_rep = next((r for r in result.repeats if _key(r.params) == _key(best.params)), None)
+    base_rep = next(
+        (r for r in result.repeats if default and _key(r.params) == _key(default.params)), None
+    )
+    b_val = best_rep.median if best_rep and best_rep.median else best.value
+    d_val = (base_rep.median if base_rep and base_rep.median else None) or (
+        default.value if default else None
+    )
+    if b_val and d_val:
+        result.gain_over_default = b_val / d_val - 1.0
+    if spec.objective == "slo-max" and measure_more and b_val:
+        echo("one knob at a time around the best configuration")
+        result.ofat = ofat(spec, backend, best, b_val, out_dir / "ofat")
+    result.status = "complete"
+    result.verdict = _verdict(spec, result, b_val, d_val, best_rep)
+    return result
+
+
+def _no_config_verdict(spec: TuneSpec, trials: list[TrialRecord]) -> str:
+    slo = ", ".join(s.text() for s in spec.slos) or "the objective"
+    tried = [t for t in trials if t.probes]
+    if not tried:
+        reasons = sorted({t.reason or t.status for t in trials})
+        return f"No configuration could be measured ({len(trials)} tried): " + "; ".join(
+            reasons[:3]
+        )
+
+    def closeness(t: TrialRecord) -> float:
+        lowest = min(t.probes, key=lambda p: p.rate)
+        return lowest.worst_ratio if lowest.worst_ratio is not None else float("inf")
+
+    near = min(tried, key=closeness)
+    lowest = min(near.probes, key=lambda p: p.rate)
+    figures = ", ".join(
+        f"{k} {v:.4g}" for k, v in lowest.figures.items() if v is not None and k.startswith("p")
+    )
+    return (
+        f"No configuration meets the SLOs ({slo}) at any rate tried. Closest: trial "
+        f"{near.number} {near.config or '(engine defaults)'} at {lowest.rate:.3g} req/s — "
+        f"limited by {lowest.limiting} ({(lowest.worst_ratio or 0):.2f}× its limit; {figures}). "
+        "Relax that SLO, shorten the requests, or add GPUs."
+    )
+
+
+def _verdict(
+    spec: TuneSpec, result: TuneResult, b_val: float | None, d_val: float | None, rep: Any
+) -> str:
+    assert result.best is not None
+    what = {
+        "slo-max": "req/s within the SLOs",
+        "goodput": "req/s of goodput",
+        "throughput": "output tok/s",
+        "pareto": "output tok/s",
+    }[spec.objective]
+    spread = ""
+    if rep is not None and rep.median is not None:
+        vals = [v for v in rep.values if v is not None]
+        spread = f" (median of {len(vals)}: {min(vals):.3g}–{max(vals):.3g})"
+        if rep.unstable:
+            spread += " UNSTABLE"
+    gain = ""
+    if result.gain_over_default is not None and d_val:
+        gain = f"; the engine's default serves {d_val:.3g} ({result.gain_over_default:+.0%})"
+    return f"Best: {b_val:.3g} {what}{spread} with {result.best.config or 'the defaults'}{gain}."

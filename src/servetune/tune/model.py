@@ -1,0 +1,119 @@
+"""What ``tune`` reads and writes: the study's spec (stored in the study itself, so a worker
+on another host needs only its name and storage), one trial's record, and ``tune.json``."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from servetune.results.schema import BenchConfig
+from servetune.tune.search import Probe
+from servetune.tune.slo import SloSpec
+from servetune.tune.space import Space
+
+Objective = Literal["slo-max", "goodput", "throughput", "pareto"]
+TrialStatus = Literal["ok", "no-rate", "rejected", "failed", "pruned", "duplicate"]
+"""ok: measured; no-rate: measured, no rate met the SLOs; rejected: the memory planner (or
+the knob rules) refused it, never launched; failed: the engine would not start or died under
+load; pruned: could not beat the best so far (stopped early); duplicate: a point measured
+before (its result reused)."""
+
+
+class TuneSpec(BaseModel):
+    """Everything a trial needs, stored in the study (``user_attrs['spec']``)."""
+
+    engine: str
+    """vllm, vllm-cpu, sglang, tgi, llama.cpp, sim — or "url" for a server already running."""
+    model: str
+    gpu: str | None = None
+    """The GPU type (the simulated engine and the memory planner need it)."""
+    gpus: list[str] = Field(default_factory=list)
+    """Device ids given (CUDA_VISIBLE_DEVICES); their number bounds tensor parallelism."""
+    base_url: str | None = None
+    workload: BenchConfig
+    """The base load of every probe (its rate is set per probe)."""
+    slos: list[SloSpec] = Field(default_factory=list)
+    objective: Objective = "slo-max"
+    space: Space
+    trials: int = 30
+    time_budget_s: float | None = None
+    repeats: int = 3
+    top_k: int = 3
+    mad_k: float = 1.0
+    unstable_spread: float = 0.15
+    """Repeats whose (max − min) / median exceed this are flagged unstable."""
+    seed: int = 0
+    probes: int = 8
+    tol: float = 0.05
+    engine_options: dict[str, Any] = Field(default_factory=dict)
+    """engines.commands.EngineOptions fields (executable, dtype, enforce_eager, …)."""
+    ready_timeout_s: float = 300.0
+    warmup_requests: int = 8
+    sim_gpu: str | None = None
+    sim_model: str | None = None
+    """The catalog entries the simulated engine predicts with (warm start, pruning)."""
+
+
+class TrialRecord(BaseModel):
+    """One trial, as ``trials.jsonl`` and ``tune.json`` hold it."""
+
+    number: int
+    params: dict[str, Any]
+    config: dict[str, Any]
+    status: TrialStatus
+    value: float | None = None
+    """The objective (SLO-max req/s, goodput, throughput)."""
+    slo_max: float | None = None
+    upper: float | None = None
+    p99_latency_ms: float | None = None
+    throughput: float | None = None
+    predicted: float | None = None
+    """The simulated engine's SLO-max for this configuration (the search's start)."""
+    limiting: str | None = None
+    reason: str | None = None
+    """Why it was rejected or failed (the planner's or the engine's log line)."""
+    probes: list[Probe] = Field(default_factory=list)
+    duration_s: float = 0.0
+    worker: str | None = None
+
+
+class Repeat(BaseModel):
+    params: dict[str, Any]
+    config: dict[str, Any]
+    values: list[float | None]
+    median: float | None = None
+    mad: float | None = None
+    score: float | None = None
+    """median − k·MAD: the ranking under noise."""
+    unstable: bool = False
+    note: str = ""
+
+
+class OfatRow(BaseModel):
+    knob: str
+    value: Any
+    direction: Literal["best", "down", "up"]
+    status: str = "ok"
+    figures: dict[str, float | None] = Field(default_factory=dict)
+
+
+class TuneResult(BaseModel):
+    """``tune.json``."""
+
+    kind: Literal["tune"] = "tune"
+    status: Literal["running", "complete", "interrupted", "failed", "no-config-meets"] = "running"
+    study: str
+    storage: str
+    spec: TuneSpec
+    trials: list[TrialRecord] = Field(default_factory=list)
+    best: TrialRecord | None = None
+    best_command: str | None = None
+    default: TrialRecord | None = None
+    gain_over_default: float | None = None
+    """best / default − 1 on the objective, both measured in this study."""
+    repeats: list[Repeat] = Field(default_factory=list)
+    ofat: list[OfatRow] = Field(default_factory=list)
+    pareto: list[TrialRecord] = Field(default_factory=list)
+    verdict: str = ""
+    warnings: list[str] = Field(default_factory=list)

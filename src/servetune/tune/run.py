@@ -1,0 +1,256 @@
+"""``tune`` from start to finish: the spec, the backend, the planner's screen of the whole
+space, the study (new or resumed), the trials, the repeats, and the files:
+
+``RESULT_DIR/tune.json``      the result (written after every trial, complete at the end)
+``RESULT_DIR/trials.jsonl``   one line per finished trial, appended as each ends (kill-safe)
+``RESULT_DIR/tune.db``        the Optuna study (SQLite; absent with --storage)
+``RESULT_DIR/report.html``    the tune section: best config, trials, Pareto plot, OFAT table
+``RESULT_DIR/trials/NNNN/``   a real engine's log and each probe's run directory
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from servetune.errors import ConfigError, ServetuneError
+from servetune.results.io import LineAppender, ensure_result_dir
+from servetune.tune.backends import Backend, EngineBackend, SimBackend
+from servetune.tune.finish import finish
+from servetune.tune.model import TrialRecord, TuneResult, TuneSpec
+from servetune.tune.study import (
+    TrialRunner,
+    create_study,
+    enqueue_warm_start,
+    load_study,
+    open_storage,
+    optimize,
+    records,
+    storage_url,
+)
+
+TUNE_FILE = "tune.json"
+TRIALS_FILE = "trials.jsonl"
+SCREEN_SAMPLE = 4000
+WARM_START_TRIALS = 40
+WARM_START_TOP = 3
+
+
+def sim_backend_for(spec: TuneSpec) -> SimBackend | None:
+    """The simulated engine for the spec's GPU and model, when its catalogs know them."""
+    gpu = spec.sim_gpu or spec.gpu
+    model = spec.sim_model or spec.model
+    if not gpu:
+        return None
+    try:
+        from servetune.sim.catalog import find_gpu, find_model
+
+        find_gpu(gpu)
+        find_model(model)
+    except ServetuneError:
+        return None
+    return SimBackend(gpu, model, spec.workload, spec.slos)
+
+
+def make_backend(spec: TuneSpec) -> Backend:
+    if spec.engine == "sim":
+        sim = sim_backend_for(spec)
+        if sim is None:
+            raise ConfigError(
+                f"the simulated engine does not know GPU {spec.gpu!r} or model {spec.model!r}",
+                hint="see `servetune sim gpus` and `servetune sim models`",
+            )
+        return sim
+    return EngineBackend(
+        spec.engine,
+        spec.model,
+        spec.workload,
+        spec.slos,
+        options=spec.engine_options,
+        gpus=spec.gpus,
+        sim=sim_backend_for(spec),
+        ready_timeout_s=spec.ready_timeout_s,
+        warmup_requests=spec.warmup_requests,
+    )
+
+
+def _points(spec: TuneSpec, rng: random.Random) -> list[dict[str, Any]]:
+    dims = spec.space.dims
+    if spec.space.size() <= SCREEN_SAMPLE:
+        return [
+            dict(zip([d.name for d in dims], combo, strict=True))
+            for combo in itertools.product(*[d.values for d in dims])
+        ]
+    return [{d.name: rng.choice(d.values) for d in dims} for _ in range(SCREEN_SAMPLE)]
+
+
+def screen_space(spec: TuneSpec, backend: Backend) -> tuple[int, int]:
+    """Screen every point (or a sample of a large space) before anything launches; a space
+    the planner rejects entirely is a ConfigError that says why. Returns (accepted, screened)."""
+    rng = random.Random(spec.seed)
+    points = _points(spec, rng)
+    reasons: dict[str, int] = {}
+    accepted = 0
+    for p in points:
+        why = backend.screen(spec.space.config(p))
+        if why is None:
+            accepted += 1
+        else:
+            reasons[why] = reasons.get(why, 0) + 1
+    if accepted == 0:
+        common = sorted(reasons.items(), key=lambda kv: -kv[1])[:3]
+        raise ConfigError(
+            f"the memory planner rejects every configuration of the space ({len(points)} "
+            "screened, none launched): " + " | ".join(f"{why} (×{n})" for why, n in common),
+            hint="widen the space (--knob), lower --max-model-len or the SLO's load, or use a "
+            "GPU with more memory",
+        )
+    return accepted, len(points)
+
+
+def warm_start(spec: TuneSpec, study: Any, echo: Callable[[str], None]) -> None:
+    """Real engines: a quick search on the simulated engine; its best configurations are
+    the first ones launched (after the default)."""
+    sim = sim_backend_for(spec)
+    if sim is None or spec.engine == "sim" or not spec.slos:
+        return
+    import optuna
+
+    echo("warm start: searching the space on the simulated engine first")
+    scored: list[tuple[float, dict[str, Any]]] = []
+    local = optuna.create_study(
+        direction="maximize", sampler=optuna.samplers.TPESampler(seed=spec.seed)
+    )
+
+    def objective(trial: optuna.Trial) -> float:
+        params = {d.name: trial.suggest_categorical(d.name, d.values) for d in spec.space.dims}
+        value = sim.predict(spec.space.config(params), spec.slos) or 0.0
+        scored.append((value, params))
+        return value
+
+    local.optimize(objective, n_trials=min(WARM_START_TRIALS, spec.space.size()))
+    seen: set[str] = set()
+    top: list[dict[str, Any]] = []
+    for value, params in sorted(scored, key=lambda x: -x[0]):
+        key = repr(sorted(params.items(), key=lambda kv: kv[0]))
+        if value > 0 and key not in seen:
+            seen.add(key)
+            top.append(params)
+        if len(top) >= WARM_START_TOP:
+            break
+    enqueue_warm_start(study, top)
+
+
+def trial_line(rec: TrialRecord) -> str:
+    cfg = " ".join(f"{k}={v}" for k, v in rec.config.items()) or "(engine defaults)"
+    if rec.status in ("ok", "duplicate") and rec.value is not None:
+        what = f"{rec.value:.3g}"
+    else:
+        what = "–"
+    tail = rec.reason or (f"limited by {rec.limiting}" if rec.limiting else "")
+    return f"  trial {rec.number:>3} {rec.status:<9} {what:>8}  {cfg}" + (
+        f"  [{tail}]" if tail else ""
+    )
+
+
+def write_result(out_dir: Path, result: TuneResult) -> Path:
+    path = out_dir / TUNE_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_bytes(orjson.dumps(result.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+    tmp.replace(path)
+    return path
+
+
+def read_result(out_dir: Path) -> TuneResult:
+    return TuneResult.model_validate_json((out_dir / TUNE_FILE).read_bytes())
+
+
+def run_tune(
+    spec: TuneSpec,
+    result_dir: Path,
+    *,
+    storage: str | None = None,
+    study_name: str | None = None,
+    resume: bool = False,
+    echo: Callable[[str], None] = print,
+    coordinate: bool = True,
+) -> TuneResult:
+    """Run (or resume) a study, then finish it (``coordinate``: repeats, OFAT, files)."""
+    out = ensure_result_dir(result_dir)
+    url = storage_url(out, storage)
+    name = study_name or "servetune-tune"
+    backend = make_backend(spec)
+    accepted, screened = screen_space(spec, backend)
+    echo(
+        f"space: {len(spec.space.dims)} knobs, {spec.space.size()} configurations; the planner "
+        f"accepts {accepted} of {screened} screened"
+    )
+    st = open_storage(url)
+    study, spec = create_study(spec, name, st, resume)
+    backend = make_backend(spec)  # a resumed study keeps its own seeds
+    fresh = len(study.trials) <= 1
+    if fresh:
+        warm_start(spec, study, echo)
+    result = TuneResult(study=name, storage=url.split("@")[-1], spec=spec)
+    lines = LineAppender(out / TRIALS_FILE)
+
+    def on_record(rec: TrialRecord) -> None:
+        lines.write(orjson.dumps(rec.model_dump(mode="json")) + b"\n")
+        echo(trial_line(rec))
+        result.trials = records(study)
+        write_result(out, result)
+
+    runner = TrialRunner(spec, backend, out, echo=echo, on_record=on_record)
+    try:
+        optimize(study, spec, runner)
+    except KeyboardInterrupt:
+        result.trials = records(study)
+        result.status = "interrupted"
+        write_result(out, result)
+        raise
+    finally:
+        lines.close()
+    result.trials = records(study)
+    if coordinate:
+        finish(result, backend, out, echo)
+        write_result(out, result)
+        from servetune.tune.html import write_html
+
+        write_html(out, result)
+    return result
+
+
+def run_worker(
+    name: str,
+    storage: str,
+    result_dir: Path,
+    gpus: list[str] | None = None,
+    echo: Callable[[str], None] = print,
+    trials: int | None = None,
+) -> list[TrialRecord]:
+    """Join a study started elsewhere and run its trials on the GPUs given."""
+    out = ensure_result_dir(result_dir)
+    url = storage_url(out, storage)
+    study, spec = load_study(name, open_storage(url))
+    if gpus is not None:
+        spec = spec.model_copy(update={"gpus": gpus})
+    if trials is not None:
+        spec = spec.model_copy(update={"trials": trials})
+    backend = make_backend(spec)
+    lines = LineAppender(out / TRIALS_FILE)
+
+    def on_record(rec: TrialRecord) -> None:
+        lines.write(orjson.dumps(rec.model_dump(mode="json")) + b"\n")
+        echo(trial_line(rec))
+
+    runner = TrialRunner(spec, backend, out, echo=echo, on_record=on_record)
+    try:
+        optimize(study, spec, runner)
+    finally:
+        lines.close()
+    return records(study)

@@ -1,0 +1,119 @@
+"""The SLO-max rate of one configuration: a short search over request rates.
+
+Starts from a predicted rate (the simulated engine's, or the best so far), then:
+
+1. *bracket*: a probe that meets the SLOs raises the rate (×``GROWTH``), one that misses
+   lowers it (÷``GROWTH``), until one meets and one misses; a probe whose achieved throughput
+   fell short of the offered rate shows the server saturated there, and the SLO-max cannot
+   be above what it achieved (the knee's evidence caps the upper end);
+2. *bisect* geometrically between the highest rate that met and the lowest that missed,
+   until they are within ``tol`` of each other or the probes run out;
+3. *stop early* when the upper end falls below the rate to beat (the best configuration so
+   far): this one cannot win, and more probes would only say by how much.
+
+The result is the highest rate measured to meet the SLOs (never an interpolation).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from pydantic import BaseModel, Field
+
+GROWTH = 1.6
+DEFAULT_TOL = 0.05
+DEFAULT_MAX_PROBES = 8
+SATURATED = 0.95
+"""A probe achieving less than 95% of its offered rate saturated the server."""
+
+
+class Probe(BaseModel):
+    """One measured rate."""
+
+    rate: float
+    meets: bool
+    throughput: float = 0.0
+    """Requests/s completed (achieved)."""
+    limiting: str | None = None
+    worst_ratio: float | None = None
+    failed_share: float = 0.0
+    figures: dict[str, float | None] = Field(default_factory=dict)
+    error: str | None = None
+    """Set when the probe could not be measured (the engine died): the search stops."""
+
+
+class SearchOutcome(BaseModel):
+    slo_max: float | None = None
+    """Highest rate measured to meet the SLOs (None: not even the lowest probe did)."""
+    upper: float | None = None
+    """Lowest rate measured to miss them (None: never missed)."""
+    probes: list[Probe] = Field(default_factory=list)
+    pruned: bool = False
+    """Stopped because it could not beat the rate to beat."""
+    error: str | None = None
+    limiting: str | None = None
+    """What limited the configuration at its upper end (the SLO missed first)."""
+
+
+def find_slo_max(
+    measure: Callable[[float], Probe],
+    start: float,
+    *,
+    floor: float = 0.05,
+    ceiling: float = 1e5,
+    tol: float = DEFAULT_TOL,
+    max_probes: int = DEFAULT_MAX_PROBES,
+    beat: float | None = None,
+) -> SearchOutcome:
+    """The SLO-max rate (see the module docstring); ``measure(rate)`` runs one probe."""
+    out = SearchOutcome()
+    lo: float | None = None  # highest rate that met
+    hi: float | None = None  # lowest rate that missed
+    cap = ceiling
+    rate = min(max(start, floor), ceiling)
+
+    def run(r: float) -> Probe | None:
+        p = measure(r)
+        out.probes.append(p)
+        if p.error is not None:
+            out.error = p.error
+            return None
+        return p
+
+    while len(out.probes) < max_probes:
+        p = run(rate)
+        if p is None:
+            break
+        if p.meets:
+            lo = rate if lo is None else max(lo, rate)
+        else:
+            hi = rate if hi is None else min(hi, rate)
+            out.limiting = p.limiting
+        if p.throughput > 0 and p.throughput < SATURATED * rate:
+            cap = min(cap, p.throughput * 1.02)
+        if beat is not None and ((hi is not None and hi <= beat) or cap <= beat):
+            # the SLO-max lies below the rate to beat: this configuration cannot win
+            out.pruned = True
+            break
+        if lo is None:
+            if rate <= floor:
+                break
+            rate = max(floor, rate / GROWTH)
+            if hi is not None and p.throughput > 0:
+                # saturated: the SLO-max lies below what it achieved
+                rate = max(floor, min(rate, p.throughput * 0.9))
+            continue
+        if hi is None:
+            if rate >= cap or rate >= ceiling:
+                break
+            rate = min(rate * GROWTH, cap, ceiling)
+            if rate <= lo * (1 + tol):
+                break
+            continue
+        if hi / lo <= 1 + tol:
+            break
+        rate = math.sqrt(lo * hi)
+    out.slo_max = lo
+    out.upper = hi
+    return out

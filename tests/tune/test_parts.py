@@ -1,0 +1,89 @@
+"""The tuner's parts on their own: SLO syntax, the rate search, the space."""
+
+from __future__ import annotations
+
+import pytest
+
+from servetune.errors import ConfigError
+from servetune.tune.search import Probe, find_slo_max
+from servetune.tune.slo import parse_slo, parse_slos
+from servetune.tune.space import DEFAULT, build_space, neighbours
+
+
+def test_slo_syntax() -> None:
+    s = parse_slo("ttft:p99<=500")
+    assert (s.metric, s.stat, s.limit_ms) == ("ttft", "p99", 500.0)
+    assert parse_slo("tpot:50").stat == "p99"
+    assert parse_slo("e2el:p90<8000").stat == "p90"
+    assert parse_slo("itl:median<=20").stat == "p50"
+    assert [x.metric for x in parse_slos(["ttft:500,tpot:p50<=20"])] == ["ttft", "tpot"]
+    for bad in ("latency:p99<=5", "ttft:p42<=5", "ttft:p99<=-1", "ttft"):
+        with pytest.raises(ConfigError):
+            parse_slo(bad)
+
+
+def _threshold(limit: float, capacity: float = 1e9) -> tuple[list[float], object]:
+    seen: list[float] = []
+
+    def measure(rate: float) -> Probe:
+        seen.append(rate)
+        return Probe(
+            rate=rate,
+            meets=rate <= min(limit, capacity),
+            throughput=min(rate, capacity),
+            limiting="P99 TTFT",
+        )
+
+    return seen, measure
+
+
+@pytest.mark.parametrize("start", [0.5, 7.0, 40.0])
+def test_search_brackets_then_bisects(start: float) -> None:
+    seen, measure = _threshold(7.3)
+    out = find_slo_max(measure, start, tol=0.05, max_probes=12)  # type: ignore[arg-type]
+    assert out.slo_max is not None and out.upper is not None
+    assert out.slo_max <= 7.3 < out.upper <= out.slo_max * 1.05 + 1e-9
+    assert len(seen) <= 12
+
+
+def test_search_uses_saturation_and_prunes_below_the_best() -> None:
+    seen, measure = _threshold(9.0, capacity=5.0)
+    out = find_slo_max(measure, 4.0, beat=6.0)  # type: ignore[arg-type]
+    assert out.pruned and out.slo_max is not None and out.slo_max < 6.0
+    assert len(seen) <= 3
+
+
+def test_no_rate_meets() -> None:
+    _, measure = _threshold(0.0)
+    out = find_slo_max(measure, 2.0, floor=0.1)  # type: ignore[arg-type]
+    assert out.slo_max is None and out.limiting == "P99 TTFT"
+
+
+def test_space_from_the_registry() -> None:
+    sp = build_space("sim")
+    names = [d.name for d in sp.dims]
+    assert "max_num_seqs" in names and "tensor_parallel_size" not in names
+    assert all(d.values[0] == DEFAULT for d in sp.dims)
+    assert 1024 in sp.dim("max_num_seqs").values
+    four = build_space("vllm", gpus=4)
+    assert set(four.dim("tensor_parallel_size").values) == {DEFAULT, 1, 2, 4}
+    small = build_space(
+        "vllm", ["max_num_seqs=16,64", "max_num_batched_tokens"], ["gpu_memory_utilization=0.85"]
+    )
+    assert [d.name for d in small.dims] == ["max_num_seqs", "max_num_batched_tokens"]
+    assert small.dim("max_num_seqs").values == [DEFAULT, 16, 64]
+    assert small.config({"max_num_seqs": 64, "max_num_batched_tokens": DEFAULT}) == {
+        "gpu_memory_utilization": 0.85,
+        "max_num_seqs": 64,
+    }
+    assert neighbours(small, {"max_num_seqs": 16}, "max_num_seqs") == [64]
+
+
+def test_a_knob_the_engine_lacks_names_the_engine() -> None:
+    with pytest.raises(ConfigError) as e:
+        build_space("llama.cpp", ["gpu_memory_utilization=0.8,0.9"])
+    assert "llama.cpp" in e.value.message
+    with pytest.raises(ConfigError):
+        build_space("sim", ["max_num_seqs=8"], ["max_num_seqs=16"])
+    with pytest.raises(ConfigError):
+        build_space("sim", ["max_num_seqs=lots"])

@@ -1,0 +1,170 @@
+"""``servetune tune`` end to end on the simulated engine: it beats the default, writes its
+files, says why when nothing meets the SLOs, refuses a space the planner rejects before
+launching anything, and resumes a study losing no finished trial."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from servetune.cli import main
+from servetune.knobs import parse_command
+
+BASE = ["tune", "--engine", "sim", "--num-prompts", "200", "--probes", "7"]
+# H100: vLLM's default (1024 sequences, 8192 tokens, bf16 weights) against an FP8-weight
+# option and smaller batches, under a tight TPOT SLO
+SCENARIO = [
+    "--gpu",
+    "H100-80GB",
+    "--slo",
+    "ttft:p99<=300",
+    "--slo",
+    "tpot:p99<=30",
+    "--knob",
+    "quantization",
+    "--knob",
+    "max_num_seqs=64,256,1024",
+]
+
+
+def test_tune_beats_the_default_and_writes_everything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "t"
+    code = main(
+        [
+            *BASE,
+            *SCENARIO,
+            "--trials",
+            "8",
+            "--repeats",
+            "2",
+            "--top-k",
+            "2",
+            "--result-dir",
+            str(out),
+        ]
+    )
+    text = capsys.readouterr().out
+    assert code == 0, text
+    r = json.loads((out / "tune.json").read_text())
+    assert r["status"] == "complete"
+    default = r["default"]
+    best = r["best"]
+    assert default["params"] == {"quantization": "default", "max_num_seqs": "default"}
+    assert best["value"] > 1.1 * default["value"], (best, default)
+    assert r["gain_over_default"] > 0.1
+    parsed = parse_command(r["best_command"])
+    assert parsed.engine == "vllm" and parsed.values == best["config"]
+    assert {o["direction"] for o in r["ofat"]} >= {"best"}
+    assert len(r["repeats"]) >= 2 and all(len(x["values"]) == 2 for x in r["repeats"])
+    lines = (out / "trials.jsonl").read_text().splitlines()
+    assert len(lines) == len(r["trials"])
+    assert (out / "report.html").read_text().count("<svg") >= 1
+    assert "command: vllm serve" in text and "one knob at a time" in text
+
+
+def test_no_config_meets_the_slo_says_what_limits_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [
+            *BASE,
+            "--slo",
+            "ttft:p99<=5",
+            "--knob",
+            "max_num_seqs=64,256",
+            "--trials",
+            "3",
+            "--repeats",
+            "1",
+            "--result-dir",
+            str(tmp_path / "t"),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "No configuration meets the SLOs" in out and "P99 TTFT ≤ 5 ms" in out
+    r = json.loads((tmp_path / "t" / "tune.json").read_text())
+    assert r["status"] == "no-config-meets" and r["best"] is None
+
+
+def test_a_space_the_planner_rejects_is_said_before_any_launch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [
+            "tune",
+            "--engine",
+            "sim",
+            "--gpu",
+            "L4",
+            "--model",
+            "meta-llama/Llama-3.1-70B-Instruct",
+            "--slo",
+            "ttft:500",
+            "--knob",
+            "max_num_seqs=64,256",
+            "--result-dir",
+            str(tmp_path / "t"),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "rejects every configuration" in err
+    assert not (tmp_path / "t" / "trials.jsonl").exists()
+
+
+def test_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(
+            [
+                "tune",
+                "--engine",
+                "llama.cpp",
+                "--model",
+                "m.gguf",
+                "--slo",
+                "ttft:500",
+                "--knob",
+                "gpu_memory_utilization=0.8,0.9",
+            ]
+        )
+        == 2
+    )
+    assert "llama.cpp" in capsys.readouterr().err
+    assert main(["tune", "--engine", "sim", "--trials", "2"]) == 2
+    assert "needs at least one SLO" in capsys.readouterr().err
+    assert main(["tune", "--base-url", "http://127.0.0.1:1/v1", "--slo", "ttft:500"]) == 2
+    assert "cannot retune a server" in capsys.readouterr().err
+
+
+def test_resume_keeps_every_finished_trial(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "t"
+    args = [
+        *BASE,
+        "--slo",
+        "ttft:p99<=1000",
+        "--slo",
+        "tpot:p99<=50",
+        "--knob",
+        "max_num_seqs=16,64,256,1024",
+        "--repeats",
+        "1",
+        "--result-dir",
+        str(out),
+    ]
+    assert main([*args, "--trials", "2"]) == 0
+    first = json.loads((out / "tune.json").read_text())["trials"]
+    assert main([*args, "--trials", "2"]) == 2  # the study exists: resume or not?
+    assert "--resume" in capsys.readouterr().err
+    assert main([*args, "--trials", "4", "--resume"]) == 0
+    again = json.loads((out / "tune.json").read_text())["trials"]
+    by_number = {t["number"]: t for t in again}
+    for t in first:
+        assert by_number[t["number"]]["value"] == t["value"]
+    assert sum(1 for t in again if t["status"] in ("ok", "no-rate", "failed")) >= 4
