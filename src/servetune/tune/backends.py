@@ -196,7 +196,7 @@ class EngineBackend:
             check_config(self.engine, config)
         except ConfigError as exc:
             return exc.message
-        if self.sim is not None and self.engine in ("vllm", "sglang", "tgi"):
+        if self.sim is not None and self.engine in ("vllm", "sglang", "tgi", "sim"):
             return self.sim.screen(config)
         return None
 

@@ -58,7 +58,7 @@ def sim_backend_for(spec: TuneSpec) -> SimBackend | None:
 
 
 def make_backend(spec: TuneSpec) -> Backend:
-    if spec.engine == "sim":
+    if spec.engine == "sim" and not spec.realtime:
         sim = sim_backend_for(spec)
         if sim is None:
             raise ConfigError(
@@ -66,12 +66,15 @@ def make_backend(spec: TuneSpec) -> Backend:
                 hint="see `servetune sim gpus` and `servetune sim models`",
             )
         return sim
+    options = dict(spec.engine_options)
+    if spec.engine == "sim":
+        options.setdefault("gpu", spec.gpu)
     return EngineBackend(
         spec.engine,
         spec.model,
         spec.workload,
         spec.slos,
-        options=spec.engine_options,
+        options=options,
         gpus=spec.gpus,
         sim=sim_backend_for(spec),
         ready_timeout_s=spec.ready_timeout_s,
@@ -190,7 +193,7 @@ def run_tune(
         f"space: {len(spec.space.dims)} knobs, {spec.space.size()} configurations; the planner "
         f"accepts {accepted} of {screened} screened"
     )
-    st = open_storage(url)
+    st = open_storage(url, spec.heartbeat_s)
     study, spec = create_study(spec, name, st, resume)
     backend = make_backend(spec)  # a resumed study keeps its own seeds
     fresh = len(study.trials) <= 1
@@ -232,11 +235,12 @@ def run_worker(
     gpus: list[str] | None = None,
     echo: Callable[[str], None] = print,
     trials: int | None = None,
+    heartbeat_s: int = 10,
 ) -> list[TrialRecord]:
     """Join a study started elsewhere and run its trials on the GPUs given."""
     out = ensure_result_dir(result_dir)
     url = storage_url(out, storage)
-    study, spec = load_study(name, open_storage(url))
+    study, spec = load_study(name, open_storage(url, heartbeat_s))
     if gpus is not None:
         spec = spec.model_copy(update={"gpus": gpus})
     if trials is not None:

@@ -38,7 +38,6 @@ from servetune.tune.space import DEFAULT
 
 DB_FILE = "tune.db"
 HEARTBEAT_S = 10
-GRACE_S = 45
 MAX_RETRY = 2
 PRUNE_BELOW = 0.6
 """A prediction below 60% of the best measured SLO-max prunes a real-engine trial."""
@@ -60,11 +59,21 @@ def storage_url(result_dir: Path, storage: str | None) -> str:
     return f"sqlite:///{(result_dir / DB_FILE).resolve()}"
 
 
-def open_storage(url: str) -> optuna.storages.RDBStorage:
+def grace_for(heartbeat_s: int) -> int:
+    """How long a trial may go without a heartbeat before it counts as dead."""
+    return max(3 * heartbeat_s, heartbeat_s + 5)
+
+
+def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S) -> optuna.storages.RDBStorage:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        retry = optuna.storages.RetryFailedTrialCallback(max_retry=MAX_RETRY)
-    kwargs: dict[str, Any] = {"heartbeat_interval": HEARTBEAT_S, "grace_period": GRACE_S}
+        warnings.simplefilter("ignore", FutureWarning)
+        cls = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)
+        retry = (cls or optuna.storages.RetryFailedTrialCallback)(max_retry=MAX_RETRY)
+    kwargs: dict[str, Any] = {
+        "heartbeat_interval": heartbeat_s,
+        "grace_period": grace_for(heartbeat_s),
+    }
     params = inspect.signature(optuna.storages.RDBStorage.__init__).parameters
     if "heartbeat_stale_trial_callback" in params:
         kwargs["heartbeat_stale_trial_callback"] = retry
@@ -234,6 +243,8 @@ class TrialRunner:
                     "status": "duplicate",
                     "reason": f"same as trial {dup.number}",
                     "probes": [],
+                    "worker": self.worker,
+                    "duration_s": 0.0,
                 }
             )
             rec.value = dup.value
