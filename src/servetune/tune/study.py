@@ -143,7 +143,8 @@ def create_study(
         study.set_user_attr("spec", spec.model_dump_json())
         return study, spec
     study.set_user_attr("spec", spec.model_dump_json())
-    study.enqueue_trial(spec.space.default_params(), user_attrs={"role": "default"})
+    if all(DEFAULT in d.values for d in spec.space.dims):
+        study.enqueue_trial(spec.space.default_params(), user_attrs={"role": "default"})
     return study, spec
 
 
