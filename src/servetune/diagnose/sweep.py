@@ -172,11 +172,15 @@ def _limit_finding(
             None,
         )
 
-    # The first level around the knee that shows a cause; else one that saturated (its
-    # limiter); else the first one.
+    # The first level around the knee that shows a cause; else the first that saturated (its
+    # limiter: the levels just past a knee often still keep up, and say nothing of what
+    # stops the server); else the first one.
     row, diag = next(
         ((r, d) for r, d in candidates if cause_of(d)),
-        next(((r, d) for r, d in candidates if d.finding("overloaded")), candidates[0]),
+        next(
+            ((r, d) for r, d in [*candidates, *saturated] if d.finding("overloaded")),
+            candidates[0],
+        ),
     )
     assert diag is not None
     cause = cause_of(diag)
