@@ -175,8 +175,9 @@ def _advice_texts() -> list[tuple[str, str]]:
 
 
 def test_the_checker_catches_what_does_not_exist() -> None:
-    assert check_servetune_line("compare A B") == ["servetune compare: no such command"]
-    assert check_servetune_line("compare") == ["servetune compare: no such command"]
+    assert check_servetune_line("frobnicate A B") == ["servetune frobnicate: no such command"]
+    assert check_servetune_line("frobnicate") == ["servetune frobnicate: no such command"]
+    assert check_servetune_line("compare A B") == []
     assert check_servetune_line("is a toolkit") == []
     assert check_servetune_line("sweep --request-rates auto") == []
     assert check_servetune_line("sweep --rates auto") == ["servetune sweep: no flag --rates"]

@@ -30,10 +30,10 @@ ENGINES = ("vllm", "sglang", "tgi", "llama.cpp")
 
 PROCEDURE = [
     "Change one knob at a time, on the same model and the same traffic; record the old value.",
-    "Re-run the same load (servetune bench or servetune sweep with the same flags, a fresh "
-    "--seed) and compare P50/P99 TTFT, TPOT, throughput, KV and GPU use with the old run; "
-    "trust a difference only when it is larger than the spread of repeated runs "
-    "(servetune sweep --repeats 3).",
+    "Re-run the same load (servetune bench or servetune sweep with the same flags and no "
+    "--seed, so that the server sees fresh prompts) and compare it with the old run: "
+    "servetune compare OLD_DIR NEW_DIR gives P50/P99 TTFT, TPOT, throughput, KV and GPU use "
+    "with 95% intervals and says which differences beat the run-to-run noise.",
     "Roll out through a canary: 5–10% of traffic through the gateway to the new config, roll "
     "back on anomalies, never at peak hours.",
     "After any quantization, run a quality regression (accuracy / perplexity / your own "
