@@ -31,6 +31,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rollout": ("servetune.commands.rollout", "move traffic to a candidate; promote or roll back"),
     "cost": ("servetune.commands.cost", "$/Mtok of a run or a sweep, from GPU list prices"),
     "plan": ("servetune.commands.plan", "cheapest deployment that holds a traffic at its SLOs"),
+    "quality": (
+        "servetune.commands.quality",
+        "does a quantized endpoint still answer like its baseline",
+    ),
     "watch": ("servetune.commands.watch", "a running server's metrics and the seed's rules, live"),
     "export": (
         "servetune.commands.export",
