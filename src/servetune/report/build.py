@@ -10,6 +10,7 @@ from markupsafe import Markup
 from servetune.errors import ResultError
 from servetune.report.csv_export import write_levels_csv
 from servetune.report.data import ReportData, load
+from servetune.report.extras import load_extras
 from servetune.report.figures import Plot, run_plots, sweep_plots
 from servetune.report.findings import diagnose_view
 from servetune.report.html import Figure, render_html
@@ -57,7 +58,9 @@ def build_report(
     diagnosis = diagnose_view(data.path)
     if diagnosis is not None and diagnosis.error:
         data.notes.append(diagnosis.error)
-    html = render_html(data, figures, diagnosis, CSV_FILE)
+    extras = load_extras(data.path)
+    data.notes.extend(extras.notes)
+    html = render_html(data, figures, diagnosis, CSV_FILE, extras)
     html_path = out / HTML_FILE
     html_path.write_text(html, encoding="utf-8")
     return ReportFiles(html=html_path, csv=csv_path, pngs=pngs, data=data)

@@ -12,6 +12,7 @@ from markupsafe import Markup
 
 from servetune import __version__
 from servetune.report.data import ReportData
+from servetune.report.extras import Extras
 from servetune.report.findings import DiagnoseView
 from servetune.results.sweep_schema import LevelRow
 from servetune.sweep import fmt
@@ -112,6 +113,7 @@ def render_html(
     figures: list[Figure],
     diagnosis: DiagnoseView | None,
     csv_name: str | None,
+    extras: Extras | None = None,
 ) -> str:
     sweep = data.sweep
     run = data.first_run if data.levels else None
@@ -164,5 +166,7 @@ def render_html(
         "metric_names": fmt.METRIC_NAMES,
         "fmt_load": fmt.load,
         "isinf": math.isinf,
+        "cost": extras.cost if extras else None,
+        "quality": extras.quality if extras else None,
     }
     return _env().get_template(TEMPLATE).render(**context)
