@@ -12,6 +12,7 @@ import shlex
 import shutil
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -93,34 +94,38 @@ def _knob_args(
     return out.args, out.env
 
 
+@dataclass
+class _Start:
+    """An engine's own part of the command line: what runs and how it listens; the knobs'
+    flags follow it, then ``tail`` (flags that are not knobs), then the user's extra args."""
+
+    argv: list[str]
+    opts: EngineOptions
+    """The options the knobs are rendered with (an engine may fill in its own defaults)."""
+    env: dict[str, str] = field(default_factory=dict)
+    tail: list[str] = field(default_factory=list)
+
+
+def _listen(host: str, port: int, name: str) -> list[str]:
+    """Where vLLM, its CPU build, SGLang and the simulated engine listen, and the served name."""
+    return ["--host", host, "--port", str(port), "--served-model-name", name]
+
+
 def _vllm(
     model: str, knobs: EngineKnobs, opts: EngineOptions, host: str, port: int, name: str
-) -> tuple[list[str], dict[str, str]]:
+) -> _Start:
     exe = opts.executable or "vllm"
-    argv = [exe, "serve", model, "--host", host, "--port", str(port), "--served-model-name", name]
-    args, env = _knob_args("vllm", knobs, opts)
-    return argv + args, env
+    return _Start([exe, "serve", model, *_listen(host, port, name)], opts)
 
 
 def _vllm_cpu(
     model: str, knobs: EngineKnobs, opts: EngineOptions, host: str, port: int, name: str
-) -> tuple[list[str], dict[str, str]]:
+) -> _Start:
     # The CPU build is distributed as `vllm-cpu`, and its `vllm` script refuses to run under
     # that name: start the API server module with the venv's Python instead.
     python = opts.executable or _default_vllm_cpu_python()
-    argv = [
-        python,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        model,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--served-model-name",
-        name,
-    ]
+    argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
+    argv += _listen(host, port, name)
     opts_cpu = opts.model_copy(update={"dtype": opts.dtype or "float32"})
     env = {
         "HF_HUB_OFFLINE": "1",
@@ -130,16 +135,14 @@ def _vllm_cpu(
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
     }
-    args, knob_env = _knob_args("vllm-cpu", knobs, opts_cpu)
-    env.update(knob_env)
-    extra: list[str] = []
+    tail: list[str] = []
     kv_gib = opts.cpu_kv_cache_gib
     if kv_gib is None and knobs.get("gpu_memory_utilization") is None:
         kv_gib = DEFAULT_CPU_KV_CACHE_GIB
     if kv_gib is not None:
         # An explicit pool; VLLM_CPU_KVCACHE_SPACE would do it too, but only in whole GiB.
-        extra += ["--kv-cache-memory-bytes", str(int(kv_gib * 2**30))]
-    return argv + args + extra, env
+        tail += ["--kv-cache-memory-bytes", str(int(kv_gib * 2**30))]
+    return _Start(argv, opts_cpu, env, tail)
 
 
 def _default_vllm_cpu_python() -> str:
@@ -149,56 +152,36 @@ def _default_vllm_cpu_python() -> str:
 
 def _sim(
     model: str, knobs: EngineKnobs, opts: EngineOptions, host: str, port: int, name: str
-) -> tuple[list[str], dict[str, str]]:
+) -> _Start:
     if not opts.gpu:
         raise ConfigError("engine sim needs the GPU to simulate", hint="pass --gpu A100-80GB")
     exe = [opts.executable] if opts.executable else [sys.executable, "-m", "servetune.cli"]
     argv = [*exe, "sim", "serve", "--gpu", opts.gpu, "--model", model]
-    argv += ["--host", host, "--port", str(port), "--served-model-name", name]
-    args, env = _knob_args("sim", knobs, opts)
-    return argv + args, env
+    return _Start([*argv, *_listen(host, port, name)], opts)
 
 
 def _sglang(
     model: str, knobs: EngineKnobs, opts: EngineOptions, host: str, port: int, name: str
-) -> tuple[list[str], dict[str, str]]:
+) -> _Start:
     python = opts.executable or "python3"
-    argv = [
-        python,
-        "-m",
-        "sglang.launch_server",
-        "--model-path",
-        model,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--served-model-name",
-        name,
-        "--enable-metrics",
-    ]
-    args, env = _knob_args("sglang", knobs, opts)
-    return argv + args, env
+    argv = [python, "-m", "sglang.launch_server", "--model-path", model]
+    return _Start([*argv, *_listen(host, port, name), "--enable-metrics"], opts)
 
 
 def _tgi(
     model: str, knobs: EngineKnobs, opts: EngineOptions, host: str, port: int, name: str
-) -> tuple[list[str], dict[str, str]]:
+) -> _Start:
     exe = opts.executable or "text-generation-launcher"
-    argv = [exe, "--model-id", model, "--hostname", host, "--port", str(port)]
-    args, env = _knob_args("tgi", knobs, opts)
-    return argv + args, env
+    return _Start([exe, "--model-id", model, "--hostname", host, "--port", str(port)], opts)
 
 
 def _llama_cpp(
     model: str, knobs: EngineKnobs, opts: EngineOptions, host: str, port: int, name: str
-) -> tuple[list[str], dict[str, str]]:
+) -> _Start:
     exe = opts.executable or _default_llama_server()
     argv = [exe, "-m", model, "--host", host, "--port", str(port), "--metrics", "-a", name]
     # One thread by default: with more, a loaded 2-core box stalls for seconds under load.
-    opts = opts.model_copy(update={"threads": opts.threads or 1})
-    args, env = _knob_args("llama.cpp", knobs, opts)
-    return argv + args, env
+    return _Start(argv, opts.model_copy(update={"threads": opts.threads or 1}))
 
 
 def _default_llama_server() -> str:
@@ -209,9 +192,7 @@ def _default_llama_server() -> str:
     return str(found) if found else "llama-server"
 
 
-_Builder = Callable[
-    [str, EngineKnobs, EngineOptions, str, int, str], tuple[list[str], dict[str, str]]
-]
+_Builder = Callable[[str, EngineKnobs, EngineOptions, str, int, str], _Start]
 BUILDERS: dict[str, _Builder] = {
     "vllm": _vllm,
     "vllm-cpu": _vllm_cpu,
@@ -247,12 +228,12 @@ def build_command(
         name = Path(str(model)).name  # a local folder or file: its name, not its path
     else:
         name = str(model)  # a hub name: served under it, as vLLM does by default
-    argv, env = BUILDERS[engine](str(model), knobs, opts, host, port, name)
-    argv = argv + list(opts.extra_args)
+    start = BUILDERS[engine](str(model), knobs, opts, host, port, name)
+    args, knob_env = _knob_args(engine, knobs, start.opts)
     return LaunchSpec(
         engine=engine,
-        argv=argv,
-        env={**env, **opts.env},
+        argv=[*start.argv, *args, *start.tail, *opts.extra_args],
+        env={**start.env, **knob_env, **opts.env},
         host=host,
         port=port,
         served_model_name=name,
