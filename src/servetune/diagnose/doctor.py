@@ -107,6 +107,18 @@ def workload_from_lengths(input_len: int | None, output_len: int | None) -> Work
 
 # --- the rules ------------------------------------------------------------------------------
 
+# Shared by the two --max-model-len rules (oversized: the pool would grow; loose: it would not).
+_MML_OVER_WORKLOAD = Cond(
+    "mml_over_workload",
+    ">=",
+    OVERSIZED,
+    "--max-model-len / longest request {mml_over_workload:x} (rule: ≥ 4×)",
+)
+_MML_EVIDENCE = (
+    "vLLM will print: maximum concurrency for {max_model_len:tok} tokens per request "
+    "{max_concurrency_at_mml:x}"
+)
+
 DOCTOR_RULES: tuple[Rule, ...] = (
     Rule(
         id="pool_below_batch",
@@ -150,12 +162,7 @@ DOCTOR_RULES: tuple[Rule, ...] = (
         "gives the pool {mml_pool_gain:pct} more (without chunked prefill the step budget, and "
         "with it the activation peak, follows --max-model-len)",
         when=(
-            Cond(
-                "mml_over_workload",
-                ">=",
-                OVERSIZED,
-                "--max-model-len / longest request {mml_over_workload:x} (rule: ≥ 4×)",
-            ),
+            _MML_OVER_WORKLOAD,
             Cond(
                 "mml_pool_gain",
                 ">",
@@ -163,10 +170,7 @@ DOCTOR_RULES: tuple[Rule, ...] = (
                 "the pool grows {mml_pool_gain:pct} when it is lowered (rule: > 2%)",
             ),
         ),
-        evidence=(
-            "vLLM will print: maximum concurrency for {max_model_len:tok} tokens per request "
-            "{max_concurrency_at_mml:x}",
-        ),
+        evidence=(_MML_EVIDENCE,),
         actions=("lower_max_model_len",),
     ),
     Rule(
@@ -178,19 +182,9 @@ DOCTOR_RULES: tuple[Rule, ...] = (
         "longest request ({workload_request_max:tok} tokens): in vLLM V1 that costs no KV "
         "memory by itself (the pool is what memory is left), but one request may hold up to "
         "{mml_pool_share:pct} of the pool — cap it near the longest request you serve",
-        when=(
-            Cond(
-                "mml_over_workload",
-                ">=",
-                OVERSIZED,
-                "--max-model-len / longest request {mml_over_workload:x} (rule: ≥ 4×)",
-            ),
-        ),
+        when=(_MML_OVER_WORKLOAD,),
         unless=(Cond("mml_pool_gain", ">", POOL_GAIN, ""),),
-        evidence=(
-            "vLLM will print: maximum concurrency for {max_model_len:tok} tokens per request "
-            "{max_concurrency_at_mml:x}",
-        ),
+        evidence=(_MML_EVIDENCE,),
         actions=("lower_max_model_len",),
     ),
     Rule(

@@ -11,7 +11,7 @@ from servetune.diagnose.conditions import Condition, fmt_ms, render, template_fi
 from servetune.diagnose.failures import gate_run
 from servetune.diagnose.figures import MIN_SAMPLES, Figures, compute_figures, read_series_tolerant
 from servetune.diagnose.knobs import KnownConfig, known_config
-from servetune.diagnose.model import KIND_ORDER, Diagnosis, Finding
+from servetune.diagnose.model import KIND_ORDER, Confidence, Diagnosis, Finding, FindingKind
 from servetune.diagnose.rules import (
     CAUSES,
     NEAR_CEILING,
@@ -102,35 +102,23 @@ def evaluate_rule(rule: Rule, fig: Figures) -> Finding | None:
     evidence = [e for e in (render(t, fig, extra) for t in rule.evidence) if e]
     used = {n: fig.values[n] for n in needs(rule) if n in fig.values}
     conditions = [_cond_line(c, s, fig, extra) for c, s in states]
+    kind: FindingKind
+    confidence: Confidence
     if unknown_required or need_any_unmet:
         so_far = render(rule.cannot_tell, fig, extra) if rule.cannot_tell else None
-        title = f"{rule.id.replace('_', ' ')}: cannot tell"
-        if so_far:
-            title = f"{so_far}: cannot tell"
-        tries = [a for a in (build_action(a, fig) for a in rule.fallback_actions) if a]
-        return Finding(
-            rule=rule.id,
-            kind="cannot_tell",
-            title=f"{title} — {missing[0]}" if missing else title,
-            seed=rule.seed,
-            confidence="low",
-            priority=rule.priority,
-            evidence=evidence,
-            conditions=conditions,
-            missing=missing,
-            needs=needs(rule),
-            actions=tries,
-            figures=used,
-        )
-    verdict = render(rule.verdict, fig, extra) or rule.verdict.split("{")[0].rstrip(" :(")
-    confidence = "medium" if unknown_noted else "high"
-    if _validity_low(fig) and rule.id not in ("client_behind", "prefix_cache_inflated"):
-        confidence = "low"
-    actions = [a for a in (build_action(a, fig) for a in rule.actions) if a is not None]
+        title = f"{so_far or rule.id.replace('_', ' ')}: cannot tell"
+        title = f"{title} — {missing[0]}" if missing else title
+        kind, confidence, action_ids = "cannot_tell", "low", rule.fallback_actions
+    else:
+        title = render(rule.verdict, fig, extra) or rule.verdict.split("{")[0].rstrip(" :(")
+        kind, action_ids = rule.kind, rule.actions
+        confidence = "medium" if unknown_noted else "high"
+        if _validity_low(fig) and rule.id not in ("client_behind", "prefix_cache_inflated"):
+            confidence = "low"
     return Finding(
         rule=rule.id,
-        kind=rule.kind,
-        title=verdict,
+        kind=kind,
+        title=title,
         seed=rule.seed,
         confidence=confidence,
         priority=rule.priority,
@@ -138,7 +126,7 @@ def evaluate_rule(rule: Rule, fig: Figures) -> Finding | None:
         conditions=conditions,
         missing=missing,
         needs=needs(rule),
-        actions=actions,
+        actions=[a for a in (build_action(a, fig) for a in action_ids) if a is not None],
         figures=used,
     )
 
@@ -366,6 +354,29 @@ def headline(findings: Sequence[Finding]) -> str:
     return line
 
 
+def run_diagnosis(
+    findings: list[Finding],
+    fig: Figures,
+    known: KnownConfig,
+    notes: list[str],
+    path: str | None,
+) -> Diagnosis:
+    """The diagnosis of one run (or one recorded window): its ranked findings, every figure
+    and why the missing ones are missing, the knobs known, the seed's procedure."""
+    return Diagnosis(
+        kind="run",
+        path=path,
+        headline=headline(findings),
+        healthy=findings[0].kind == "healthy" if findings else True,
+        findings=findings,
+        figures=dict(fig.values),
+        missing=dict(fig.missing),
+        knobs=dict(known.values),
+        procedure=list(PROCEDURE),
+        notes=notes,
+    )
+
+
 def diagnose_loaded(
     run: RunResult,
     records: Sequence[RequestRecord],
@@ -388,19 +399,7 @@ def diagnose_loaded(
         )
     if known.known:
         notes.append(f"engine configuration from {known.source}")
-    healthy = findings[0].kind == "healthy"
-    diag = Diagnosis(
-        kind="run",
-        path=path,
-        headline=headline(findings),
-        healthy=healthy,
-        findings=findings,
-        figures=dict(fig.values),
-        missing=dict(fig.missing),
-        knobs=dict(known.values),
-        procedure=list(PROCEDURE),
-        notes=notes,
-    )
+    diag = run_diagnosis(findings, fig, known, notes, path)
     # Failures above --max-failure-rate are the finding (no capacity advice); a cut-short
     # run says so first.
     return gate_run(diag, run)

@@ -29,12 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
-from servetune.diagnose.actions import PROCEDURE
-from servetune.diagnose.evaluate import evaluate
-from servetune.diagnose.figures import Figures, _derived, _knobs, _server
+from servetune.diagnose.evaluate import evaluate, run_diagnosis
+from servetune.diagnose.figures import Figures, _derived, _knobs, _server, read_series_tolerant
 from servetune.diagnose.knobs import KnownConfig
 from servetune.diagnose.model import Diagnosis, Finding
 from servetune.diagnose.rules import RULES, Rule
+from servetune.errors import ResultError
 from servetune.metrics.server_summary import summarize_server
 from servetune.results import server_series as ss
 from servetune.results.environment import this_machine
@@ -47,6 +47,7 @@ from servetune.results.schema import (
     TargetInfo,
 )
 from servetune.results.server_series import ServerSample
+from servetune.results.watch_file import read_watch_recording
 
 CLIENT_RULES = (
     "client_behind",
@@ -187,11 +188,6 @@ def evaluate_window(
 
 def diagnose_recording(directory: Path, override: KnownConfig | None = None) -> Diagnosis:
     """Diagnose a `servetune watch --record` directory over its whole recording."""
-    from servetune.diagnose.evaluate import headline
-    from servetune.diagnose.figures import read_series_tolerant
-    from servetune.errors import ResultError
-    from servetune.results.watch_file import read_watch_recording
-
     rec = read_watch_recording(directory)
     samples, err = read_series_tolerant(directory)
     if err or len(samples) < 2:
@@ -219,15 +215,4 @@ def diagnose_recording(directory: Path, override: KnownConfig | None = None) -> 
             + f"{rec.window_s:g} s windows): "
             + "; ".join(f"{e.rule} started at t={e.t:.0f} s" for e in starts[:8])
         )
-    return Diagnosis(
-        kind="run",
-        path=str(directory),
-        headline=headline(findings),
-        healthy=findings[0].kind == "healthy" if findings else True,
-        findings=findings,
-        figures=dict(fig.values),
-        missing=dict(fig.missing),
-        knobs=dict(known.values),
-        procedure=list(PROCEDURE),
-        notes=notes,
-    )
+    return run_diagnosis(findings, fig, known, notes, str(directory))
