@@ -14,7 +14,7 @@ import shutil
 import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ParamSpec, Protocol
 
 from servetune.errors import ConfigError, ResultError, ServetuneError
 from servetune.results.io import RUN_FILE, SWEEP_FILE, ensure_result_dir, read_run_result
@@ -51,6 +51,9 @@ class ServerControl(Protocol):
     def start(self, log_path: Path) -> None: ...
 
     def stop(self) -> None: ...
+
+
+_P = ParamSpec("_P")
 
 
 def _now() -> str:
@@ -357,18 +360,12 @@ class SweepRunner:
         self.run_one(level, 1, 1)
 
 
-def run_sweep(
-    config: SweepConfig,
-    sweep_dir: str | Path,
-    run_level: LevelRunner,
-    *,
-    resume: bool = False,
-    server: ServerControl | None = None,
-    command: Sequence[str] = (),
-    echo: Callable[[str], None] = print,
-) -> SweepResult:
-    """Run a whole sweep (see :class:`SweepRunner`)."""
-    runner = SweepRunner(
-        config, sweep_dir, run_level, resume=resume, server=server, command=command, echo=echo
-    )
-    return runner.run()
+def _whole_sweep(runner: Callable[_P, SweepRunner]) -> Callable[_P, SweepResult]:
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> SweepResult:
+        return runner(*args, **kwargs).run()
+
+    return run
+
+
+run_sweep = _whole_sweep(SweepRunner)
+"""Run a whole sweep: ``SweepRunner(...).run()`` with :class:`SweepRunner`'s arguments."""
