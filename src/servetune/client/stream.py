@@ -116,26 +116,8 @@ class StreamState:
         rest = self.parser.tail()
         if not rest:
             return
-        name, payload, unknown = SSEParser.inspect_block(rest)
-        if unknown is not None:
-            field = unknown.partition(b":")[0]
-            if rest.endswith(unknown) and any(f.startswith(field) for f in (b"data", b"event")):
-                self.cut_event = True  # cut in the middle of a field's name
-            else:
-                self._bad(rest, "not an SSE field")
-            return
-        if payload is None:
-            return
-        if payload.strip() == _DONE:
-            self.done = True
-            return
         try:
-            obj = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            self.cut_event = True  # cut mid-event by the end of the body
-            return
-        try:
-            self._object(name, obj, now_ns)
+            self._block(rest, now_ns, at_end=True)
         except _BAD as exc:
             self._bad(rest, f"{type(exc).__name__}: {exc}")
 
@@ -159,10 +141,16 @@ class StreamState:
         return None, None
 
     # -- the general path -----------------------------------------------------------------
-    def _block(self, raw: bytes, now_ns: int) -> None:
+    def _block(self, raw: bytes, now_ns: int, *, at_end: bool = False) -> None:
+        """One event; ``at_end``: the body's unterminated last one, which may be cut short."""
         name, payload, unknown = SSEParser.inspect_block(raw)
         if unknown is not None:
-            self._bad(raw, "not an SSE field")
+            field = unknown.partition(b":")[0]
+            cut = raw.endswith(unknown) and any(f.startswith(field) for f in (b"data", b"event"))
+            if at_end and cut:
+                self.cut_event = True  # cut in the middle of a field's name
+            else:
+                self._bad(raw, "not an SSE field")
             return
         if payload is None:
             return  # an event with no data (id/retry only): nothing to read
@@ -172,7 +160,10 @@ class StreamState:
         try:
             obj = orjson.loads(payload)
         except orjson.JSONDecodeError:
-            self._bad(raw, "not valid JSON")
+            if at_end:
+                self.cut_event = True  # cut mid-event by the end of the body
+            else:
+                self._bad(raw, "not valid JSON")
             return
         self._object(name, obj, now_ns)
 
