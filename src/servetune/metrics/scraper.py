@@ -25,7 +25,6 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
-import orjson
 
 from servetune.metrics.engine_maps import (
     VLLM_CACHE_CONFIG_INFO,
@@ -44,7 +43,7 @@ from servetune.metrics.prometheus import (
     wanted_sample_names,
 )
 from servetune.metrics.server_summary import cache_config, summarize_server
-from servetune.results.io import LineAppender
+from servetune.results.io import LineAppender, sample_line
 from servetune.results.schema import ServerInfo
 from servetune.results.server_series import Histogram, ServerSample
 
@@ -135,21 +134,6 @@ def reducer_for(emap: EngineMap) -> Reducer | None:
     filtered = [(src.name, src.match) for srcs in emap.values.values() for src in srcs if src.match]
     hists = [src.name for srcs in emap.histograms.values() for src in srcs]
     return Reducer(plain, filtered, hists)
-
-
-def sample_line(sample: ServerSample) -> bytes:
-    """One JSONL line; the +Inf bucket is not stored (``count`` is its value, JSON has no
-    infinity) and neither is a NaN."""
-    hists = {
-        k: {
-            "buckets": [[le, c] for le, c in h.buckets if math.isfinite(le) and math.isfinite(c)],
-            "sum": h.sum if math.isfinite(h.sum) else 0.0,
-            "count": h.count,
-        }
-        for k, h in sample.histograms.items()
-    }
-    values = {k: v for k, v in sample.values.items() if math.isfinite(v)}
-    return orjson.dumps({"t": sample.t, "values": values, "histograms": hists}) + b"\n"
 
 
 class _LoopClock:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -45,6 +46,21 @@ def record_line(rec: RequestRecord) -> bytes:
     return orjson.dumps(rec.__dict__) + b"\n"
 
 
+def sample_line(sample: ServerSample) -> bytes:
+    """One JSONL line; the +Inf bucket is not stored (``count`` is its value, JSON has no
+    infinity) and neither is a NaN."""
+    hists = {
+        k: {
+            "buckets": [[le, c] for le, c in h.buckets if math.isfinite(le) and math.isfinite(c)],
+            "sum": h.sum if math.isfinite(h.sum) else 0.0,
+            "count": h.count,
+        }
+        for k, h in sample.histograms.items()
+    }
+    values = {k: v for k, v in sample.values.items() if math.isfinite(v)}
+    return orjson.dumps({"t": sample.t, "values": values, "histograms": hists}) + b"\n"
+
+
 class LineAppender:
     """Appends whole lines to a file with O_APPEND, one ``write`` per batch.
 
@@ -66,6 +82,15 @@ class LineAppender:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def append_lines(path: str | Path, lines: Iterable[bytes]) -> None:
+    """Append these whole lines to ``path`` in one write (a whole file's worth at once)."""
+    out = LineAppender(path)
+    try:
+        out.write(b"".join(lines))
+    finally:
+        out.close()
 
 
 def write_run_result(run_dir: str | Path, result: RunResult) -> Path:

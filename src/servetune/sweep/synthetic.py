@@ -25,9 +25,10 @@ from servetune.results.environment import this_machine
 from servetune.results.io import (
     REQUESTS_FILE,
     SERVER_METRICS_FILE,
-    LineAppender,
+    append_lines,
     ensure_result_dir,
     record_line,
+    sample_line,
     write_run_result,
 )
 from servetune.results.record import RequestRecord
@@ -150,16 +151,8 @@ class SyntheticEngine:
         out = ensure_result_dir(level_dir)
         env = this_machine()
         records, series = self.simulate(cfg)
-        app = LineAppender(out / REQUESTS_FILE)
-        try:
-            app.write(b"".join(record_line(r) for r in records))
-        finally:
-            app.close()
-        app = LineAppender(out / SERVER_METRICS_FILE)
-        try:
-            app.write(b"".join(s.model_dump_json().encode() + b"\n" for s in series))
-        finally:
-            app.close()
+        append_lines(out / REQUESTS_FILE, map(record_line, records))
+        append_lines(out / SERVER_METRICS_FILE, map(sample_line, series))
         if self.wall_sleep_s > 0:
             time.sleep(self.wall_sleep_s)
         result = run_result(
