@@ -8,9 +8,9 @@ level (see :mod:`servetune.results.vllm_keys`); ``requests.jsonl`` holds one
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
 SCHEMA_VERSION = 1
 
@@ -40,6 +40,12 @@ def rate_from_json(value: Any) -> float:
     if value is None or (isinstance(value, str) and value.lower() in ("inf", "infinity")):
         return math.inf
     return float(value)
+
+
+Rate = Annotated[
+    float, BeforeValidator(rate_from_json), PlainSerializer(rate_to_json, return_type=float | str)
+]
+"""req/s, where ``inf`` (every request at once) is written ``"inf"``: JSON has no infinity."""
 
 
 class Slo(BaseModel):
@@ -79,7 +85,7 @@ class BenchConfig(BaseModel):
 
     num_prompts: int = 1000
     duration_s: float | None = None
-    request_rate: float = math.inf
+    request_rate: Rate = math.inf
     burstiness: float = 1.0
     arrival: Arrival = "poisson"
     max_concurrency: int | None = None
@@ -105,15 +111,6 @@ class BenchConfig(BaseModel):
     http_client: Literal["fast", "aiohttp"] = "fast"
     goodput: Slo = Field(default_factory=Slo)
     label: str | None = None
-
-    @field_validator("request_rate", mode="before")
-    @classmethod
-    def _rate_in(cls, v: Any) -> float:
-        return rate_from_json(v)
-
-    @field_serializer("request_rate")
-    def _rate_out(self, v: float) -> float | str:
-        return rate_to_json(v)
 
 
 class Stats(BaseModel):
@@ -207,7 +204,7 @@ class Failures(BaseModel):
 class ClientHealth(BaseModel):
     """Could the client keep the rate it claims? (send lag and achieved rate)."""
 
-    target_rate: float | None = None
+    target_rate: Rate | None = None
     """Planned request rate (req/s); None for a closed loop or an unbounded rate."""
     planned_rate: float | None = None
     """The rate the drawn plan realizes over the requests sent ((n − 1) / span of schedule)."""
@@ -229,15 +226,6 @@ class ClientHealth(BaseModel):
     """Share of response reads that carried a kernel arrival stamp."""
     behind: bool = False
     warnings: list[str] = Field(default_factory=list)
-
-    @field_serializer("target_rate")
-    def _rate_out(self, v: float | None) -> float | str | None:
-        return None if v is None else rate_to_json(v)
-
-    @field_validator("target_rate", mode="before")
-    @classmethod
-    def _rate_in(cls, v: Any) -> float | None:
-        return None if v is None else rate_from_json(v)
 
 
 class Environment(BaseModel):

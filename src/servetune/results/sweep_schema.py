@@ -16,12 +16,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    field_serializer,
-    field_validator,
 )
 
 from servetune.results.jsonfile import read_model_file, write_json_atomic
-from servetune.results.schema import BenchConfig, RunStatus, Slo, rate_from_json, rate_to_json
+from servetune.results.schema import BenchConfig, Rate, RunStatus, Slo
 
 SWEEP_SCHEMA_VERSION = 1
 
@@ -36,34 +34,17 @@ rising but latency did not turn up clearly; insufficient: too few usable levels.
 Confidence = Literal["high", "medium", "low"]
 
 
-def _opt_rate_in(v: Any) -> float | None:
-    return None if v is None else rate_from_json(v)
-
-
-def _opt_rate_out(v: float | None) -> float | str | None:
-    return None if v is None else rate_to_json(v)
-
-
 class PlannedLevel(BaseModel):
     """One load level to run: an offered request rate or a concurrency cap."""
 
     label: str
     """Folder name under ``levels/`` (``rate-32``, ``conc-8``, ``probe-inf``, …)."""
     mode: LoadMode
-    value: float
+    value: Rate
     """req/s (``inf`` allowed for the probe) or the concurrency cap."""
     role: LevelRole = "level"
     repeat: int = 0
     """0 for the first run of a load; 1, 2, … for ``--repeats`` (each with a seed of its own)."""
-
-    @field_validator("value", mode="before")
-    @classmethod
-    def _v_in(cls, v: Any) -> float:
-        return rate_from_json(v)
-
-    @field_serializer("value")
-    def _v_out(self, v: float) -> float | str:
-        return rate_to_json(v)
 
 
 class SweepConfig(BaseModel):
@@ -74,7 +55,7 @@ class SweepConfig(BaseModel):
     bench: BenchConfig
     """The base configuration of every level (rate or concurrency set per level)."""
     mode: LoadMode = "rate"
-    request_rates: list[float] | Literal["auto"] | None = None
+    request_rates: list[Rate] | Literal["auto"] | None = None
     concurrencies: list[int] | None = None
     auto_levels: int = 8
     repeats: int = 1
@@ -87,19 +68,6 @@ class SweepConfig(BaseModel):
     scrape_metrics: bool = True
     knee_k: float = 2.0
     confirm: bool = False
-
-    @field_validator("request_rates", mode="before")
-    @classmethod
-    def _rates_in(cls, v: Any) -> Any:
-        if isinstance(v, list):
-            return [rate_from_json(x) for x in v]
-        return v
-
-    @field_serializer("request_rates")
-    def _rates_out(self, v: list[float] | str | None) -> list[float | str] | str | None:
-        if isinstance(v, list):
-            return [rate_to_json(x) for x in v]
-        return v
 
 
 class ServerMeans(BaseModel):
@@ -128,7 +96,7 @@ class LevelRow(BaseModel):
     level_dir: str
     """Relative to the sweep directory."""
     mode: LoadMode
-    offered_rate: float | None = None
+    offered_rate: Rate | None = None
     """Planned req/s (``inf`` for an unbounded rate); None for a pure concurrency level."""
     concurrency: int | None = None
     status: RunStatus = "complete"
@@ -168,15 +136,6 @@ class LevelRow(BaseModel):
     prefix_cache_flagged: bool = False
     """The server's hit rate exceeded that ceiling: the level measured the cache."""
     warnings: list[str] = Field(default_factory=list)
-
-    @field_validator("offered_rate", mode="before")
-    @classmethod
-    def _r_in(cls, v: Any) -> float | None:
-        return _opt_rate_in(v)
-
-    @field_serializer("offered_rate")
-    def _r_out(self, v: float | None) -> float | str | None:
-        return _opt_rate_out(v)
 
     @property
     def load(self) -> float:
