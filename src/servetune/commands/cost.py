@@ -51,6 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--gpu", help="GPU type that served it (a real server's run does not record it)")
     p.add_argument("--gpus", type=int, help="GPUs serving it (default: the recorded TP size, or 1)")
+    p.add_argument(
+        "--model", help="the model served (for the compute-load estimate of a real server's run)"
+    )
     add_price_arguments(p)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.add_argument(
@@ -78,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
     from servetune.cost.analyze import cost_of
     from servetune.results.cost_file import COST_FILE, write_cost_report
 
-    report = cost_of(args.path, price_book(args), gpu=args.gpu, gpus=args.gpus, r=args.r)
+    report = cost_of(
+        args.path, price_book(args), gpu=args.gpu, gpus=args.gpus, r=args.r, model=args.model
+    )
     written = None
     if not args.no_write:
         written = write_cost_report(args.out or Path(report.source_path) / COST_FILE, report)
@@ -130,6 +135,7 @@ def _print(report: CostReport) -> None:
         ("blended $/Mtok", "right"),
         ("$/1k req", "right"),
         ("KV use", "right"),
+        ("compute", "right"),
         *((("GPU util", "right"),) if show_gpu else ()),
         ("P99 TTFT", "right"),
         ("vs cheapest", "right"),
@@ -147,6 +153,7 @@ def _print(report: CostReport) -> None:
             _money(x.blended_usd_per_mtok),
             _money(x.usd_per_1k_requests),
             _pct(x.kv_cache_usage_mean),
+            _pct(x.compute_use),
             *((_pct(x.gpu_utilization_mean),) if show_gpu else ()),
             "—" if x.ttft_p99_ms is None else f"{x.ttft_p99_ms:,.0f} ms",
             "—" if x.vs_cheapest is None else f"{x.vs_cheapest:.2f}×",

@@ -112,6 +112,7 @@ def _point(
     running: float | None = None,
     ttft: float | None = None,
     tpot: float | None = None,
+    compute: float | None = None,
 ) -> CostPoint:
     c = token_cost(usd_h, in_tok, out_tok, r)
     good = None
@@ -133,10 +134,23 @@ def _point(
         kv_cache_usage_mean=kv,
         gpu_utilization_mean=gpu_util,
         engine_busy_share=busy,
+        compute_use=compute,
         running_mean=running,
         ttft_p99_ms=ttft,
         tpot_p99_ms=tpot,
     )
+
+
+def _compute_use(run_dir: Path, gpu: str | None, model: str | None) -> float | None:
+    """diagnose's compute estimate (share of what the engine reaches) for one run, or None."""
+    from servetune.diagnose import diagnose_path
+
+    try:
+        diag = diagnose_path(run_dir, gpu=gpu, model=model)
+    except ServetuneError:
+        return None
+    v = diag.figures.get("compute_of_ceiling")
+    return float(v) if isinstance(v, int | float) else None
 
 
 def _level_run(sweep_dir: Path, row: LevelRow) -> RunResult | None:
@@ -209,6 +223,7 @@ def _knee_point(
         kv=_lerp(a.kv_cache_usage_mean, b.kv_cache_usage_mean, f),
         gpu_util=_lerp(a.gpu_utilization_mean, b.gpu_utilization_mean, f),
         busy=_lerp(a.engine_busy_share, b.engine_busy_share, f),
+        compute=_lerp(a.compute_use, b.compute_use, f),
         running=k.concurrency_server if k.concurrency_server is not None else k.concurrency,
         ttft=lat.get("ttft"),
         tpot=lat.get("tpot"),
@@ -237,16 +252,30 @@ def _advice(report: CostReport) -> list[str]:
             )
     if point is not None:
         kv = point.kv_cache_usage_mean
+        compute = point.compute_use
         use = _use_of(point)
-        if kv is not None and kv < LOW_USE:
+        if compute is not None and compute >= LOW_USE and (kv is None or kv < LOW_USE):
             out.append(
-                f"KV-cache use is {kv:.0%} at the {point.label} (seed's cost order, step 2: push "
-                "GPU/KV use past 80% with a bigger batch or more load before adding GPUs; "
-                "step 1: quantize)"
+                f"compute-bound at the {point.label}: the estimated compute load is "
+                f"{compute:.0%} of what the engine reaches while KV-cache use is "
+                f"{_share(kv)} — a bigger KV pool buys nothing here; quantizing the weights for "
+                "speed (fp8) does (seed's cost order, step 1), then more GPUs (step 4)"
+            )
+        elif kv is not None and kv < LOW_USE and (compute is None or compute < LOW_USE):
+            figs = f"KV-cache use {kv:.0%}" + (
+                f", compute {compute:.0%} of what the engine reaches" if compute is not None else ""
+            )
+            out.append(
+                f"{figs} at the {point.label}: GPUs paid for and under-used (seed's cost order, "
+                "step 2: a bigger batch or more load before adding GPUs; step 1: quantize)"
             )
         if use is not None and use[0] != "KV-cache use" and use[1] < LOW_USE:
             out.append(f"{use[0]} is {use[1]:.0%} at the {point.label}: capacity is paid for idle")
     return out
+
+
+def _share(v: float | None) -> str:
+    return "unknown" if v is None else f"{v:.0%}"
 
 
 def cost_of(
@@ -256,6 +285,7 @@ def cost_of(
     gpu: str | None = None,
     gpus: int | None = None,
     r: float = 4.0,
+    model: str | None = None,
 ) -> CostReport:
     """The CostReport of a RUN_DIR or a SWEEP_DIR."""
     if not r > 0 or math.isinf(r):
@@ -277,7 +307,9 @@ def cost_of(
                 f"{p}: no request completed, so no token can be priced",
                 hint="run a load test whose requests succeed first",
             )
-        points.append(_point_from_run(run.label or p.name, run, usd_h, r))
+        pt = _point_from_run(run.label or p.name, run, usd_h, r)
+        pt.compute_use = _compute_use(p, gpu, model)
+        points.append(pt)
     else:
         sweep = read_sweep_result(p)
         dep = deployment(sweep.config.engine, gpu, gpus)
@@ -289,6 +321,7 @@ def cost_of(
         by_label: dict[str, CostPoint] = {}
         for row in rows:
             pt = _row_point(row, _level_run(p, row), usd_h, r)
+            pt.compute_use = _compute_use(p / row.level_dir, gpu, model)
             by_label[row.label] = pt
             points.append(pt)
         knee = _knee_point(sweep, by_label, usd_h, r)

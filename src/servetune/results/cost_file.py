@@ -47,6 +47,9 @@ class CostPoint(BaseModel):
     usd_per_1k_requests: float | None = None
     kv_cache_usage_mean: float | None = None
     gpu_utilization_mean: float | None = None
+    compute_use: float | None = None
+    """Estimated compute load as a share of what the engine reaches (diagnose's
+    ``compute_of_ceiling``), when the GPU and the model are known."""
     engine_busy_share: float | None = None
     """Simulated engine only: share of the time it was running a step."""
     running_mean: float | None = None
