@@ -44,6 +44,8 @@ higher rates): a queue that builds slowly near saturation shows within it."""
 METRICS = ("ttft", "tpot", "e2el")
 _NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2el": "E2E"}
 OVERLOAD = "overload"
+CAPACITY = "capacity"
+"""The limit when the SLO holds up to the ladder's top (0.88× saturation)."""
 
 
 class Capacity(BaseModel):
@@ -160,7 +162,8 @@ def find_capacity(r: ResolvedConfig, mem: MemoryPlan, w: Workload, slo: Slo, n: 
             above, m_above = p, m
         else:
             feasible, m_feasible = p, m
-    limiting = misses(above, slo)[0] if above is not None else None
+    # passing at the ladder's top: capped there, the SLO does not bind before saturation
+    limiting = misses(above, slo)[0] if above is not None else CAPACITY
     return Capacity(
         saturation=sat,
         slo_max_rate=feasible.rate,
