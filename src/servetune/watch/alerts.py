@@ -167,6 +167,8 @@ def _actions(rule: Rule, engine: str) -> str:
         if spec is None:
             continue
         title = spec.title.replace("{flag}", _flag(engine, spec.knob))
+        title = re.sub(r"\s*\{old\}\s*→\s*\{new\}", "", title)  # values a run would give
+        title = re.sub(r"\s*\([^()]*\{[a-z_]+\}[^()]*\)", "", title)
         title = re.sub(r"\{[a-z_]+\}", "…", title)
         out.append(f"{spec.cost_step}. {title}" if spec.cost_step else title)
     return "; ".join(out)
