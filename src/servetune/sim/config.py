@@ -11,7 +11,8 @@ to the model's ``max_position_embeddings``. The offline ``LLM`` class's budget d
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
@@ -26,6 +27,8 @@ from servetune.knobs import (
 )
 from servetune.knobs.model import Spelling
 from servetune.sim.catalog import GpuSpec, ModelSpec, find_gpu, find_model
+
+_V = TypeVar("_V", int, bool)
 
 SIM_KNOBS: tuple[str, ...] = tuple(engine_knobs("sim"))
 """The registry's knobs the simulated engine has (each an EngineConfig field)."""
@@ -166,6 +169,25 @@ def batch_defaults(gpu: GpuSpec, usage: UsageContext) -> tuple[int, int]:
     return vllm_batch_defaults(gpu.name, gpu.usable_gib, usage)
 
 
+def _given_or_default(
+    value: _V | None,
+    knob: str,
+    kind: Callable[[Any], _V],
+    ctx: DefaultContext,
+    applied: dict[str, Any],
+) -> _V:
+    """The knob as given, or vLLM's default in this context (noted in ``applied``)."""
+    if value is None:
+        value = applied[knob] = kind(default("sim", knob, ctx))
+    return value
+
+
+def _at_least_one(value: int, flag: str) -> int:
+    if value < 1:
+        raise SimError(f"{flag} must be ≥ 1 (got {value})", code="sim.config")
+    return value
+
+
 def resolve(cfg: EngineConfig) -> ResolvedConfig:
     gpu = find_gpu(cfg.gpu)
     model = find_model(cfg.model)
@@ -205,8 +227,7 @@ def resolve(cfg: EngineConfig) -> ResolvedConfig:
     if max_model_len is None:
         max_model_len = model.max_position_embeddings
         applied["max_model_len"] = max_model_len
-    if max_model_len < 1:
-        raise SimError(f"--max-model-len must be ≥ 1 (got {max_model_len})", code="sim.config")
+    _at_least_one(max_model_len, "--max-model-len")
     if max_model_len > model.max_position_embeddings:
         raise SimError(
             f"User-specified max_model_len ({max_model_len}) is greater than the derived "
@@ -216,14 +237,12 @@ def resolve(cfg: EngineConfig) -> ResolvedConfig:
             code="sim.model_len_above_model",
         )
     ctx = DefaultContext(device_name=gpu.name, device_gib=gpu.usable_gib, usage=cfg.usage_context)
-    chunked = cfg.enable_chunked_prefill
-    if chunked is None:
-        chunked = bool(default("sim", "enable_chunked_prefill", ctx))
-        applied["enable_chunked_prefill"] = chunked
-    prefix = cfg.enable_prefix_caching
-    if prefix is None:
-        prefix = bool(default("sim", "enable_prefix_caching", ctx))
-        applied["enable_prefix_caching"] = prefix
+    chunked = _given_or_default(
+        cfg.enable_chunked_prefill, "enable_chunked_prefill", bool, ctx, applied
+    )
+    prefix = _given_or_default(
+        cfg.enable_prefix_caching, "enable_prefix_caching", bool, ctx, applied
+    )
     ctx = DefaultContext(
         device_name=gpu.name,
         device_gib=gpu.usable_gib,
@@ -231,18 +250,13 @@ def resolve(cfg: EngineConfig) -> ResolvedConfig:
         chunked_prefill=chunked,
         max_model_len=max_model_len,
     )
-    max_num_seqs = cfg.max_num_seqs
-    if max_num_seqs is None:
-        max_num_seqs = int(default("sim", "max_num_seqs", ctx))
-        applied["max_num_seqs"] = max_num_seqs
-    if max_num_seqs < 1:
-        raise SimError(f"--max-num-seqs must be ≥ 1 (got {max_num_seqs})", code="sim.config")
-    mnbt = cfg.max_num_batched_tokens
-    if mnbt is None:
-        mnbt = int(default("sim", "max_num_batched_tokens", ctx))
-        applied["max_num_batched_tokens"] = mnbt
-    if mnbt < 1:
-        raise SimError(f"--max-num-batched-tokens must be ≥ 1 (got {mnbt})", code="sim.config")
+    max_num_seqs = _at_least_one(
+        _given_or_default(cfg.max_num_seqs, "max_num_seqs", int, ctx, applied), "--max-num-seqs"
+    )
+    mnbt = _at_least_one(
+        _given_or_default(cfg.max_num_batched_tokens, "max_num_batched_tokens", int, ctx, applied),
+        "--max-num-batched-tokens",
+    )
     if not chunked and mnbt < max_model_len:
         raise SimError(
             f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len "

@@ -8,6 +8,8 @@ saturation where the knee lives (fractions in :data:`AUTO_FRACTIONS`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 from scipy.interpolate import PchipInterpolator
@@ -16,6 +18,8 @@ from servetune.errors import ConfigError
 from servetune.results.schema import BenchConfig
 from servetune.results.sweep_schema import LevelRole, LoadMode, PlannedLevel
 from servetune.workload.seeds import derive_seed
+
+_N = TypeVar("_N", int, float)
 
 DEFAULT_RATES: tuple[float, ...] = (8.0, 16.0, 32.0, 64.0, 128.0)
 """The seed's sweep."""
@@ -42,47 +46,42 @@ def level_label(mode: LoadMode, value: float, role: LevelRole = "level", repeat:
     return base if repeat == 0 else f"{base}-r{repeat + 1}"
 
 
+def _parse_levels(
+    text: str, flag: str, number: Callable[[str], _N], kind: str, least: _N, example: str
+) -> list[_N]:
+    """Comma-separated load levels, each a ``number`` of at least ``least`` (a rate: above
+    0), sorted, duplicates dropped; an error names the flag and the bad part."""
+    out: list[_N] = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        try:
+            v = number(part)
+        except ValueError:
+            raise ConfigError(
+                f"{flag}: {part!r} is not {kind}", hint=f"give {flag} values separated by commas, e.g. {example}"
+            ) from None
+        if not (v > 0 if least == 0 else v >= least):
+            rule = "> 0" if least == 0 else f"≥ {least}"
+            raise ConfigError(f"{flag}: every value must be {rule} (got {part})")
+        out.append(v)
+    if not out:
+        raise ConfigError(f"{flag} is empty", hint=f"e.g. {flag} {example}")
+    return sorted(set(out))
+
+
 def parse_rates(text: str) -> list[float] | str:
     """``8,16,32`` → [8, 16, 32]; ``auto`` → "auto"; ``inf`` allowed as a level."""
     if text.strip().lower() == "auto":
         return "auto"
-    out: list[float] = []
-    for part in text.replace(" ", "").split(","):
-        if not part:
-            continue
-        try:
-            v = float(part)
-        except ValueError:
-            raise ConfigError(
-                f"--request-rates: {part!r} is not a number",
-                hint="give rates in req/s separated by commas, e.g. 8,16,32,64,128, or 'auto'",
-            ) from None
-        if not v > 0:
-            raise ConfigError(f"--request-rates: every rate must be > 0 (got {part})")
-        out.append(v)
-    if not out:
-        raise ConfigError("--request-rates is empty", hint="e.g. --request-rates 8,16,32,64,128")
-    return sorted(set(out))
+    return _parse_levels(
+        text, "--request-rates", float, "a number (req/s) or 'auto'", 0.0, "8,16,32,64,128"
+    )
 
 
 def parse_concurrencies(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.replace(" ", "").split(","):
-        if not part:
-            continue
-        try:
-            v = int(part)
-        except ValueError:
-            raise ConfigError(
-                f"--concurrencies: {part!r} is not a whole number",
-                hint="e.g. --concurrencies 1,2,4,8,16,32",
-            ) from None
-        if v < 1:
-            raise ConfigError(f"--concurrencies: every value must be ≥ 1 (got {part})")
-        out.append(v)
-    if not out:
-        raise ConfigError("--concurrencies is empty", hint="e.g. --concurrencies 1,2,4,8,16")
-    return sorted(set(out))
+    """``1,2,4`` → [1, 2, 4]: concurrency caps, whole numbers ≥ 1."""
+    return _parse_levels(text, "--concurrencies", int, "a whole number", 1, "1,2,4,8,16,32")
 
 
 def round_sig(v: float, digits: int = 3) -> float:
