@@ -22,8 +22,8 @@ from servetune.diagnose.figures import Figures
 from servetune.diagnose.knobs import KnownConfig
 from servetune.diagnose.model import Action
 from servetune.errors import ServetuneError
+from servetune.knobs import KnobValue, has, note, render_value, value_text
 from servetune.knobs import flag as knob_flag
-from servetune.knobs import has, note, render_value
 from servetune.sim.config import SIM_KNOBS, EngineConfig
 
 ENGINES = ("vllm", "sglang", "tgi", "llama.cpp")
@@ -43,8 +43,10 @@ PROCEDURE = [
 RATE_LIMIT_SHARE = 0.75
 """A single saturated run's rate limit: 75% of what it completed (a sweep finds the knee)."""
 
-Target = Callable[[Figures], tuple[Any, Any] | None]
-"""(from, to) for the knob, or None when the action does not apply to this run."""
+Move = tuple[KnobValue | None, KnobValue | None]
+"""(from, to) for a knob; None where the value is unknown."""
+Target = Callable[[Figures], Move | None]
+"""The knob's move for this run, or None when the action does not apply to it."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ class ActionSpec:
     knob: str | None = None
     target: Target | None = None
     verify: str = ""
-    also: Callable[[Figures], dict[str, Any]] | None = None
+    also: Callable[[Figures], dict[str, KnobValue]] | None = None
     """Knobs that change together with ``knob`` (one logical change)."""
 
 
@@ -69,7 +71,7 @@ def _int(v: float | None) -> int | None:
     return None if v is None else int(v)
 
 
-def _double_seqs(fig: Figures) -> tuple[Any, Any] | None:
+def _double_seqs(fig: Figures) -> Move | None:
     cap = fig.get("max_num_seqs") or fig.get("running_cap")
     if not cap:
         return (None, None)
@@ -82,7 +84,7 @@ def _double_seqs(fig: Figures) -> tuple[Any, Any] | None:
     return (_int(old), new)
 
 
-def _seqs_to_pool(fig: Figures) -> tuple[Any, Any] | None:
+def _seqs_to_pool(fig: Figures) -> Move | None:
     pool = fig.get("pool_requests")
     old = fig.get("max_num_seqs")
     running = fig.get("running_mean")
@@ -97,13 +99,13 @@ def _seqs_to_pool(fig: Figures) -> tuple[Any, Any] | None:
     return (_int(old), new)
 
 
-def _kv_fp8(fig: Figures) -> tuple[Any, Any] | None:
+def _kv_fp8(fig: Figures) -> Move | None:
     if fig.get("kv_fp8"):
         return None
     return (fig.config.get("kv_cache_dtype") or "auto", "fp8")
 
 
-def _weights(fig: Figures) -> tuple[Any, Any] | None:
+def _weights(fig: Figures) -> Move | None:
     if fig.get("quantized"):
         return None
     new = "fp8"
@@ -119,7 +121,7 @@ def _weights(fig: Figures) -> tuple[Any, Any] | None:
     return (fig.config.get("quantization"), new)
 
 
-def _weights_for_speed(fig: Figures) -> tuple[Any, Any] | None:
+def _weights_for_speed(fig: Figures) -> Move | None:
     """Quantizing weights to relieve a saturated engine: only where it speeds the bound
     part up (fp8 tensor cores for compute-bound work; int4 for memory-bound decode)."""
     got = _weights(fig)
@@ -133,7 +135,7 @@ def _weights_for_speed(fig: Figures) -> tuple[Any, Any] | None:
     return got
 
 
-def _util_up(fig: Figures) -> tuple[Any, Any] | None:
+def _util_up(fig: Figures) -> Move | None:
     old = fig.get("gpu_memory_utilization")
     if old is None:
         return (None, None)
@@ -147,14 +149,14 @@ def _util_up(fig: Figures) -> tuple[Any, Any] | None:
     return None
 
 
-def _util_down(fig: Figures) -> tuple[Any, Any] | None:
+def _util_down(fig: Figures) -> Move | None:
     old = fig.get("gpu_memory_utilization")
     if old is None:
         return (None, None)
     return (old, round(max(0.5, old - 0.05), 2))
 
 
-def _max_model_len_down(fig: Figures) -> tuple[Any, Any] | None:
+def _max_model_len_down(fig: Figures) -> Move | None:
     old = fig.get("max_model_len")
     longest = fig.get("max_request_tokens")
     if old is None or longest is None:
@@ -165,7 +167,7 @@ def _max_model_len_down(fig: Figures) -> tuple[Any, Any] | None:
     return (int(old), new)
 
 
-def _raise_mml(fig: Figures) -> tuple[Any, Any] | None:
+def _raise_mml(fig: Figures) -> Move | None:
     old = fig.get("max_model_len")
     need = fig.get("workload_request_max") or fig.get("max_request_tokens")
     if old is None or need is None or need <= old:
@@ -173,13 +175,13 @@ def _raise_mml(fig: Figures) -> tuple[Any, Any] | None:
     return (int(old), int(math.ceil(need * 1.1 / 1024) * 1024))
 
 
-def _chunked_on(fig: Figures) -> tuple[Any, Any] | None:
+def _chunked_on(fig: Figures) -> Move | None:
     if fig.get("enable_chunked_prefill") == 1:
         return None
     return (False if fig.has("enable_chunked_prefill") else None, True)
 
 
-def _chunk_budget(fig: Figures) -> dict[str, Any]:
+def _chunk_budget(fig: Figures) -> dict[str, KnobValue]:
     """With chunked prefill on, the step budget can drop to vLLM's default for the GPU
     (2048 on A100-class and smaller): without it, it had to hold a whole max-model-len."""
     old = fig.get("max_num_batched_tokens")
@@ -201,7 +203,7 @@ def _chunk_budget(fig: Figures) -> dict[str, Any]:
     return {"max_num_batched_tokens": budget}
 
 
-def _long_prefill_cap(fig: Figures) -> tuple[Any, Any] | None:
+def _long_prefill_cap(fig: Figures) -> Move | None:
     budget = fig.get("max_num_batched_tokens") or 2048.0
     new = max(256, int(budget) // 4)
     old = fig.get("long_prefill_token_threshold")
@@ -210,7 +212,7 @@ def _long_prefill_cap(fig: Figures) -> tuple[Any, Any] | None:
     return (None if old is None else int(old), new)
 
 
-def _smaller_steps(fig: Figures) -> tuple[Any, Any] | None:
+def _smaller_steps(fig: Figures) -> Move | None:
     """Halve the step budget (chunked prefill on): a step that carries a prefill chunk holds
     the decodes about half as long. Never below the running cap or 512 tokens."""
     if fig.get("enable_chunked_prefill") == 0:
@@ -232,14 +234,14 @@ def _smaller_steps(fig: Figures) -> tuple[Any, Any] | None:
     return (int(old), new)
 
 
-def _tp_up(fig: Figures) -> tuple[Any, Any] | None:
+def _tp_up(fig: Figures) -> Move | None:
     tp = fig.get("tensor_parallel_size")
     if tp is None:
         return (None, None)
     return (int(tp), int(tp) * 2)
 
 
-def _served_rate(fig: Figures) -> tuple[Any, Any] | None:
+def _served_rate(fig: Figures) -> Move | None:
     thr = fig.get("request_throughput")
     if thr is None:
         return (None, None)
@@ -248,18 +250,18 @@ def _served_rate(fig: Figures) -> tuple[Any, Any] | None:
     return (None, round(thr * RATE_LIMIT_SHARE, 2))
 
 
-def _mnbt_down(fig: Figures) -> tuple[Any, Any] | None:
+def _mnbt_down(fig: Figures) -> Move | None:
     old = fig.get("max_num_batched_tokens")
     if old is None:
         return (None, None)
     return (int(old), max(2048, int(old) // 2))
 
 
-def _same(fig: Figures) -> tuple[Any, Any] | None:
+def _same(fig: Figures) -> Move | None:
     return (None, None)
 
 
-def _plan_error(config: KnownConfig, knob: str, value: Any) -> str | None:
+def _plan_error(config: KnownConfig, knob: str, value: KnobValue) -> str | None:
     """None when the planner accepts the config with ``knob = value``, else its message."""
     from servetune.sim.memory import plan_memory
 
@@ -273,7 +275,7 @@ def _plan_error(config: KnownConfig, knob: str, value: Any) -> str | None:
     return None
 
 
-def what_if_pool(config: KnownConfig, knob: str, value: Any) -> tuple[int, int] | str | None:
+def what_if_pool(config: KnownConfig, knob: str, value: KnobValue) -> tuple[int, int] | str | None:
     """(KV pool tokens before, after) with ``knob = value`` from the memory planner; a message
     when it would not start; None when the GPU/model are unknown."""
     from servetune.sim.memory import plan_memory
@@ -297,7 +299,7 @@ def what_if_pool(config: KnownConfig, knob: str, value: Any) -> tuple[int, int] 
 # --- per-engine spelling ----------------------------------------------------------------
 
 
-def _value_for(engine: str, knob: str, value: Any) -> str | None:
+def _value_for(engine: str, knob: str, value: KnobValue | None) -> str | None:
     """The flag and value ENGINE takes for KNOB = value (the registry's spelling), the flag
     alone when the value is unknown, or None when the engine has no such knob."""
     if not has(engine, knob):
@@ -309,7 +311,7 @@ def _value_for(engine: str, knob: str, value: Any) -> str | None:
     return render_value(engine, knob, value) or None
 
 
-def engine_flags(knob: str, old: Any, new: Any) -> dict[str, str]:
+def engine_flags(knob: str, old: KnobValue | None, new: KnobValue | None) -> dict[str, str]:
     """engine → the exact change, vLLM first (None values: the flag to change, no number)."""
     out: dict[str, str] = {}
     for engine in ENGINES:
@@ -589,8 +591,8 @@ ACTIONS: dict[str, ActionSpec] = {
 def build_action(spec_id: str, fig: Figures, extra: dict[str, Any] | None = None) -> Action | None:
     """The action for this run, or None when it does not apply (e.g. already quantized)."""
     spec = ACTIONS[spec_id]
-    old: Any = None
-    new: Any = None
+    old: KnobValue | None = None
+    new: KnobValue | None = None
     if spec.target is not None:
         got = spec.target(fig)
         if got is None:
@@ -598,8 +600,11 @@ def build_action(spec_id: str, fig: Figures, extra: dict[str, Any] | None = None
         old, new = got
     values: dict[str, Any] = dict(extra or {})
     values["flag"] = (knob_flag("vllm", spec.knob) or "") if spec.knob else ""
-    values["old"] = "?" if old is None else _show(old)
-    values["new"] = "2× the current value" if new is None and spec.knob else _show(new)
+    values["old"] = "?" if old is None else value_text(old)
+    if new is None:
+        values["new"] = "2× the current value" if spec.knob else "?"
+    else:
+        values["new"] = value_text(new)
     if spec.id == "raise_max_num_seqs" and new is None:
         values["new"] = "2× the current cap"
     pool_note = "planner figures need the GPU and the model"
@@ -658,7 +663,7 @@ def _render_optional(template: str, fig: Figures, extra: dict[str, Any]) -> str:
     return render(filled, fig, extra) or filled
 
 
-def _quant_effect(new: Any) -> str:
+def _quant_effect(new: KnobValue | None) -> str:
     if new is None:
         return "quantized weights take less memory"
     if new == "fp8":
@@ -670,14 +675,6 @@ def _quant_effect(new: Any) -> str:
         "int4 weights (AWQ/GPTQ) take about a quarter of the memory and speed up memory-bound "
         "decode; compute-bound prefill does not get faster on a GPU without fp8 tensor cores"
     )
-
-
-def _show(v: Any) -> str:
-    if isinstance(v, bool):
-        return "on" if v else "off"
-    if isinstance(v, float):
-        return f"{v:g}"
-    return str(v)
 
 
 def _as_extra(values: dict[str, Any]) -> dict[str, Any]:

@@ -555,12 +555,12 @@ def _server(
             fig.miss(name, reason(ss.KV_CACHE_USAGE))
 
     # running / waiting
-    cap_knob = fig.config.get("max_num_seqs")
+    cap_knob = fig.config.number("max_num_seqs")
     if "running_mean" in summ:
         fig.put("running_mean", summ["running_mean"])
         fig.put("running_max", summ["running_max"])
         ts, run_v = _gauge(win, ss.RUNNING)
-        cap = float(cap_knob) if cap_knob else None
+        cap = cap_knob or None
         if cap is not None:
             fig.texts["running_cap_source"] = f"--max-num-seqs {int(cap)}"
         else:
@@ -640,7 +640,7 @@ def _default_cap(fig: Figures) -> tuple[float | None, str]:
     value = default(
         cfg.engine, "max_num_seqs", DefaultContext(device_name=gpu.name, device_gib=gpu.usable_gib)
     )
-    if value is None:
+    if not isinstance(value, int | float):
         return None, "--max-num-seqs unknown"
     return float(value), f"vLLM's default --max-num-seqs {int(value)} on {gpu.name}"
 
@@ -667,8 +667,7 @@ def _knobs(fig: Figures, run: RunResult) -> None:
         "flags the server was started with)"
     )
     for knob in NUMERIC_KNOB_FIGURES:
-        value = cfg.get(knob)
-        fig.put(knob, value if isinstance(value, int | float) else None, why)
+        fig.put(knob, cfg.number(knob), why)
     chunked = cfg.get("enable_chunked_prefill")
     fig.put("enable_chunked_prefill", chunked if isinstance(chunked, bool) else None, why)
     if "quantization" in cfg.values:
@@ -734,7 +733,7 @@ def _derived(fig: Figures, run: RunResult) -> None:
     if g_rate is None:
         g_rate = s.output_throughput
     fp, fg = model_flops(model).per_token(in_len, out_len)
-    tp = int(cfg.get("tensor_parallel_size") or 1)
+    tp = int(cfg.number("tensor_parallel_size") or 1)
     quant = cfg.get("quantization")
     peak = peak_flops(gpu, quant if isinstance(quant, str) else None, tp)
     fp8 = quant == "fp8" and gpu.fp8_tflops is not None

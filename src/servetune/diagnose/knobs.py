@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from servetune.errors import ServetuneError
-from servetune.knobs import KNOB_NAMES, ParsedCommand, parse_command
+from servetune.knobs import KNOB_NAMES, KnobValue, ParsedCommand, parse_command
 from servetune.results.schema import RunResult
 from servetune.sim.config import SIM_KNOBS, EngineConfig
 
@@ -41,17 +41,23 @@ class KnownConfig(BaseModel):
     engine: str = "vllm"
     gpu: str | None = None
     model: str | None = None
-    values: dict[str, Any] = Field(default_factory=dict)
-    """Engine-neutral knob (the registry's name) → value (only the ones known)."""
+    values: dict[str, KnobValue | None] = Field(default_factory=dict)
+    """Engine-neutral knob (the registry's name) → value (only the ones known; None: known
+    to be unset, e.g. no quantization)."""
     kv_pool_tokens: int | None = None
     """Tokens the KV pool holds (vLLM's "GPU KV cache size"), when known."""
-    defaults_assumed: dict[str, Any] = Field(default_factory=dict)
+    defaults_assumed: dict[str, KnobValue | None] = Field(default_factory=dict)
     """Knobs not given on the command line, filled with vLLM's default for this GPU."""
     engine_config: EngineConfig | None = Field(default=None, exclude=True)
     """The full configuration, for memory-planner what-ifs (needs the GPU and the model)."""
 
-    def get(self, knob: str) -> Any:
+    def get(self, knob: str) -> KnobValue | None:
         return self.values.get(knob)
+
+    def number(self, knob: str) -> float | None:
+        """A numeric knob's value; None when it is unknown (or not a number)."""
+        v = self.values.get(knob)
+        return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
     @property
     def known(self) -> bool:
@@ -139,14 +145,14 @@ def planner_fields(parsed: ParsedCommand) -> tuple[dict[str, Any], list[str]]:
     if isinstance(kv, str):
         fields["kv_cache_dtype"] = _KV_ALIASES.get(kv, kv)
     for knob in ("quantization", "kv_cache_dtype"):
-        value = fields.get(knob)
-        if value is None:
+        given = fields.get(knob)
+        if given is None:
             continue
         try:
-            EngineConfig(**{knob: value})
+            EngineConfig(**{knob: given})
         except ValueError:
             unsupported.append(
-                f"{knob} = {value}: the memory planner models "
+                f"{knob} = {given}: the memory planner models "
                 + (
                     "fp8, awq and gptq only; planned as bf16 weights (the pool is underestimated)"
                     if knob == "quantization"

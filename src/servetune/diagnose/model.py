@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from servetune.knobs import KnobValue
+
 FindingKind = Literal["bottleneck", "warning", "advisory", "cannot_tell", "healthy"]
 Confidence = Literal["high", "medium", "low"]
 Scope = Literal["run", "level", "curve", "config"]
@@ -49,9 +51,9 @@ class Action(BaseModel):
     """One line for a person: "raise --max-num-seqs 16 → 32"."""
     knob: str | None = None
     """Engine-neutral knob name (servetune.engines.knobs), None for an operational step."""
-    from_value: Any = None
-    to_value: Any = None
-    also: dict[str, Any] = Field(default_factory=dict)
+    from_value: KnobValue | None = None
+    to_value: KnobValue | None = None
+    also: dict[str, KnobValue] = Field(default_factory=dict)
     """Knobs that must change with this one (engine-neutral name → value), e.g. chunked
     prefill on with a token budget of 2048: one change in vLLM's sense."""
     flags: dict[str, str] = Field(default_factory=dict)

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from servetune.knobs import check_values
+from servetune.knobs import KnobValue, check_values
 
 
 class EngineKnobs(BaseModel):
@@ -29,13 +29,13 @@ class EngineKnobs(BaseModel):
             return check_values(data)
         return data
 
-    def given(self) -> dict[str, Any]:
+    def given(self) -> dict[str, KnobValue]:
         """The knobs set, in the registry's order."""
         return check_values(self.model_extra or {})
 
-    def get(self, name: str) -> Any:
+    def get(self, name: str) -> KnobValue | None:
         return (self.model_extra or {}).get(name)
 
-    def with_values(self, **values: Any) -> EngineKnobs:
+    def with_values(self, **values: KnobValue | None) -> EngineKnobs:
         """A copy with VALUES set (None unsets)."""
         return EngineKnobs(**{**self.given(), **values})

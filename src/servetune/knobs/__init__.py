@@ -21,9 +21,11 @@ from servetune.knobs.model import (
     Default,
     DefaultContext,
     Knob,
+    KnobValue,
     SearchRange,
     Spelling,
     parse_version,
+    value_text,
 )
 from servetune.knobs.parse import ParsedCommand, parse_command
 from servetune.knobs.registry import (
@@ -66,6 +68,7 @@ __all__ = [
     "Default",
     "DefaultContext",
     "Knob",
+    "KnobValue",
     "ParsedCommand",
     "Rendered",
     "SearchRange",
@@ -92,5 +95,6 @@ __all__ = [
     "require",
     "spelling",
     "tunable",
+    "value_text",
     "vllm_batch_defaults",
 ]

@@ -18,6 +18,23 @@ from servetune.errors import ConfigError
 
 KnobType = Literal["int", "float", "bool", "choice", "int_list"]
 
+KnobValue = bool | int | float | str | list[int]
+"""A knob's value as the registry checks it (:func:`~servetune.knobs.check_value`), by its
+:data:`KnobType`: a bool, an int, a float, a choice's word, or a list of ints."""
+
+
+def value_text(value: KnobValue, on_off: tuple[str, str] = ("on", "off")) -> str:
+    """A value as a person reads it: a bool as ``on_off``, a float without trailing zeros,
+    a list with commas."""
+    if isinstance(value, bool):
+        return on_off[0] if value else on_off[1]
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list):
+        return ", ".join(str(x) for x in value)
+    return value if isinstance(value, str) else str(value)
+
+
 Style = Literal[
     "value",  # --flag V
     "list",  # --flag V1 V2 … (argparse nargs="+")
@@ -128,26 +145,19 @@ class Default:
     computing it from a :class:`DefaultContext`; ``fn`` returns None when the context lacks
     what it needs)."""
 
-    value: Any = None
+    value: KnobValue | None = None
     rule: str = ""
-    fn: Callable[[DefaultContext], Any] | None = None
+    fn: Callable[[DefaultContext], KnobValue | None] | None = None
     since: str | None = None
     until: str | None = None
 
-    def resolve(self, ctx: DefaultContext) -> Any:
+    def resolve(self, ctx: DefaultContext) -> KnobValue | None:
         return self.fn(ctx) if self.fn is not None else self.value
 
     def describe(self) -> str:
         if self.rule:
             return self.rule
-        v = self.value
-        if v is None:
-            return "unset"
-        if isinstance(v, bool):
-            return "on" if v else "off"
-        if isinstance(v, list):
-            return ", ".join(str(x) for x in v)
-        return f"{v:g}" if isinstance(v, float) else str(v)
+        return "unset" if self.value is None else value_text(self.value)
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,9 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any
 
 from servetune.errors import ConfigError
-from servetune.knobs.model import Spelling
+from servetune.knobs.model import KnobValue, Spelling
 from servetune.knobs.registry import check_engine, check_value, knob
 from servetune.knobs.table import KNOBS
 
@@ -30,7 +29,7 @@ class ParsedCommand:
     """What a command line sets: the engine, the model and the knobs (engine-neutral)."""
 
     engine: str
-    values: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, KnobValue] = field(default_factory=dict)
     model: str | None = None
     served_model_name: str | None = None
     entry: str = ""
@@ -144,8 +143,9 @@ def parse_command(line: str | list[str], engine: str | None = None) -> ParsedCom
     table = _table(name)
     for var, raw in env.items():
         hit = table.get("env:" + var)
-        if hit is not None:
-            out.values[hit[0]] = _read(hit[0], hit[1], raw, out)
+        value = None if hit is None else _read(hit[0], hit[1], raw, out)
+        if hit is not None and value is not None:  # None: "auto", the engine's default
+            out.values[hit[0]] = value
     i = 0
     while i < len(rest):
         tok = rest[i]
@@ -177,7 +177,7 @@ def parse_command(line: str | list[str], engine: str | None = None) -> ParsedCom
         kname, s = hit
         used = 1
         if negated:
-            value: Any = False if s.style != "switch" else not s.on
+            value = False if s.style != "switch" else not s.on
         elif s.style in ("bool_optional", "bool_value", "switch"):
             word = inline
             if word is None and nxt is not None and _is_bool_word(s, nxt):
@@ -240,7 +240,7 @@ def _bool(s: Spelling, raw: str, flag: str) -> bool | None:
     raise ConfigError(f"{flag} {raw!r}: expected on or off", code="knob.value")
 
 
-def _read(kname: str, s: Spelling, raw: str, out: ParsedCommand) -> Any:
+def _read(kname: str, s: Spelling, raw: str, out: ParsedCommand) -> KnobValue | None:
     k = knob(kname)
     if s.style == "off_value":
         return raw.strip() != s.off
@@ -265,9 +265,10 @@ def _finish(out: ParsedCommand, table: dict[str, tuple[str, Spelling]]) -> None:
     """Values that need the whole line: llama.cpp's per-slot context."""
     if out.engine != "llama.cpp" or "max_model_len" not in out.values:
         return
-    total = int(out.values["max_model_len"])
+    total = out.values["max_model_len"]
     slots = out.values.get("max_num_seqs")
     if slots:
-        out.values["max_model_len"] = max(1, total // int(slots))
+        assert isinstance(total, int) and isinstance(slots, int)  # int knobs, checked as read
+        out.values["max_model_len"] = max(1, total // slots)
     else:
         out.notes.append("-np not given: the whole -c counted as one request's limit")

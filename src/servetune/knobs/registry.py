@@ -19,6 +19,7 @@ from servetune.knobs.model import (
     DefaultContext,
     Knob,
     KnobType,
+    KnobValue,
     PlannerEffect,
     SearchRange,
     Spelling,
@@ -124,7 +125,7 @@ def _default_entry(engine: str, k: Knob, v: tuple[int, ...] | None) -> Default |
     return None
 
 
-def default(engine: str, name: str, context: DefaultContext | None = None) -> Any:
+def default(engine: str, name: str, context: DefaultContext | None = None) -> KnobValue | None:
     """ENGINE's default for NAME in CONTEXT (the version, the device, …), or None when it
     depends on what the context does not say (``default_rule`` says it in words)."""
     k = knob(name)
@@ -158,7 +159,19 @@ def _bad(k: Knob, value: object, want: str) -> ConfigError:
     )
 
 
-def _coerce_scalar(k: Knob, kind: KnobType, value: Any) -> Any:
+def _coerce_int(k: Knob, value: Any) -> int:
+    if isinstance(value, bool):
+        raise _bad(k, value, "an integer")
+    try:
+        out = int(value)
+    except (TypeError, ValueError):
+        raise _bad(k, value, "an integer") from None
+    if isinstance(value, float) and value != out:
+        raise _bad(k, value, "an integer")
+    return out
+
+
+def _coerce_scalar(k: Knob, kind: KnobType, value: Any) -> bool | int | float | str:
     if kind == "bool":
         if isinstance(value, bool):
             return value
@@ -168,15 +181,7 @@ def _coerce_scalar(k: Knob, kind: KnobType, value: Any) -> Any:
             return bool(value)
         raise _bad(k, value, "on or off (true/false)")
     if kind == "int":
-        if isinstance(value, bool):
-            raise _bad(k, value, "an integer")
-        try:
-            out = int(value)
-        except (TypeError, ValueError):
-            raise _bad(k, value, "an integer") from None
-        if isinstance(value, float) and value != out:
-            raise _bad(k, value, "an integer")
-        return out
+        return _coerce_int(k, value)
     if kind == "float":
         if isinstance(value, bool):
             raise _bad(k, value, "a number")
@@ -190,7 +195,7 @@ def _coerce_scalar(k: Knob, kind: KnobType, value: Any) -> Any:
     return text
 
 
-def check_value(name: str, value: Any) -> Any:
+def check_value(name: str, value: object) -> KnobValue | None:
     """VALUE as knob NAME's type, checked against its range; None stays None (the default)."""
     k = knob(name)
     if value is None:
@@ -199,12 +204,12 @@ def check_value(name: str, value: Any) -> Any:
         items = value.split(",") if isinstance(value, str) else value
         if not isinstance(items, list | tuple) or not items:
             raise _bad(k, value, "a list of integers")
-        out_list = [_coerce_scalar(k, "int", x) for x in items]
+        out_list = [_coerce_int(k, x) for x in items]
         for x in out_list:
             _check_range(k, x)
         return out_list
     out = _coerce_scalar(k, k.type, value)
-    if k.type in ("int", "float"):
+    if isinstance(out, int | float) and not isinstance(out, bool):
         _check_range(k, out)
     return out
 
@@ -216,14 +221,16 @@ def _check_range(k: Knob, x: float) -> None:
         raise _bad(k, x, f"≤ {k.high:g}")
 
 
-def check_values(values: Mapping[str, Any]) -> dict[str, Any]:
+def check_values(values: Mapping[str, object]) -> dict[str, KnobValue]:
     """Every value checked (see :func:`check_value`), keyed by the knobs' own names, in the
     table's order; None values dropped."""
     checked = {knob(name).name: check_value(name, v) for name, v in values.items()}
-    return {n: checked[n] for n in KNOB_NAMES if checked.get(n) is not None}
+    return {n: v for n in KNOB_NAMES if (v := checked.get(n)) is not None}
 
 
-def check_config(engine: str, values: Mapping[str, Any], version: Version = None) -> dict[str, Any]:
+def check_config(
+    engine: str, values: Mapping[str, object], version: Version = None
+) -> dict[str, KnobValue]:
     """VALUES checked for ENGINE: each knob exists on the engine, each value fits, and the
     knobs agree with one another (the rules in ``Knob.requires``). Returns the checked
     configuration; raises ConfigError (``knob.absent``/``knob.value``/``knob.conflict``)."""

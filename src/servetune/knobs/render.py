@@ -13,10 +13,9 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from servetune.errors import ConfigError
-from servetune.knobs.model import Spelling
+from servetune.knobs.model import KnobValue, Spelling, value_text
 from servetune.knobs.registry import KNOB_NAMES, Version, check_values, flag, knob, require
 
 ENTRY: dict[str, tuple[list[str], str | None]] = {
@@ -51,15 +50,11 @@ class Command:
         return f"{env} {cmd}" if env else cmd
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
+def _fmt(value: KnobValue) -> str:
+    return value_text(value, ("true", "false"))
 
 
-def _word(engine: str, name: str, s: Spelling, value: Any) -> str:
+def _word(engine: str, name: str, s: Spelling, value: KnobValue) -> str:
     """The engine's word for a non-boolean VALUE, checked against its choices."""
     text = s.values.get(_fmt(value), _fmt(value))
     if s.choices and text not in s.choices:
@@ -71,7 +66,9 @@ def _word(engine: str, name: str, s: Spelling, value: Any) -> str:
     return text
 
 
-def _spell(engine: str, name: str, s: Spelling, value: Any, cfg: Mapping[str, Any]) -> Rendered:
+def _spell(
+    engine: str, name: str, s: Spelling, value: KnobValue, cfg: Mapping[str, KnobValue]
+) -> Rendered:
     out = Rendered()
     style = s.style
     if style == "bool_optional":
@@ -87,9 +84,9 @@ def _spell(engine: str, name: str, s: Spelling, value: Any, cfg: Mapping[str, An
     elif style == "off_value":
         out.args = [] if value else [s.flag, s.off]
     elif style == "list":
-        out.args = [s.flag, *(_fmt(x) for x in value)]
+        out.args = [s.flag, *(_fmt(x) for x in _items(value))]
     elif style == "csv":
-        out.args = [s.flag, ",".join(_fmt(x) for x in value)]
+        out.args = [s.flag, ",".join(_fmt(x) for x in _items(value))]
     elif style == "slots_total":
         slots = cfg.get("max_num_seqs")
         if slots is None:
@@ -98,7 +95,7 @@ def _spell(engine: str, name: str, s: Spelling, value: Any, cfg: Mapping[str, An
                 hint=f"{s.note}: give both",
                 code="knob.conflict",
             )
-        out.args = [s.flag, str(int(value) * int(slots))]
+        out.args = [s.flag, str(_whole(value) * _whole(slots))]
     else:
         word = _word(engine, name, s, value)
         if s.env:
@@ -110,7 +107,19 @@ def _spell(engine: str, name: str, s: Spelling, value: Any, cfg: Mapping[str, An
     return out
 
 
-def render_args(engine: str, values: Mapping[str, Any], version: Version = None) -> Rendered:
+def _items(value: KnobValue) -> list[int]:
+    """An ``int_list`` knob's items (the registry checked the value's type)."""
+    assert isinstance(value, list), value
+    return value
+
+
+def _whole(value: KnobValue) -> int:
+    """An ``int`` knob's value (the registry checked its type)."""
+    assert isinstance(value, int), value
+    return value
+
+
+def render_args(engine: str, values: Mapping[str, object], version: Version = None) -> Rendered:
     """The flags and environment that set VALUES on ENGINE (unset knobs: not rendered)."""
     cfg = check_values(values)
     out = Rendered()
@@ -124,13 +133,13 @@ def render_args(engine: str, values: Mapping[str, Any], version: Version = None)
     return out
 
 
-def render_value(engine: str, name: str, value: Any, version: Version = None) -> str:
+def render_value(engine: str, name: str, value: object, version: Version = None) -> str:
     """One knob's setting as a person types it (``--max-num-seqs 256``, ``-ctk q8_0 -ctv
     q8_0``, ``PREFIX_CACHING=0``); empty when the value is the flag's absence (a switch
     left off)."""
     k = knob(name)
     s = require(engine, k.name, version)
-    cfg: dict[str, Any] = {k.name: value}
+    cfg: dict[str, object] = {k.name: value}
     if s.style == "slots_total":
         cfg["max_num_seqs"] = 1
     part = _spell(engine, k.name, s, check_values(cfg)[k.name], check_values(cfg))
@@ -144,7 +153,7 @@ def render_value(engine: str, name: str, value: Any, version: Version = None) ->
 def render_command(
     engine: str,
     model: str,
-    values: Mapping[str, Any],
+    values: Mapping[str, object],
     version: Version = None,
     extra: list[str] | None = None,
 ) -> Command:
@@ -164,8 +173,8 @@ class Change:
     """One knob that differs between two configurations (None = the engine's default)."""
 
     knob: str
-    old: Any
-    new: Any
+    old: KnobValue | None
+    new: KnobValue | None
 
     def describe(self, engine: str = "vllm", version: Version = None) -> str:
         """``--max-num-seqs 128 → 256`` in ENGINE's spelling."""
@@ -175,7 +184,7 @@ class Change:
         return f"{name}: {old or 'default'} → {new or 'default'}"
 
 
-def diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
+def diff(old: Mapping[str, object], new: Mapping[str, object]) -> list[Change]:
     """The knobs whose values differ between OLD and NEW (checked; table order)."""
     a, b = check_values(old), check_values(new)
     return [Change(n, a.get(n), b.get(n)) for n in KNOB_NAMES if a.get(n) != b.get(n)]

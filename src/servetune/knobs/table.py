@@ -22,7 +22,7 @@ spellings are those of the release notes: V1 by default from 0.8.0; boolean flag
 from __future__ import annotations
 
 from servetune.knobs import defaults as d
-from servetune.knobs.model import Absent, Default, Knob, SearchRange, Spelling
+from servetune.knobs.model import Absent, Default, Knob, KnobValue, SearchRange, Spelling
 
 VLLM_BOOL_FLAGS_SINCE = "0.8.5"
 V0_REMOVED = "0.11.0"
@@ -43,7 +43,7 @@ def _vllm(*spellings: Spelling | Absent) -> dict[str, tuple[Spelling | Absent, .
     return {e: spellings for e in VLLM_LIKE}
 
 
-def _const(value: object) -> tuple[Default, ...]:
+def _const(value: KnobValue | None) -> tuple[Default, ...]:
     return (Default(value=value),)
 
 

@@ -415,20 +415,9 @@ def send_lag_plot(data: ReportData) -> Plot | None:
         fin = [lv for lv in levels if math.isfinite(lv.row.load)]
         if fin:
             lat = [lv.latencies for lv in fin]
-            left.plot(
-                xs,
-                [float(np.percentile(x.send_lag, 99)) for x in lat if x is not None],
-                "o-",
-                color=KNEE,
-                label="P99",
-            )
-            left.plot(
-                xs,
-                [float(np.percentile(x.send_lag, 50)) for x in lat if x is not None],
-                "o--",
-                color=TTFT,
-                label="P50",
-            )
+            for q, style, color in ((99, "o-", KNEE), (50, "o--", TTFT)):
+                ys = [float(np.percentile(x.send_lag, q)) for x in lat if x is not None]
+                left.plot(xs, ys, style, color=color, label=f"P{q}")
             _log_if_wide(left, xs, "x")
             _level_ticks(left, xs)
             left.set_xlabel("offered req/s" if data.mode == "rate" else "concurrency cap")

@@ -59,7 +59,8 @@ def _parse_levels(
             v = number(part)
         except ValueError:
             raise ConfigError(
-                f"{flag}: {part!r} is not {kind}", hint=f"give {flag} values separated by commas, e.g. {example}"
+                f"{flag}: {part!r} is not {kind}",
+                hint=f"give {flag} values separated by commas, e.g. {example}",
             ) from None
         if not (v > 0 if least == 0 else v >= least):
             rule = "> 0" if least == 0 else f"≥ {least}"
