@@ -161,3 +161,19 @@ def test_steps_and_weights() -> None:
     assert rollback_weights({"b1": 60, "cand": 0}, "cand") == {"b1": 60, "cand": 0}
     with pytest.raises(ConfigError):
         step_weights({"cand": 0}, "cand", 10)
+
+
+def test_quality_gate_reads_servetune_quality_json(tmp_path: Path) -> None:
+    from servetune.results.quality_file import QualityReport, write_quality_report
+
+    report = QualityReport.model_validate(
+        {"verdict": "fail", "reason": "perplexity +9 % over the noise floor", "created_at": "t",
+         "baseline": {"url": "http://b"}, "candidate": {"url": "http://c"}, "texts": "built-in"}
+    )  # fmt: skip
+    write_quality_report(tmp_path / "quality.json", report)
+    for where in (tmp_path, tmp_path / "quality.json"):
+        r = read_file(str(where))
+        assert r.verdict == "fail" and "perplexity" in r.detail
+    printed = report.model_dump_json()
+    cmd = [sys.executable, "-c", f"print({printed!r})"]
+    assert run_command(cmd).verdict == "fail"

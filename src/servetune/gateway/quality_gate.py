@@ -1,11 +1,13 @@
 """The quality gate of a rollout: the verdict of `servetune quality` on the candidate.
 
-The gate reads a JSON verdict — from a file (``canary.quality_verdict_file``, written by
-``servetune quality ... --json > verdict.json``) or from the standard output of a command
-(``canary.quality_command``) — whose ``verdict`` key (top level, or under ``quality``) is
-``pass``, ``fail`` or ``inconclusive``. ``fail`` rolls the candidate back at once; the candidate
-takes all traffic only after ``pass``. A missing, unreadable or malformed verdict counts as
-``inconclusive`` and says why: a gate that cannot be read never lets a candidate through.
+The gate reads a verdict — ``quality.json`` as `servetune quality` writes it
+(:mod:`servetune.results.quality_file`; ``canary.quality_verdict_file`` may name the file or
+its folder), the same document from the standard output of a command
+(``canary.quality_command``, e.g. ``servetune quality ... --json``), or any JSON object whose
+``verdict`` key (top level, or under ``quality``) is ``pass``, ``fail`` or ``inconclusive``.
+``fail`` rolls the candidate back at once; the candidate takes all traffic only after ``pass``.
+A missing, unreadable or malformed verdict counts as ``inconclusive`` and says why: a gate
+that cannot be read never lets a candidate through.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
+from pydantic import ValidationError
+
+from servetune.errors import ResultError
+from servetune.results.quality_file import QUALITY_FILE, QualityReport, read_quality_report
 
 GateVerdict = Literal["pass", "fail", "inconclusive"]
 _COMMAND_TIMEOUT_S = 3600.0
@@ -37,6 +43,12 @@ def _read_verdict(data: bytes, source: str) -> GateResult:
         return GateResult("inconclusive", source, f"not JSON ({exc})")
     if not isinstance(body, dict):
         return GateResult("inconclusive", source, "not a JSON object")
+    if body.get("kind") == "quality":  # servetune quality's own document
+        try:
+            report = QualityReport.model_validate(body)
+        except ValidationError as exc:
+            return GateResult("inconclusive", source, f"not a valid quality.json ({exc})")
+        return GateResult(report.verdict, source, report.reason[:500], body)
     verdict = body.get("verdict")
     if verdict is None and isinstance(body.get("quality"), dict):
         verdict = body["quality"].get("verdict")
@@ -52,8 +64,15 @@ def _read_verdict(data: bytes, source: str) -> GateResult:
 
 
 def read_file(path: str) -> GateResult:
+    p = Path(path)
+    if p.is_dir():
+        try:
+            report = read_quality_report(p)
+        except ResultError as exc:
+            return GateResult("inconclusive", path, exc.message)
+        return GateResult(report.verdict, str(p / QUALITY_FILE), report.reason[:500])
     try:
-        data = Path(path).read_bytes()
+        data = p.read_bytes()
     except OSError as exc:
         return GateResult("inconclusive", path, f"cannot read the verdict file: {exc.strerror}")
     return _read_verdict(data, path)
