@@ -1,0 +1,83 @@
+"""A rollout across two gateway replicas sharing Redis: both route by the shared weights, both
+push what they measure, the replica that started the rollout decides, the other follows."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import aiohttp
+from harness import MODEL, gateway_config, running, sim, url
+
+from conftest import RedisServer
+from servetune.gateway.keys import hash_key, new_key
+
+PROMPT = " ".join(["the"] * 100)
+
+
+def test_rollout_shared_by_two_replicas(redis_server: RedisServer, tmp_path: Path) -> None:
+    base, cand = sim(), sim(max_num_seqs=1)
+    admin = new_key()
+    try:
+
+        async def main() -> None:
+            def cfg(name: str):  # type: ignore[no-untyped-def]
+                (tmp_path / name).mkdir()
+                return gateway_config(
+                    tmp_path / name,
+                    redis=redis_server.url,
+                    redis_prefix="rollout-test:",
+                    admin_keys=[hash_key(admin)],
+                    groups=[{"name": "baseline", "urls": [base.base_url]},
+                            {"name": "candidate", "urls": [cand.base_url], "weight": 0}],
+                    canary={"min_requests": 30, "min_batches": 6, "batch_size": 3,
+                            "tolerance": 0.2, "max_step_s": 90},
+                )  # fmt: skip
+
+            async with running(cfg("a")) as a, running(cfg("b")) as b:
+                stop = asyncio.Event()
+                seen_by: dict[str, set[str]] = {"a": set(), "b": set()}
+
+                async def worker(gw_url: str, who: str, s: aiohttp.ClientSession) -> None:
+                    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 10, "stream": True}
+                    while not stop.is_set():
+                        async with s.post(gw_url, json=body) as r:
+                            await r.read()
+                            seen_by[who].add(r.headers.get("x-servetune-group", "?"))
+
+                async with aiohttp.ClientSession() as s:
+                    load = [asyncio.create_task(worker(url(gw), who, s))
+                            for gw, who in ((a, "a"), (b, "b")) for _ in range(4)]  # fmt: skip
+                    try:
+                        r = await s.post(
+                            url(a, "/admin/rollout"),
+                            json={"candidate": "candidate", "steps": [30, 100]},
+                            headers={"Authorization": f"Bearer {admin}"},
+                        )
+                        assert r.status == 202, await r.text()
+                        for _ in range(400):
+                            await asyncio.sleep(0.5)
+                            st = a.rollout_state
+                            if st is not None and st.done:
+                                break
+                        else:
+                            raise AssertionError("no decision within 200 s")
+                        await asyncio.sleep(1.5)  # b follows the shared state
+                    finally:
+                        stop.set()
+                        for t in load:
+                            with contextlib.suppress(Exception):
+                                await asyncio.wait_for(t, 30)
+                assert a.rollout_state is not None and a.rollout_state.status == "rolled_back"
+                assert b.rollout_state is not None and b.rollout_state.status == "rolled_back"
+                assert b.router.weights == {"baseline": 100.0, "candidate": 0.0}
+                assert "candidate" in seen_by["b"]  # b routed by the shared canary weights
+                ev = a.rollout_state.evidence or {}
+                # observations came from both replicas: more than a's own candidate requests
+                assert ev["candidate"]["requests"] >= 30  # type: ignore[index]
+
+        asyncio.run(main())
+    finally:
+        base.stop()
+        cand.stop()
