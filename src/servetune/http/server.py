@@ -302,6 +302,7 @@ class ServerConnection(asyncio.Protocol):
         self.closed = True
         self.transport = None
         self.parser = _CLOSED  # the parser holds this connection's methods: no cycle left
+        self.parsing = None
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
