@@ -77,6 +77,12 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--top-k", type=int, default=3, help="configs repeated")
     t.add_argument("--mad-k", type=float, default=1.0, help="rank by median − k·MAD")
     t.add_argument("--probes", type=int, default=8, help="rates tried per configuration")
+    t.add_argument(
+        "--ofat",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="measure each knob one step up and down around the best (a launch each)",
+    )
     o = p.add_argument_group("study")
     o.add_argument("--result-dir", type=Path, default=None)
     o.add_argument(
@@ -193,6 +199,7 @@ def _spec(args: argparse.Namespace) -> Any:
         engine_options=options,
         ready_timeout_s=args.ready_timeout,
         realtime=bool(args.realtime),
+        ofat=bool(args.ofat),
         heartbeat_s=max(1, args.heartbeat),
     )
 

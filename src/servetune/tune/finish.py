@@ -195,7 +195,7 @@ def finish(
     )
     if b_val and d_val:
         result.gain_over_default = b_val / d_val - 1.0
-    if spec.objective == "slo-max" and measure_more and b_val:
+    if spec.objective == "slo-max" and spec.ofat and measure_more and b_val:
         echo("one knob at a time around the best configuration")
         result.ofat = ofat(spec, backend, best, b_val, out_dir / "ofat")
     result.status = "complete"

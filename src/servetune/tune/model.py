@@ -50,10 +50,18 @@ class TuneSpec(BaseModel):
     """engines.commands.EngineOptions fields (executable, dtype, enforce_eager, …)."""
     ready_timeout_s: float = 300.0
     warmup_requests: int = 8
+    ofat: bool = True
+    """Measure the one-knob-at-a-time table around the best (each neighbour is a launch)."""
     realtime: bool = False
     """``--engine sim`` only: launch the real-time simulated server per configuration (a real
     process loaded over HTTP, as a real engine is) instead of the offline virtual clock."""
     heartbeat_s: int = 10
+
+    @property
+    def launches(self) -> bool:
+        """Each configuration is a launched engine (not the offline simulated engine)."""
+        return self.engine != "sim" or self.realtime
+
     sim_gpu: str | None = None
     sim_model: str | None = None
     """The catalog entries the simulated engine predicts with (warm start, pruning)."""

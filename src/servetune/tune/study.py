@@ -266,12 +266,12 @@ class TrialRunner:
             return
         best = best_value(trial.study)
         predicted = None
-        if spec.engine != "sim" or spec.objective == "slo-max":
+        if spec.launches:  # offline, the search is itself the simulated engine's figure
             with contextlib.suppress(ServetuneError):
                 predicted = self.backend.predict(rec.config, spec.slos) if spec.slos else None
         rec.predicted = predicted
         if (
-            spec.engine != "sim"
+            spec.launches
             and predicted is not None
             and best is not None
             and predicted < PRUNE_BELOW * best
@@ -303,7 +303,7 @@ class TrialRunner:
             max(start, 0.05),
             max_probes=spec.probes,
             tol=spec.tol,
-            beat=best if spec.engine != "sim" else None,
+            beat=best if spec.launches else None,
         )
         rec.probes = out.probes
         rec.slo_max, rec.upper, rec.limiting = out.slo_max, out.upper, out.limiting
