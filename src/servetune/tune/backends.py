@@ -25,18 +25,33 @@ Measure = Callable[[float], Probe]
 PREDICT_PROMPTS = 300
 
 
+UNDERSENT = 0.9
+"""A probe whose client sent less than 90% of its planned rate measured a lower load."""
+
+
+def undersent(result: RunResult) -> bool:
+    """The client could not send the load it planned (a few milliseconds of send lag on a
+    busy machine do not count: latencies are measured from the actual send)."""
+    h = result.client_health
+    plan = h.planned_rate or h.target_rate
+    if plan is None or h.achieved_rate is None or not math.isfinite(plan):
+        return False
+    return h.achieved_rate < UNDERSENT * plan
+
+
 def probe_of(rate: float, result: RunResult, slos: list[SloSpec]) -> Probe:
     """A probe from one run's result."""
     s = result.summary
     c = check(s, slos)
     server = result.server.summary if result.server is not None else {}
+    short = undersent(result)
+    planned = result.client_health.planned_rate
     return Probe(
         rate=rate,
-        meets=c.meets and not result.client_health.behind,
+        offered=planned if planned is not None and math.isfinite(planned) else None,
+        meets=c.meets and not short,
         throughput=s.request_throughput,
-        limiting=(
-            "the client fell behind its schedule" if result.client_health.behind else c.limiting
-        ),
+        limiting="the client could not send the planned rate" if short else c.limiting,
         worst_ratio=c.worst_ratio,
         failed_share=c.failed_share,
         figures={
@@ -44,6 +59,7 @@ def probe_of(rate: float, result: RunResult, slos: list[SloSpec]) -> Probe:
             "p99_ttft_ms": s.ttft.p99,
             "p50_tpot_ms": s.tpot.p50,
             "p99_tpot_ms": s.tpot.p99,
+            "p99_itl_ms": s.itl.p99,
             "p99_e2el_ms": s.e2el.p99,
             "request_throughput": s.request_throughput,
             "output_throughput": s.output_throughput,

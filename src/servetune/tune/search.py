@@ -35,6 +35,8 @@ class Probe(BaseModel):
     meets: bool
     throughput: float = 0.0
     """Requests/s completed (achieved)."""
+    offered: float | None = None
+    """The rate the drawn arrivals realize (a short run's draw is off the nominal rate)."""
     limiting: str | None = None
     worst_ratio: float | None = None
     failed_share: float = 0.0
@@ -90,7 +92,7 @@ def find_slo_max(
         else:
             hi = rate if hi is None else min(hi, rate)
             out.limiting = p.limiting
-        if p.throughput > 0 and p.throughput < SATURATED * rate:
+        if p.throughput > 0 and p.throughput < SATURATED * (p.offered or rate):
             cap = min(cap, p.throughput * 1.02)
         if beat is not None and ((hi is not None and hi <= beat) or cap <= beat):
             # the SLO-max lies below the rate to beat: this configuration cannot win
