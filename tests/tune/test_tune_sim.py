@@ -12,7 +12,7 @@ import pytest
 from servetune.cli import main
 from servetune.knobs import parse_command
 
-BASE = ["tune", "--engine", "sim", "--num-prompts", "200", "--probes", "7"]
+BASE = ["tune", "--engine", "sim", "--num-prompts", "200", "--probes", "7", "--seed", "1"]
 # H100: vLLM's default (1024 sequences, 8192 tokens, bf16 weights) against an FP8-weight
 # option and smaller batches, under a tight TPOT SLO
 SCENARIO = [
