@@ -11,6 +11,14 @@ writes, from one seeded set of weights and one locally trained tokenizer:
                     with its merges, the same chat template)
     DIR/hf-small/, DIR/small.gguf
                     a ~20x larger model (SMALL_SHAPE), same tokenizer, in both formats
+    DIR/hf-quality/, DIR/quality.gguf
+                    a model whose predictions mean something, for the quality tests: the
+                    bigram statistics of held-out pseudo-English (the tokenizer's own corpus
+                    generator) factored into its embeddings and output head (QUALITY_SHAPE;
+                    small random layers on top), so its perplexity is low on that text and
+                    quantizing its weights changes its next-token distributions measurably
+    DIR/quality-eval.jsonl
+                    held-out texts of that corpus ({"text": …} a line)
     DIR/model.json  what was made (shape, vocab size, special token ids), for tests to read
 
 Needs numpy, tokenizers, safetensors and gguf — not torch: the HF folder is plain safetensors.
@@ -65,7 +73,18 @@ SMALL_SHAPE: dict[str, Any] = {
     "num_attention_heads": 8,
     "num_key_value_heads": 8,
 }
+# quality: K-quants need rows that are multiples of 256 (hidden 512, intermediate 1536).
+QUALITY_SHAPE: dict[str, Any] = {
+    **SHAPE,
+    "hidden_size": 512,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 8,
+}
 VOCAB_SIZE = 2048
+QUALITY_TRAIN_LINES = 40000
+QUALITY_EVAL_TEXTS = 200
 
 
 def corpus(n_lines: int, rng: random.Random) -> list[str]:
@@ -192,6 +211,46 @@ def random_weights(vocab: int, shape: dict[str, Any]) -> dict[str, np.ndarray]:
     w["model.norm.weight"] = np.ones(h, np.float32)
     w["lm_head.weight"] = lin(vocab, h)
     return w
+
+
+def bigram_weights(tok: Any, vocab: int, shape: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Weights whose output is (close to) a bigram model of the corpus: the centred log
+    probabilities of the next token given the current one (add-0.1 smoothing), factored by a
+    truncated SVD into the embeddings and the output head; the layers are the usual small
+    random ones, a perturbation on top."""
+    lines = corpus(QUALITY_TRAIN_LINES + 3 * QUALITY_EVAL_TEXTS, random.Random(SEED))
+    lines = lines[:QUALITY_TRAIN_LINES]
+    counts = np.zeros((vocab, vocab), dtype=np.float64)
+    for enc in tok.encode_batch(lines):
+        ids = enc.ids
+        for a, b in zip(ids[:-1], ids[1:], strict=True):
+            counts[a, b] += 1.0
+    logp = np.log((counts + 0.1) / (counts + 0.1).sum(axis=1, keepdims=True))
+    logp -= logp.mean(axis=1, keepdims=True)
+    h = shape["hidden_size"]
+    u, sv, vt = np.linalg.svd(logp)
+    root = np.sqrt(sv[: h - 1])
+    emb = u[:, : h - 1] * root
+    # One dimension fills every embedding up to the same norm, so the RMSNorm in front of the
+    # head divides every row by the same number and the logits keep their scale.
+    norm2 = (emb**2).sum(axis=1)
+    full = float(norm2.max()) * 1.01
+    emb = np.concatenate([emb, np.sqrt(full - norm2)[:, None]], axis=1)
+    head = np.concatenate([vt[: h - 1].T * root, np.zeros((vocab, 1))], axis=1)
+    head *= np.sqrt(full / h)
+    w = random_weights(vocab, shape)
+    # C order: safetensors writes the buffer as it lies (an SVD factor is often Fortran-ordered)
+    w["model.embed_tokens.weight"] = np.ascontiguousarray(emb, dtype=np.float32)
+    w["lm_head.weight"] = np.ascontiguousarray(head, dtype=np.float32)
+    return w
+
+
+def quality_texts() -> list[str]:
+    """Held-out texts of the same pseudo-English (the same words, lines after the ones the
+    bigrams were counted on), three lines each, for perplexity."""
+    lines = corpus(QUALITY_TRAIN_LINES + 3 * QUALITY_EVAL_TEXTS, random.Random(SEED))
+    held = lines[QUALITY_TRAIN_LINES:]
+    return [" ".join(held[i : i + 3]) for i in range(0, len(held), 3)]
 
 
 def write_hf(
@@ -353,9 +412,18 @@ def main(argv: list[str] | None = None) -> int:
     shutil.copy(tmp / "hf" / "tokenizer.json", tmp / "hf-small" / "tokenizer.json")
     write_hf(tmp / "hf-small", tok, small, ids, SMALL_SHAPE)
     write_gguf(tmp / "small.gguf", tok, small, ids, SMALL_SHAPE, "small")
+    quality = bigram_weights(tok, vocab, QUALITY_SHAPE)
+    (tmp / "hf-quality").mkdir()
+    shutil.copy(tmp / "hf" / "tokenizer.json", tmp / "hf-quality" / "tokenizer.json")
+    write_hf(tmp / "hf-quality", tok, quality, ids, QUALITY_SHAPE)
+    write_gguf(tmp / "quality.gguf", tok, quality, ids, QUALITY_SHAPE, "quality")
+    (tmp / "quality-eval.jsonl").write_text(
+        "".join(json.dumps({"text": t}) + "\n" for t in quality_texts())
+    )
     info = {
         "shape": SHAPE,
         "small_shape": SMALL_SHAPE,
+        "quality_shape": QUALITY_SHAPE,
         "vocab_size": vocab,
         "special_ids": ids,
         "seed": SEED,
@@ -365,6 +433,9 @@ def main(argv: list[str] | None = None) -> int:
             "gguf": "tiny.gguf",
             "small_hf": "hf-small",
             "small_gguf": "small.gguf",
+            "quality_hf": "hf-quality",
+            "quality_gguf": "quality.gguf",
+            "quality_eval": "quality-eval.jsonl",
         },
     }
     (tmp / "model.json").write_text(json.dumps(info, indent=2))
