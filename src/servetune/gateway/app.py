@@ -525,8 +525,8 @@ class Gateway:
         except QueueRefusal as exc:
             status = 503 if exc.reason == "no_upstream" else 429
             type_ = "server_error" if status == 503 else "requests"
+            # counted by _refuse; att.code stays 0 so that _record does not count it again
             self._refuse(ex, tenant.name, exc.reason, status, exc.message, type_, exc.retry_after_s)
-            att.code = status
             return
         if slot.queued_s > 0:
             self.metrics.observe_queue(tenant.name, slot.queued_s)
