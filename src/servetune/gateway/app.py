@@ -12,7 +12,7 @@ through, in order — each step refuses with an OpenAI-shaped error and nothing 
 5. **route** — a group by weight (canary), then a slot on one of its upstreams, waiting in
    the fair queue when all are at their admission limit (429 past the deadline or bound);
 6. **forward** — streamed through as it arrives; retried on another upstream only before the
-   first byte (connect error, reset, timeout before the head, 502/503/504);
+   first byte (connect error, reset, timeout before the head, 500/502/503/504).
 7. **settle** — the reservation to the engine's ``usage``; the slot freed; metrics and the
    canary's observation recorded.
 
@@ -62,7 +62,7 @@ from servetune.http import Router as HTTPRouter
 log = logging.getLogger("servetune.gateway")
 
 DEFAULT_TENANT = "default"
-_RETRY_STATUSES = (502, 503, 504)
+_RETRY_STATUSES = (500, 502, 503, 504)
 _SYNC_S = 0.5
 _STREAM_HEADERS = [(b"Cache-Control", b"no-cache"), (b"X-Accel-Buffering", b"no")]
 

@@ -1,0 +1,93 @@
+"""Upstream failures: retries only before the first byte, circuit breaker, idle streams ended
+with an error event inside the 200, streams cut mid-way reported as such."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from harness import gateway_config, running, url
+
+from conftest import free_port
+
+MODEL = "scripted-model"
+
+
+async def post(s: aiohttp.ClientSession, u: str, max_tokens: int = 5) -> tuple[int, bytes]:
+    body = {"model": MODEL, "prompt": "a b c", "max_tokens": max_tokens, "stream": True}
+    async with s.post(u, json=body) as r:
+        return r.status, await r.read()
+
+
+def test_dead_upstream_is_retried_around_and_its_circuit_opens(
+    scripted: Callable[..., Any], tmp_path: Path
+) -> None:
+    live = scripted({"model": MODEL})
+    dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+
+    async def main() -> None:
+        cfg = gateway_config(
+            tmp_path,
+            groups=[{"name": "g", "urls": [dead, live.base_url], "max_concurrency": 4,
+                     "adaptive": False}],
+            breaker={"failures": 2, "cooldown_s": 30},
+        )  # fmt: skip
+        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+            codes = [(await post(s, url(gw)))[0] for _ in range(10)]
+            assert codes == [200] * 10  # the dead one fails before any byte: retried
+            dead_up = next(u for u in gw.pools["g"].upstreams if u.url == dead)
+            assert dead_up.breaker.state == "open"
+            async with s.get(url(gw, "/metrics")) as r:
+                text = await r.text()
+            assert "servetune_gateway_retries_total" in text and "upstream_circuit_open" in text
+
+    asyncio.run(main())
+
+
+def test_upstream_500_before_the_first_byte_is_retried_not_after(
+    scripted: Callable[..., Any], tmp_path: Path
+) -> None:
+    flaky = scripted({"model": MODEL, "fail_every": 2, "tpot_ms": 1})
+    good = scripted({"model": MODEL, "tpot_ms": 1})
+    cut = scripted({"model": MODEL, "disconnect_every": 1, "tpot_ms": 1})
+
+    async def main() -> None:
+        cfg = gateway_config(
+            tmp_path,
+            groups=[{"name": "g", "urls": [flaky.base_url, good.base_url], "adaptive": False},
+                    {"name": "c", "urls": [cut.base_url], "weight": 0}],
+            retries=2,
+        )  # fmt: skip
+        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+            for _ in range(6):
+                status, body = await post(s, url(gw))
+                assert status == 200 and body.rstrip().endswith(b"[DONE]")
+            gw.router.set({"g": 0, "c": 100})
+            status, body = await post(s, url(gw), max_tokens=20)
+            # cut mid-stream: already committed, so not retried; the client is told so
+            assert status == 200 and b'"upstream_error"' in body and b"mid-response" in body
+
+    asyncio.run(main())
+
+
+def test_idle_stream_ends_with_an_error_event(scripted: Callable[..., Any], tmp_path: Path) -> None:
+    slow = scripted({"model": MODEL, "tpot_ms": 3000})
+
+    async def main() -> tuple[int, bytes, float]:
+        cfg = gateway_config(
+            tmp_path, groups=[{"name": "g", "urls": [slow.base_url]}], timeouts={"idle_s": 0.5}
+        )
+        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            status, body = await post(s, url(gw))
+            return status, body, loop.time() - t0
+
+    status, body, took = asyncio.run(main())
+    assert (
+        status == 200 and b'"upstream_idle_timeout"' in body and body.rstrip().endswith(b"[DONE]")
+    )
+    assert took < 2.5
