@@ -1,5 +1,6 @@
 """`servetune watch` against the simulated engine: live under tmux (the screen shows the
-figures and the KV-full finding starting), the recording read by diagnose, --json, errors."""
+figures and the KV-full finding starting), the recording read by diagnose and drawn by the
+report, --json, errors."""
 
 from __future__ import annotations
 
@@ -84,6 +85,11 @@ def test_watch_under_tmux_shows_figures_and_the_kv_full_finding(tmp_path: Path) 
     diag = json.loads(out.stdout)
     assert diag["findings"][0]["rule"] == "kv_pool_full", diag["headline"]
     assert any("recording of servetune watch" in n for n in diag["notes"])
+    # and the report draws it
+    assert main(["report", str(rec), "--no-png"]) == 0
+    html = (rec / "report.html").read_text()
+    assert "Findings while watching" in html and "kv_pool_full" in html
+    assert 'id="fig-server"' in html and 'id="fig-latency"' in html
 
 
 def test_watch_json_on_a_healthy_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,8 +23,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from servetune.report.build import build_report
+    from pathlib import Path
 
+    from servetune.report.build import build_report
+    from servetune.results.io import RUN_FILE
+    from servetune.results.watch_file import WATCH_FILE
+
+    where = Path(args.path).expanduser()
+    if (where / WATCH_FILE).is_file() and not (where / RUN_FILE).is_file():
+        from servetune.report.recording import build_recording_report
+
+        html = build_recording_report(where, args.out, png=not args.no_png)
+        print(f"report: {html} (a servetune watch recording)")
+        return 0
     written = build_report(args.path, args.out, png=not args.no_png)
     data = written.data
     if data is not None and data.sweep is not None and data.sweep.knee is not None:
