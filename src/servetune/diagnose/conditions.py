@@ -115,7 +115,11 @@ def fmt_windows(windows: Sequence[tuple[float, float]], limit: int = 3) -> str:
     return ", ".join(parts) + (f" and {more} more" if more > 0 else "")
 
 
-def fmt_value(value: Any, unit: str) -> str:
+FigureValue = float | str | list[tuple[float, float]]
+"""A figure (a number), a text, or the time windows where something held."""
+
+
+def fmt_value(value: FigureValue, unit: str) -> str:
     if isinstance(value, list):
         return fmt_windows(value)
     if isinstance(value, str):

@@ -34,6 +34,7 @@ from servetune.diagnose.knobs import from_engine_config, planner_fields
 from servetune.diagnose.model import Action, Diagnosis, Finding
 from servetune.diagnose.rules import RULES_BY_ID, Rule
 from servetune.errors import ConfigError, ServetuneError, SimError
+from servetune.knobs import KnobValue
 from servetune.metrics.timeline import STALL_MIN_MS
 from servetune.sim.config import EngineConfig, ResolvedConfig
 from servetune.sim.memory import MemoryPlan, plan_memory
@@ -360,11 +361,11 @@ def config_figures(
 
 def _fix_candidates(
     cfg: EngineConfig, r: ResolvedConfig | None, err: SimError
-) -> list[tuple[str, Any, int]]:
+) -> list[tuple[str, KnobValue, int]]:
     """(knob, value, cost step) changes worth trying for this refusal, chosen by its reason
     code (:mod:`servetune.errors`), never by the wording of its message."""
     code = err.code
-    out: list[tuple[str, Any, int]] = []
+    out: list[tuple[str, KnobValue, int]] = []
     util = cfg.gpu_memory_utilization
     mml = r.max_model_len if r is not None else cfg.max_model_len
     if code == "sim.batch_below_model_len":

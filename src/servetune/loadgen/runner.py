@@ -16,8 +16,8 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
+from multiprocessing.context import SpawnProcess
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -244,7 +244,7 @@ async def _run_processes(
     ctx = mp.get_context("spawn")
     shares = split_items(items, workers)
     concs = split_concurrency(setup.max_concurrency, workers)
-    procs: list[Any] = []
+    procs: list[SpawnProcess] = []
     conns: list[Connection] = []
     for i in range(workers):
         parent, child = ctx.Pipe()

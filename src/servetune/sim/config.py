@@ -14,11 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from servetune.errors import ConfigError, SimError
 from servetune.knobs import (
     DefaultContext,
+    KnobValue,
     default,
     engine_knobs,
     render_command,
@@ -67,10 +68,11 @@ class EngineConfig(BaseModel):
 
     @field_validator("quantization", "kv_cache_dtype")
     @classmethod
-    def _sim_choice(cls, value: str | None, info: Any) -> str | None:
+    def _sim_choice(cls, value: str | None, info: ValidationInfo) -> str | None:
         """Only the values the simulated engine models (the registry's ``sim`` choices)."""
         if value is None:
             return None
+        assert info.field_name is not None  # a field validator
         s = spelling("sim", info.field_name)
         if isinstance(s, Spelling) and s.choices and value not in s.choices:
             raise ValueError(
@@ -121,7 +123,7 @@ class ResolvedConfig(BaseModel):
     long_prefill_token_threshold: int
     seed: int
     interconnect_gb_s: float
-    defaults_applied: dict[str, Any]
+    defaults_applied: dict[str, KnobValue]
     """Knobs the user left unset and the value vLLM's rule gave them."""
 
     @property
@@ -174,7 +176,7 @@ def _given_or_default(
     knob: str,
     kind: Callable[[Any], _V],
     ctx: DefaultContext,
-    applied: dict[str, Any],
+    applied: dict[str, KnobValue],
 ) -> _V:
     """The knob as given, or vLLM's default in this context (noted in ``applied``)."""
     if value is None:
@@ -191,7 +193,7 @@ def _at_least_one(value: int, flag: str) -> int:
 def resolve(cfg: EngineConfig) -> ResolvedConfig:
     gpu = find_gpu(cfg.gpu)
     model = find_model(cfg.model)
-    applied: dict[str, Any] = {}
+    applied: dict[str, KnobValue] = {}
     tp = cfg.tensor_parallel_size
     if tp < 1:
         raise SimError(
