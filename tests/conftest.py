@@ -92,3 +92,28 @@ def run_cli(
         timeout=timeout,
         cwd=cwd,
     )
+
+
+@pytest.fixture(scope="session")
+def scenario_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """A diagnose scenario's run directory (``tests/diagnose/dx_scenarios.py``), simulated on
+    first use and shared by every test of the session (diagnose's and the CLI's)."""
+    from tests.diagnose.dx_scenarios import SCENARIOS, run_scenario
+
+    base = tmp_path_factory.mktemp("dx-scenarios")
+    done: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in done:
+            assert name in SCENARIOS, name
+            run_scenario(name, base / name, base)
+            done[name] = base / name
+        return done[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A session folder for the datasets the diagnose scenarios write."""
+    return tmp_path_factory.mktemp("dx-data")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from dx_scenarios import SEED_KNOBS
+from tests.diagnose.dx_scenarios import SEED_KNOBS
 
 from servetune.diagnose import Diagnosis, diagnose_path
 from servetune.diagnose.render import render

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from dx_scenarios import SCENARIOS
+from tests.diagnose.dx_scenarios import SCENARIOS
 
 from servetune.diagnose.knobs import KnownConfig
 from servetune.diagnose.window import WINDOW_RULES, evaluate_window

@@ -18,6 +18,8 @@ from servetune.results.io import RUN_FILE
 from servetune.results.sweep_schema import read_sweep_result
 
 HERE = Path(__file__).resolve().parent
+"""Where ``sweep_fake`` (the level runners named by ``--level-runner``) lives."""
+PID_SERVER = HERE.parent / "sweep" / "pid_server.py"
 RATES = "2,4,8,16,32"
 LABELS = ["rate-2", "rate-4", "rate-8", "rate-16", "rate-32"]
 
@@ -138,7 +140,7 @@ def test_server_cmd_starts_and_stops_the_server(
     tmp_path: Path, restart: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
     port = _free_port()
-    server_cmd = f"{sys.executable} {HERE / 'pid_server.py'} {port}"
+    server_cmd = f"{sys.executable} {PID_SERVER} {port}"
     args = [
         "sweep",
         "--level-runner",

@@ -10,6 +10,8 @@ import pytest
 
 from servetune.cli import main
 
+FAKE_ENGINE = Path(__file__).resolve().parents[1] / "engines" / "fake_engine.py"
+
 
 def test_cmd_prints_the_command(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(
@@ -99,7 +101,7 @@ def test_start_and_stop_a_stand_in_engine(
         f"#!{sys.executable}\n"
         "import sys, runpy\n"
         "a = sys.argv\n"
-        f"sys.argv = [{str(Path(__file__).with_name('fake_engine.py'))!r}, 'serve',\n"
+        f"sys.argv = [{str(FAKE_ENGINE)!r}, 'serve',\n"
         "            a[a.index('--port') + 1], a[a.index('-a') + 1]]\n"
         "runpy.run_path(sys.argv[0], run_name='__main__')\n"
     )
