@@ -67,3 +67,7 @@ class Script(BaseModel):
     keep-alive race of servers that time out idle connections (llama-server does)."""
     one_write: bool = False
     """Render the whole response up front and write it at once (zero-cost server)."""
+    record_writes: bool = False
+    """Keep each stream's arrival and the time of each content write (CLOCK_MONOTONIC ns, the
+    clock of ``time.perf_counter_ns`` and of a run's records), served at ``GET
+    /scripted/writes``: what the server really did, for checks that hold on a loaded box."""

@@ -50,6 +50,8 @@ class ScriptedServer:
         sep = b"\r\n\r\n" if script.crlf else b"\n\n"
         self._sep = sep
         self._prerendered: dict[tuple[bool, int, int], bytes] = {}
+        self.writes: list[tuple[int, list[int]]] = []
+        """(arrival, the time of each content write) of each stream, with ``record_writes``."""
 
     async def start(self, port: int = 0) -> int:
         self.port = await self.http.start("127.0.0.1", port)
@@ -84,6 +86,9 @@ class ScriptedServer:
             f"scripted:aborted_total {c.aborted}\nscripted:running {c.running}\n"
         ).encode()
         ex.respond(200, page, b"text/plain")
+
+    def writes_json(self, ex: Exchange) -> None:
+        ex.respond_json(200, [{"arrival_ns": a, "write_ns": w} for a, w in self.writes])
 
     # -- generation -----------------------------------------------------------------------
     def generate(self, ex: Exchange) -> Awaitable[None] | None:
@@ -148,6 +153,9 @@ class ScriptedServer:
             if s.ttft_ms:
                 await asyncio.sleep(s.ttft_ms / 1000)
             ex.start(200, b"text/event-stream", _NO_CACHE, flush=False)
+            if s.record_writes:  # stamped before the write: the bytes cannot be older
+                chunks = -(-n // s.tokens_per_chunk)
+                self.writes.append((int(arrival * 1e9), [time.perf_counter_ns()] * chunks))
             ex.end(data)  # head and body in one write
             c.completed += 1
             c.generated += n
@@ -162,6 +170,7 @@ class ScriptedServer:
         ex.start(200, b"text/event-stream", _NO_CACHE)
         loop = asyncio.get_running_loop()
         start = loop.time() - (time.perf_counter() - arrival)
+        stamps: list[int] | None = [] if s.record_writes else None
         try:
             for i, ev in enumerate(shape.events):
                 due = start + (s.ttft_ms + i * s.tokens_per_chunk * s.tpot_ms) / 1000
@@ -173,6 +182,8 @@ class ScriptedServer:
                 if i == 0 and chat and s.role_chunk:
                     # vLLM sends the role chunk with the first engine output, not on arrival.
                     ev = self.role_event() + ev
+                if stamps is not None:  # before the write: the bytes cannot be older
+                    stamps.append(time.perf_counter_ns())
                 ex.send(ev)
             if shape.ending == "reset":
                 ex.abort()
@@ -183,6 +194,8 @@ class ScriptedServer:
             else:
                 c.completed += 1
                 c.generated += n
+                if stamps is not None:
+                    self.writes.append((int(arrival * 1e9), stamps))
         except asyncio.CancelledError:  # the client went away
             c.aborted += 1
             raise
@@ -278,6 +291,7 @@ def _router(srv: ScriptedServer) -> Router:
     router.get("/v1/models", srv.models)
     router.post("/tokenize", srv.tokenize)
     router.get("/metrics", srv.metrics)
+    router.get("/scripted/writes", srv.writes_json)
     router.post("/v1/completions", srv.generate)
     router.post("/v1/chat/completions", srv.generate)
     return router
