@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from dx_scenarios import SCENARIOS
+from tests.diagnose.dx_scenarios import SCENARIOS
 
 from servetune.diagnose import diagnose_path
 from servetune.diagnose.evaluate import compute_words

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from dx_scenarios import SCENARIOS, run_scenario
+from tests.diagnose.dx_scenarios import SCENARIOS, run_scenario
 
 from servetune.diagnose import Diagnosis, diagnose_path
 from servetune.diagnose.actions import apply_action
