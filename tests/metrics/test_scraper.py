@@ -136,6 +136,33 @@ def test_llamacpp_recent_build_reports_kv_missing(tmp_path: Path) -> None:
     assert info.samples == 2
 
 
+def test_llamacpp_slots_come_from_its_props(tmp_path: Path) -> None:
+    """llama.cpp's cap on requests decoded at once (-np) is configuration, read from /props
+    once, never inferred from how many ran (a short run's peak says nothing of the cap)."""
+    handler, _ = text_handler(lambda n: load("llamacpp_b11434.txt"))
+
+    async def props(_: web.Request) -> web.Response:
+        return web.json_response(
+            {"total_slots": 3, "default_generation_settings": {"n_ctx": 768}, "build_info": "b0"}
+        )
+
+    async def main(routes: dict[str, object]) -> ServerInfo:
+        async with serve(routes) as (url, _):  # type: ignore[arg-type]
+            s = MetricsScraper(url + "/metrics", tmp_path / "m.jsonl", time.perf_counter_ns(), 1.0)
+            await s.prepare()
+            await s.start()
+            await wait_until(lambda: len(s.samples) >= 1)
+            return await s.stop()
+
+    info = asyncio.run(main({"/metrics": handler, "/props": props}))
+    assert info.engine == "llamacpp"
+    assert info.summary["max_num_seqs"] == 3 and info.summary["slot_context_tokens"] == 768
+    # An older build without /props: no key, and nothing else changes.
+    (tmp_path / "m.jsonl").unlink()
+    info = asyncio.run(main({"/metrics": handler}))
+    assert "max_num_seqs" not in info.summary and info.error is None
+
+
 def _run_failing(
     tmp_path: Path, routes: dict[str, object] | None, attempts: int = 4
 ) -> tuple[ServerInfo, MetricsScraper]:

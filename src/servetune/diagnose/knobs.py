@@ -229,6 +229,9 @@ def _recorded(run: RunResult) -> KnownConfig:
         if server.get(skey) is not None:
             known.values[key] = server[skey]
             sources.append(f"the server's cache_config_info ({key})")
+    if isinstance(server.get("max_num_seqs"), int):
+        known.values["max_num_seqs"] = server["max_num_seqs"]
+        sources.append("the server's /props (total_slots)")
     if run.server is not None and run.server.engine:
         known.engine = run.server.engine
     if sources:

@@ -249,6 +249,8 @@ class MetricsScraper:
         fetched = await self._fetch()
         if fetched is not None:
             await self._map(fetched[0], _LoopClock())
+        if self.engine_map is not None and self.engine_map.engine == "llamacpp":
+            self.cache_config.update(await self._llamacpp_props())
         if self._nvml_opening is not None:
             await asyncio.wait([self._nvml_opening], timeout=gpu_wait_s)
 
@@ -355,6 +357,32 @@ class MetricsScraper:
         except aiohttp.ClientError as exc:
             self._report(f"GET {self.metrics_url} failed: {exc.__class__.__name__}: {exc}")
         return None
+
+    async def _llamacpp_props(self) -> dict[str, Any]:
+        """llama.cpp's configuration from its ``/props`` (beside ``/metrics``): the parallel
+        slots (``-np``, its cap on requests decoding at once, summary key ``max_num_seqs``)
+        and each slot's context (``-c`` / ``-np``, key ``slot_context_tokens``). Nothing when
+        the server does not answer it."""
+        assert self._session is not None
+        url = self.metrics_url.rsplit("/metrics", 1)[0] + "/props"
+        try:
+            async with self._session.get(url, timeout=self._timeout) as resp:
+                if resp.status != 200:
+                    return {}
+                props = await resp.json(content_type=None)
+        except (TimeoutError, aiohttp.ClientError, ValueError):
+            return {}
+        out: dict[str, Any] = {}
+        if not isinstance(props, dict):
+            return out
+        slots = props.get("total_slots")
+        if isinstance(slots, int) and slots > 0:
+            out["max_num_seqs"] = slots
+        settings = props.get("default_generation_settings")
+        n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+        if isinstance(n_ctx, int) and n_ctx > 0:
+            out["slot_context_tokens"] = n_ctx
+        return out
 
     def _nvml_opened(self, task: asyncio.Task[NvmlSource | None]) -> NvmlSource | None:
         try:

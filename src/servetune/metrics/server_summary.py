@@ -39,6 +39,13 @@ kv_cache_tokens              tokens the pool holds: blocks × block size (vLLM's
 gpu_memory_utilization       ``--gpu-memory-utilization``
 kv_cache_dtype               ``--kv-cache-dtype`` (``cache_dtype``; ``auto`` = the model's)
 ========================== ===============================================================
+
+From llama.cpp's ``/props`` (read once by the scraper, beside ``/metrics``):
+
+========================== ===============================================================
+max_num_seqs                 parallel slots (``-np``: requests decoded at once; ``total_slots``)
+slot_context_tokens          context of one slot (``-c`` / ``-np``)
+========================== ===============================================================
 """
 
 from __future__ import annotations
