@@ -4,12 +4,13 @@ Starts from a predicted rate (the simulated engine's, or the best so far), then:
 
 1. *bracket*: a probe that meets the SLOs raises the rate (×``GROWTH``), one that misses
    lowers it (÷``GROWTH``), until one meets and one misses; a probe whose achieved throughput
-   fell short of the offered rate shows the server saturated there, and the SLO-max cannot
-   be above what it achieved (the knee's evidence caps the upper end);
+   fell well short of the offered rate shows the server saturated there: the SLO-max cannot
+   be above what it achieved (the knee's evidence caps the upper end), and the probe counts
+   as a miss whatever its latencies (a short run at an overload may not show it in them);
 2. *bisect* geometrically between the highest rate that met and the lowest that missed,
    until they are within ``tol`` of each other or the probes run out;
-3. *stop early* when the upper end falls below the rate to beat (the best configuration so
-   far): this one cannot win, and more probes would only say by how much.
+3. *stop early* when a rate at or below the rate to beat (the best configuration so far)
+   missed: this one cannot win, and more probes would only say by how much.
 
 The result is the highest rate measured to meet the SLOs (never an interpolation).
 """
@@ -24,8 +25,11 @@ from pydantic import BaseModel, Field
 GROWTH = 1.6
 DEFAULT_TOL = 0.05
 DEFAULT_MAX_PROBES = 8
-SATURATED = 0.95
-"""A probe achieving less than 95% of its offered rate saturated the server."""
+SATURATED = 0.8
+"""A probe completing less than 80% of the rate its arrivals realize saturated the server.
+(A run's throughput counts its drain after the last arrival too: with the default 1,000
+prompts that costs little; a run of a few dozen requests with long outputs may look
+saturated below its capacity, so give probes enough prompts.)"""
 
 
 class Probe(BaseModel):
@@ -87,14 +91,22 @@ def find_slo_max(
         p = run(rate)
         if p is None:
             break
+        if p.throughput > 0 and p.throughput < SATURATED * (p.offered or rate):
+            # saturated: the SLO-max lies below what it achieved (however loose the SLOs, a
+            # server that cannot keep up does not serve that rate)
+            cap = min(cap, p.throughput * 1.02)
+            if p.meets:
+                p.meets = False
+                p.limiting = (
+                    f"the server completed {p.throughput:.3g} req/s of "
+                    f"{p.offered or rate:.3g} offered"
+                )
         if p.meets:
             lo = rate if lo is None else max(lo, rate)
         else:
             hi = rate if hi is None else min(hi, rate)
             out.limiting = p.limiting
-        if p.throughput > 0 and p.throughput < SATURATED * (p.offered or rate):
-            cap = min(cap, p.throughput * 1.02)
-        if beat is not None and ((hi is not None and hi <= beat) or cap <= beat):
+        if beat is not None and hi is not None and hi <= beat:
             # the SLO-max lies below the rate to beat: this configuration cannot win
             out.pruned = True
             break
