@@ -17,7 +17,7 @@ from servetune.engines import provisioned
 
 pytestmark = pytest.mark.real_engine
 
-ARGS = ["--prompts", "8", "--greedy-tokens", "12", "--max-k", "2048", "--concurrency", "4"]
+ARGS = ["--prompts", "6", "--greedy-tokens", "12", "--max-k", "2048", "--concurrency", "4"]
 
 
 def _quality(base: str, cand: str, model: provisioned.TinyModel, out: Path, *extra: str) -> dict:  # type: ignore[type-arg]
