@@ -114,6 +114,23 @@ OVERLOADED = AnyOf(
     "({served_sent_ratio:pct}, {served_deficit_z:num} σ short; rule: ≥ 3 σ)",
 )
 
+# Shared by the two stall rules (whole prefills with chunked prefill off, chunks with it on).
+STALLS_AT_PREFILL = Cond(
+    "stalls_at_prefill",
+    ">=",
+    1,
+    "{stalls_at_prefill:int} of {stalls:int} stalls ≥ {stall_limit_ms:ms} came while another "
+    "request was prefilled",
+)
+STALLS_LINE_UP = Cond(
+    "stalls_at_prefill_share",
+    ">=",
+    PREFILL_STALLS,
+    "the stalls line up with prefills: {stalls_at_prefill_share:pct} of them (rule: ≥ 50%)",
+)
+BURST = Cond("burst", "==", 1, "")
+"""A burst explains a stall by itself: the stall rules stand back."""
+
 RULES: tuple[Rule, ...] = (
     Rule(
         id="client_behind",
@@ -338,20 +355,8 @@ RULES: tuple[Rule, ...] = (
         "{stall_prompt_max:tok} tokens); {stalled_streams:int} streams waited, up to "
         "{stall_longest_ms:ms}, and P99 TPOT is {tpot_p99_ms:ms} against {tpot_p50_ms:ms} at P50",
         when=(
-            Cond(
-                "stalls_at_prefill",
-                ">=",
-                1,
-                "{stalls_at_prefill:int} of {stalls:int} stalls ≥ {stall_limit_ms:ms} came "
-                "while another request was prefilled",
-            ),
-            Cond(
-                "stalls_at_prefill_share",
-                ">=",
-                PREFILL_STALLS,
-                "the stalls line up with prefills: {stalls_at_prefill_share:pct} of them "
-                "(rule: ≥ 50%)",
-            ),
+            STALLS_AT_PREFILL,
+            STALLS_LINE_UP,
             Cond(
                 "enable_chunked_prefill",
                 "==",
@@ -360,7 +365,7 @@ RULES: tuple[Rule, ...] = (
                 if_missing="note",
             ),
         ),
-        unless=(OVERLOADED, Cond("burst", "==", 1, "")),
+        unless=(OVERLOADED, BURST),
         evidence=(
             "the steps that stalled: {stall_examples}",
             "{stalls:int} stalls ≥ {stall_limit_ms:ms} (10× the P50 ITL {itl_p50_ms:ms}, at "
@@ -385,19 +390,8 @@ RULES: tuple[Rule, ...] = (
         "against {tpot_p50_ms:ms} at P50",
         when=(
             Cond("enable_chunked_prefill", "==", 1, "chunked prefill is on"),
-            Cond(
-                "stalls_at_prefill",
-                ">=",
-                1,
-                "{stalls_at_prefill:int} of {stalls:int} stalls ≥ {stall_limit_ms:ms} came "
-                "while another request was prefilled",
-            ),
-            Cond(
-                "stalls_at_prefill_share",
-                ">=",
-                PREFILL_STALLS,
-                "the stalls line up with prefills: {stalls_at_prefill_share:pct} (rule: ≥ 50%)",
-            ),
+            STALLS_AT_PREFILL,
+            STALLS_LINE_UP,
             AnyOf(
                 (
                     Cond("tpot_tail_ratio", ">=", TAIL_RATIO, ""),
@@ -408,7 +402,7 @@ RULES: tuple[Rule, ...] = (
             ),
         ),
         only_if=("enable_chunked_prefill",),
-        unless=(OVERLOADED, Cond("burst", "==", 1, "")),
+        unless=(OVERLOADED, BURST),
         evidence=(
             "the steps that stalled: {stall_examples}",
             "{stalls:int} stalls ≥ {stall_limit_ms:ms} at {stall_windows:win}; "

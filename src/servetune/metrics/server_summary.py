@@ -53,7 +53,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -70,6 +70,14 @@ HISTOGRAM_KEYS = {
     ss.PREFILL_SECONDS: "prefill_ms",
     ss.DECODE_SECONDS: "decode_ms",
 }
+
+GPU_GAUGES: tuple[tuple[str, str, Literal["mean", "max"]], ...] = (
+    (ss.GPU_UTILIZATION, "gpu_utilization_mean", "mean"),
+    (ss.GPU_UTILIZATION, "gpu_utilization_max", "max"),
+    (ss.GPU_MEMORY_USED_BYTES, "gpu_memory_used_bytes_max", "max"),
+    (ss.GPU_MEMORY_TOTAL_BYTES, "gpu_memory_total_bytes", "max"),
+)
+"""GPU gauge → the key of its figure and how the window reduces it."""
 
 
 def _in_window(samples: Sequence[ServerSample], start: float, end: float) -> list[ServerSample]:
@@ -195,16 +203,10 @@ def summarize_server(
         if rate.size:
             out["prefix_cache_hit_rate"] = float(rate.mean())
 
-    util = _gauge(win, ss.GPU_UTILIZATION)
-    if util.size:
-        out["gpu_utilization_mean"] = float(util.mean())
-        out["gpu_utilization_max"] = float(util.max())
-    used = _gauge(win, ss.GPU_MEMORY_USED_BYTES)
-    if used.size:
-        out["gpu_memory_used_bytes_max"] = float(used.max())
-    total = _gauge(win, ss.GPU_MEMORY_TOTAL_BYTES)
-    if total.size:
-        out["gpu_memory_total_bytes"] = float(total.max())
+    for concept, key, agg in GPU_GAUGES:
+        v = _gauge(win, concept)
+        if v.size:
+            out[key] = float(v.mean() if agg == "mean" else v.max())
 
     for concept, key in HISTOGRAM_KEYS.items():
         br = _bracket(samples, start, end, concept, "histograms")
