@@ -51,10 +51,21 @@ def test_capacity_brackets_the_slo() -> None:
 def test_ranked_by_cost_with_refusals_named(tmp_path: Path) -> None:
     code, doc = _plan(
         tmp_path,
-        "--peak-rate", "20", "--rate", "12", "--slo", *SLO,
-        "--gpus", "A100-80GB,L4", "--tp", "1,8", "--quantizations", "auto,fp8",
-        "--knob-set", "default",
-    )  # fmt: skip
+        "--peak-rate",
+        "20",
+        "--rate",
+        "12",
+        "--slo",
+        *SLO,
+        "--gpus",
+        "A100-80GB,L4",
+        "--tp",
+        "1,8",
+        "--quantizations",
+        "auto,fp8",
+        "--knob-set",
+        "default",
+    )
     assert code == 0
     cands = doc["candidates"]
     assert len(cands) == 8
@@ -86,9 +97,20 @@ def test_ranked_by_cost_with_refusals_named(tmp_path: Path) -> None:
 
 def test_winner_holds_in_an_independent_sim_run(tmp_path: Path) -> None:
     code, doc = _plan(
-        tmp_path, "--peak-rate", "6", "--slo", *SLO, "--gpus", "A100-80GB", "--tp", "1",
-        "--quantizations", "auto", "--knob-set", "default",
-    )  # fmt: skip
+        tmp_path,
+        "--peak-rate",
+        "6",
+        "--slo",
+        *SLO,
+        "--gpus",
+        "A100-80GB",
+        "--tp",
+        "1",
+        "--quantizations",
+        "auto",
+        "--knob-set",
+        "default",
+    )
     assert code == 0
     w = doc["winner"]
     rate = 6 / w["replicas"]
@@ -122,9 +144,22 @@ def test_winner_holds_in_an_independent_sim_run(tmp_path: Path) -> None:
 
 def test_a_model_too_big_for_the_gpu_is_refused(tmp_path: Path) -> None:
     code, doc = _plan(
-        tmp_path, "--peak-rate", "1", "--slo", "e2el:60000", "--model", "Llama-3.1-70B",
-        "--gpus", "L4", "--tp", "1", "--quantizations", "auto", "--knob-set", "default",
-    )  # fmt: skip
+        tmp_path,
+        "--peak-rate",
+        "1",
+        "--slo",
+        "e2el:60000",
+        "--model",
+        "Llama-3.1-70B",
+        "--gpus",
+        "L4",
+        "--tp",
+        "1",
+        "--quantizations",
+        "auto",
+        "--knob-set",
+        "default",
+    )
     assert code == 1  # nothing can serve it: the exit status says so
     (c,) = doc["candidates"]
     assert c["status"] == "cannot_start" and "out of memory" in c["reason"]
@@ -155,9 +190,18 @@ def test_from_run_takes_lengths_slo_and_rate(
     ]
     assert main(args) == 0
     code, doc = _plan(
-        tmp_path, "--from-run", str(run_dir), "--gpus", "A100-80GB", "--tp", "1",
-        "--quantizations", "auto", "--knob-set", "default",
-    )  # fmt: skip
+        tmp_path,
+        "--from-run",
+        str(run_dir),
+        "--gpus",
+        "A100-80GB",
+        "--tp",
+        "1",
+        "--quantizations",
+        "auto",
+        "--knob-set",
+        "default",
+    )
     assert code == 0
     assert doc["peak_rate"] == 3.0 and doc["slo"]["ttft"] == 800 and doc["slo"]["tpot"] == 50
     assert doc["mean_input_tokens"] == pytest.approx(300, rel=0.05)
@@ -167,11 +211,26 @@ def test_from_run_takes_lengths_slo_and_rate(
 def test_table_for_people(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(
         [
-            "plan", "--peak-rate", "10", "--slo", *SLO, "--gpus", "A100-80GB,H100-SXM",
-            "--tp", "1", "--quantizations", "auto", "--knob-set", "default",
-            "--requests-per-point", "150", "-o", str(tmp_path / "p.json"), "--no-progress",
+            "plan",
+            "--peak-rate",
+            "10",
+            "--slo",
+            *SLO,
+            "--gpus",
+            "A100-80GB,H100-SXM",
+            "--tp",
+            "1",
+            "--quantizations",
+            "auto",
+            "--knob-set",
+            "default",
+            "--requests-per-point",
+            "150",
+            "-o",
+            str(tmp_path / "p.json"),
+            "--no-progress",
         ]
-    )  # fmt: skip
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert "winner:" in out and "vllm serve" in out and "$/hour" in out
@@ -208,3 +267,26 @@ def test_simulate_adapter_is_deterministic() -> None:
     assert a == b
     assert a.completed == 200 and a.failed == 0
     assert PriceBook().price("H100-SXM").usd_per_gpu_hour > 0
+
+
+def test_the_report_shows_a_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc = _plan(
+        tmp_path,
+        "--peak-rate",
+        "30",
+        "--slo",
+        *SLO,
+        "--gpus",
+        "A100-80GB,L4",
+        "--tp",
+        "1",
+        "--quantizations",
+        "auto",
+        "--knob-set",
+        "default",
+    )
+    assert code == 0
+    assert main(["report", str(tmp_path)]) == 0
+    html = (tmp_path / "report.html").read_text()
+    assert doc["winner"]["label"] in html and "vllm serve" in html
+    assert "Candidates, cheapest first" in html

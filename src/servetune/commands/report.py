@@ -27,9 +27,15 @@ def run(args: argparse.Namespace) -> int:
 
     from servetune.report.build import build_report
     from servetune.results.io import RUN_FILE
+    from servetune.results.plan_file import PLAN_FILE
     from servetune.results.watch_file import WATCH_FILE
 
     where = Path(args.path).expanduser()
+    if (where / PLAN_FILE).is_file() or where.name == PLAN_FILE:
+        from servetune.report.plan_page import build_plan_report
+
+        print(f"report: {build_plan_report(where, args.out)} (a servetune plan)")
+        return 0
     if (where / WATCH_FILE).is_file() and not (where / RUN_FILE).is_file():
         from servetune.report.recording import build_recording_report
 
