@@ -60,7 +60,10 @@ def test_watch_under_tmux_shows_figures_and_the_kv_full_finding(tmp_path: Path) 
             while time.monotonic() < deadline:
                 time.sleep(2)
                 screen = _capture(session)
-                if "The KV pool is full" in screen and "kv_pool_full started" in screen:
+                # the finding shows within a window; the latency rows once requests have ended
+                # (hundreds of tokens each: seconds later, by the drawn lengths)
+                wanted = ("The KV pool is full", "kv_pool_full started", "TPOT", "E2E")
+                if all(w in screen for w in wanted):
                     break
         finally:
             subprocess.run(["tmux", "kill-session", "-t", session], timeout=10, check=False)
