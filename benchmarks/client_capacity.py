@@ -405,10 +405,12 @@ def sustained(
     best: dict[str, tuple[float, dict[str, Any] | None]] = {c: (0.0, None) for c in clients}
     misses = dict.fromkeys(clients, 0)
     try:
-        for rate in rates:
+        for k, rate in enumerate(rates):
             racing = [c for c in clients if misses[c] < 2]
             if not racing:
                 break
+            if k % 2:
+                racing.reverse()  # who goes first alternates: load that drifts hits all alike
             for client in racing:
                 # A shared box has hiccups: a level gets TRIALS tries, the same for each client.
                 for _ in range(TRIALS):
