@@ -168,3 +168,22 @@ def test_resume_keeps_every_finished_trial(
     for t in first:
         assert by_number[t["number"]]["value"] == t["value"]
     assert sum(1 for t in again if t["status"] in ("ok", "no-rate", "failed")) >= 4
+
+
+def test_validate_top_remeasures_the_best_on_a_launched_engine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "t"
+    code = main([
+        "tune", "--engine", "sim", "--seed", "2", "--random-input-len", "128",
+        "--random-output-len", "16", "--num-prompts", "60", "--probes", "4",
+        "--slo", "ttft:p99<=500", "--knob", "max_num_seqs=64,256", "--trials", "2",
+        "--repeats", "1", "--no-ofat", "--validate-top", "1", "--validate-engine", "sim",
+        "--result-dir", str(out),
+    ])  # fmt: skip
+    assert code == 0, capsys.readouterr().out
+    r = json.loads((out / "tune.json").read_text())
+    (v,) = r["validation"]
+    assert v["status"] == "ok" and v["measured"] > 0 and v["simulated"] > 0
+    assert (out / "validate" / "01" / "engine.log").exists()
+    assert "validated on the real engine" in capsys.readouterr().out

@@ -78,6 +78,21 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--mad-k", type=float, default=1.0, help="rank by median − k·MAD")
     t.add_argument("--probes", type=int, default=8, help="rates tried per configuration")
     t.add_argument(
+        "--validate-top",
+        type=int,
+        default=0,
+        metavar="K",
+        help="--engine sim: re-measure the K best configurations on a real engine "
+        "(--validate-engine, --validate-model; the engine options above apply)",
+    )
+    t.add_argument(
+        "--validate-engine",
+        choices=ENGINES,
+        default=None,
+        help="the real engine (sim: the real-time simulated server, a process over HTTP)",
+    )
+    t.add_argument("--validate-model", default=None, help="the real engine's model")
+    t.add_argument(
         "--ofat",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -164,6 +179,11 @@ def _spec(args: argparse.Namespace) -> Any:
         gpu = gpu or "A100-80GB"
     elif model is None:
         raise ConfigError(f"--engine {engine} needs --model", hint="a path or a hub name")
+    if args.validate_top and (engine != "sim" or not args.validate_engine):
+        raise ConfigError(
+            "--validate-top re-measures a simulated search on a real engine",
+            hint="use it with --engine sim and --validate-engine vllm (--validate-model …)",
+        )
     if args.realtime and engine != "sim":
         raise ConfigError("--realtime applies to --engine sim only")
     if args.trials < 1:
@@ -200,6 +220,9 @@ def _spec(args: argparse.Namespace) -> Any:
         ready_timeout_s=args.ready_timeout,
         realtime=bool(args.realtime),
         ofat=bool(args.ofat),
+        validate_top=max(0, args.validate_top),
+        validate_engine=args.validate_engine,
+        validate_model=args.validate_model,
         heartbeat_s=max(1, args.heartbeat),
     )
 

@@ -50,6 +50,10 @@ class TuneSpec(BaseModel):
     """engines.commands.EngineOptions fields (executable, dtype, enforce_eager, …)."""
     ready_timeout_s: float = 300.0
     warmup_requests: int = 8
+    validate_top: int = 0
+    """After a search on the simulated engine: re-measure the K best on a real engine."""
+    validate_engine: str | None = None
+    validate_model: str | None = None
     ofat: bool = True
     """Measure the one-knob-at-a-time table around the best (each neighbour is a launch)."""
     realtime: bool = False
@@ -110,6 +114,17 @@ class OfatRow(BaseModel):
     figures: dict[str, float | None] = Field(default_factory=dict)
 
 
+class Validation(BaseModel):
+    """One of the best simulated configurations measured on a real engine."""
+
+    config: dict[str, Any]
+    simulated: float | None = None
+    measured: float | None = None
+    status: str = "ok"
+    reason: str | None = None
+    probes: list[Probe] = Field(default_factory=list)
+
+
 class TuneResult(BaseModel):
     """``tune.json``."""
 
@@ -127,5 +142,6 @@ class TuneResult(BaseModel):
     repeats: list[Repeat] = Field(default_factory=list)
     ofat: list[OfatRow] = Field(default_factory=list)
     pareto: list[TrialRecord] = Field(default_factory=list)
+    validation: list[Validation] = Field(default_factory=list)
     verdict: str = ""
     warnings: list[str] = Field(default_factory=list)

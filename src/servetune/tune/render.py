@@ -39,6 +39,13 @@ def render_result(r: TuneResult) -> str:
                 f"{fmt.ms(f.get('p99_tpot_ms')):>10}{fmt.num(f.get('output_throughput')):>9}"
                 f"{'–' if kv is None else f'{kv:.0%}':>6}  {o.status}"
             )
+    if r.validation:
+        out.append("validated on the real engine (SLO-max req/s, simulated → measured):")
+        for v in r.validation:
+            out.append(
+                f"  {fmt.num(v.simulated):>8} → {fmt.num(v.measured):<8} {v.status:<9} "
+                f"{v.config or 'engine defaults'}" + (f"  [{v.reason}]" if v.reason else "")
+            )
     for w in r.warnings:
         out.append(f"warning: {w}")
     return "\n".join(out)

@@ -222,10 +222,71 @@ def run_tune(
     if coordinate:
         finish(result, backend, out, echo)
         write_result(out, result)
+        if spec.validate_top and spec.validate_engine and spec.engine == "sim":
+            validate(result, out, echo)
+            write_result(out, result)
         from servetune.tune.html import write_html
 
         write_html(out, result)
     return result
+
+
+def validate(result: TuneResult, out: Path, echo: Callable[[str], None] = print) -> None:
+    """``--validate-top K``: the K best configurations of a simulated search, each launched
+    on the real engine and its SLO-max searched from the simulated one."""
+    from servetune.tune.backends import engine_error_reason
+    from servetune.tune.model import Validation
+    from servetune.tune.search import find_slo_max
+
+    spec = result.spec
+    assert spec.validate_engine is not None
+    options = dict(spec.engine_options)
+    if spec.validate_engine == "sim":
+        options.setdefault("gpu", spec.gpu)
+    real = EngineBackend(
+        spec.validate_engine,
+        spec.validate_model or spec.model,
+        spec.workload,
+        spec.slos,
+        options=options,
+        gpus=spec.gpus,
+        ready_timeout_s=spec.ready_timeout_s,
+        warmup_requests=spec.warmup_requests,
+    )
+    seen: set[str] = set()
+    ranked = sorted(
+        (t for t in result.trials if t.status == "ok" and t.value),
+        key=lambda t: t.value or 0.0,
+        reverse=True,
+    )
+    for t in ranked:
+        key = repr(sorted(t.config.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        if len(seen) > spec.validate_top:
+            break
+        echo(f"validating on {spec.validate_engine}: {t.config or '(engine defaults)'}")
+        v = Validation(config=t.config, simulated=t.value)
+        why = real.screen(t.config)
+        if why is not None:
+            v.status, v.reason = "rejected", why
+        else:
+            try:
+                d = out / "validate" / f"{len(seen):02d}"
+                with real.session(t.config, d) as measure:
+                    res = find_slo_max(
+                        measure, t.value or 1.0, max_probes=spec.probes, tol=spec.tol
+                    )
+                v.probes = res.probes
+                v.measured = res.slo_max
+                if res.error is not None:
+                    v.status, v.reason = "failed", res.error
+                elif res.slo_max is None:
+                    v.status = "no-rate"
+            except ServetuneError as exc:
+                v.status, v.reason = "failed", engine_error_reason(exc)
+        result.validation.append(v)
 
 
 def run_worker(
