@@ -439,6 +439,7 @@ class Gateway:
             max_tokens = lim.max_tokens
             body["max_tokens"] = max_tokens
             body.pop("max_completion_tokens", None)
+            parsed.modified = True
         out_reserve = 0 if parsed.endpoint == "embeddings" else (max_tokens or 0) * parsed.choices
         reserve_tokens = n_in + out_reserve
         if tenant.quota.tpm and parsed.endpoint != "embeddings" and max_tokens is None:
@@ -462,6 +463,7 @@ class Gateway:
             opts = body.get("stream_options")
             body["stream_options"] = {**(opts or {}), "include_usage": True}
             strip_usage = True
+            parsed.modified = True
         att = _Attempt()
         group = ""
         step = self._canary_step()
@@ -531,7 +533,7 @@ class Gateway:
         if slot.queued_s > 0:
             self.metrics.observe_queue(tenant.name, slot.queued_s)
         upstream = slot.upstream
-        payload = orjson.dumps(parsed.body)
+        payload = orjson.dumps(parsed.body) if parsed.modified else ex.body
         tried: list[Upstream] = []
         last_error = ""
         attempts = 0

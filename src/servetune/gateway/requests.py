@@ -52,6 +52,9 @@ class Parsed:
     """``n`` (or ``best_of`` when larger): each choice generates up to max_tokens."""
     usage_asked: bool
     """The client asked for ``stream_options.include_usage``."""
+    modified: bool = False
+    """The gateway changed the body (a clamp, the usage option): forward it re-encoded;
+    otherwise the client's bytes go upstream as they came."""
 
 
 def _int_field(body: dict[str, Any], name: str, minimum: int) -> int | None:
