@@ -3,19 +3,23 @@
 The same zero-delay streaming upstream (servetune's scripted test server, pre-rendered SSE in
 one write) and the same client (``servetune bench``, kernel-stamped arrivals) for all three:
 
-1. **added latency at 500 req/s** (streaming, 16 output tokens): p50 and p99 TTFT and E2E
-   through each proxy minus direct. Targets for servetune: p50 < 0.5 ms, p99 < 2 ms.
-2. **highest sustained rate**: unbounded rate at concurrency 64, completed requests per
-   second through each proxy; target: servetune ≥ 3× LiteLLM.
-3. **memory per 1,000 open streams**: the proxy's RSS with 1,000 slow streams open minus idle.
+1. **highest sustained rate**: unbounded rate at concurrency 64, completed requests per second
+   through each proxy, and the proxy's CPU per request; target: servetune ≥ 3× LiteLLM.
+2. **added latency** (streaming, 16 output tokens) at 500 req/s: p50 and p99 TTFT and E2E
+   through the proxy minus direct (targets for servetune: p50 < 0.5 ms, p99 < 2 ms); LiteLLM
+   joins only a level it sustains, so a second level at a rate it holds gives a like-for-like
+   row for all three.
+3. **memory per 1,000 open streams**: the proxy's RSS with slow streams open minus idle.
 4. **overload**: an upstream admitting 4 at a time (~40 req/s); tenant ``flood`` sends 10× that
-   with a quota, tenant ``light`` a few req/s: light's P99 TTFT must stay within 2× its unloaded
-   value while ``flood`` gets 429s (servetune only: the fair queue and per-key caps).
+   with a quota and a concurrency cap, tenant ``light`` 10 req/s: light's P99 TTFT must stay
+   within 2× its unloaded value while ``flood`` gets 429s (servetune only).
 
 servetune's gateway runs with keys, a tpm quota and a concurrency cap on; LiteLLM's proxy with
 the equivalent it offers without a database: a master key, the model's ``tpm``/``rpm`` and
-``max_parallel_requests``. LiteLLM (``litellm[proxy]`` from PyPI) is installed into its own venv
-under ``~/.cache/servetune/bench-venvs/litellm`` on first use — never a servetune dependency.
+``max_parallel_requests``, one worker (as servetune: one process). A fresh LiteLLM process
+serves each part, so a backlog from one part does not slow the next. LiteLLM
+(``litellm[proxy]`` from PyPI) is installed into its own venv under
+``~/.cache/servetune/bench-venvs/litellm`` on first use — never a servetune dependency.
 
     flock /work/helpers/bench.lock .venv/bin/python benchmarks/gateway_overhead.py [--quick]
 """
@@ -41,6 +45,8 @@ VENVS = (
 )
 MODEL = "scripted-model"
 KEY = "st-bench-" + "k" * 40
+ROUNDS = 3
+"""Latency levels alternate the targets this many times; samples are pooled per target."""
 
 
 def loadavg() -> str:
@@ -225,11 +231,34 @@ litellm_settings:
             "--num_workers",
             "1",
         ],
-        r"Uvicorn running on|Application startup complete",
+        r"Set models|Uvicorn running on|Application startup complete",
         timeout_s=180,
-        env={"LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False"},
+        env={
+            "LITELLM_LOG": "ERROR",
+            "LITELLM_TELEMETRY": "False",
+            # no network here: without this it waits on fetching its model price map
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        },
     )
+    wait_http(port, "/health/liveliness", 120)
     return p, port
+
+
+def wait_http(port: int, path: str, timeout_s: float) -> None:
+    """Until GET ``path`` answers 200 (uvicorn's own start line may be hidden by log levels)."""
+    import http.client
+
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", path)
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"nothing answered 200 on 127.0.0.1:{port}{path} within {timeout_s:g} s")
 
 
 def bench(base_url: str, out: Path, key: str | None, **kw: Any) -> dict[str, Any]:
@@ -263,6 +292,30 @@ def bench(base_url: str, out: Path, key: str | None, **kw: Any) -> dict[str, Any
     return data
 
 
+def samples(run_dirs: list[Path]) -> dict[str, Any]:
+    """Per-request TTFT / E2E (ms) pooled over several runs, with their counts."""
+    from servetune.results.io import read_records
+
+    ttft: list[float] = []
+    e2e: list[float] = []
+    ok = failed = 0
+    for d in run_dirs:
+        for r in read_records(d):
+            if r.ok and r.ttft_ms is not None and r.e2e_ms is not None:
+                ttft.append(r.ttft_ms)
+                e2e.append(r.e2e_ms)
+                ok += 1
+            else:
+                failed += 1
+    return {"ttft": sorted(ttft), "e2e": sorted(e2e), "ok": ok, "failed": failed}
+
+
+def pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
 def pick(run: dict[str, Any]) -> dict[str, float]:
     return {
         k: float(run.get(k) or 0.0)
@@ -279,38 +332,57 @@ def pick(run: dict[str, Any]) -> dict[str, float]:
 
 
 async def open_streams(
-    port: int, n: int, key: str | None, path: str = "/v1/completions"
+    port: int, n: int, key: str | None, limit_s: float, path: str = "/v1/completions"
 ) -> list[asyncio.StreamWriter]:
+    """Open up to ``n`` slow streams (each answered with its head and first bytes) within
+    ``limit_s``; the writers of those that opened."""
     body = json.dumps(
         {"model": MODEL, "prompt": "hello " * 16, "max_tokens": 400, "stream": True}
     ).encode()
     auth = f"Authorization: Bearer {key}\r\n".encode() if key else b""
-    writers = []
+    writers: list[asyncio.StreamWriter] = []
+    loop = asyncio.get_running_loop()
+    end = loop.time() + limit_s
 
-    async def one() -> asyncio.StreamWriter:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(
-            b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"%sContent-Length: %d\r\n\r\n%s" % (path.encode(), auth, len(body), body)
-        )
-        await writer.drain()
-        await reader.read(4096)  # the head and first bytes: the stream is open
-        return writer
+    async def one() -> asyncio.StreamWriter | None:
+        writer = None
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(
+                b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"%sContent-Length: %d\r\n\r\n%s" % (path.encode(), auth, len(body), body)
+            )
+            await writer.drain()
+            left = max(0.1, end - loop.time())
+            if not await asyncio.wait_for(reader.read(4096), left):
+                raise ConnectionError("closed")
+            return writer
+        except (OSError, TimeoutError, ConnectionError):
+            if writer is not None:
+                writer.transport.abort()
+            return None
 
     for i in range(0, n, 100):
-        writers += await asyncio.gather(*(one() for _ in range(min(100, n - i))))
+        if loop.time() >= end:
+            break
+        got = await asyncio.gather(*(one() for _ in range(min(100, n - i))))
+        writers += [w for w in got if w is not None]
     return writers
 
 
-def memory_per_1000(pid: int, port: int, key: str | None) -> float:
-    async def main() -> float:
+def memory_per_1000(pid: int, port: int, key: str | None, limit_s: float = 90) -> str:
+    async def main() -> str:
         idle = rss_mib(pid)
-        writers = await open_streams(port, 1000, key)
+        writers = await open_streams(port, 1000, key, limit_s)
         await asyncio.sleep(1.0)
         peak = rss_mib(pid)
         for w in writers:
             w.transport.abort()
-        return peak - idle
+        if not writers:
+            return f"no stream opened within {limit_s:g} s"
+        per = (peak - idle) / len(writers) * 1000
+        note = "" if len(writers) == 1000 else f" ({len(writers)} opened within {limit_s:g} s)"
+        return f"{per:.1f} MiB per 1,000 open streams{note}"
 
     return asyncio.run(main())
 
@@ -340,7 +412,14 @@ def write_gateway_config(path: Path, up_port: int, **extra: Any) -> None:
     path.write_text(yaml.safe_dump(cfg))
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # run the clean-up of every process started
+
+
 def main() -> int:
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminate)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="shorter levels")
     ap.add_argument("--no-litellm", action="store_true")
@@ -349,84 +428,104 @@ def main() -> int:
     print(f"load average before: {loadavg()}")
     tmp = Path(tempfile.mkdtemp(prefix="gw-bench-"))
     procs: list[Proc] = []
-    results: dict[str, dict[str, Any]] = {}
+    py = None if args.no_litellm else litellm_python()
+
+    def litellm(up_port: int) -> tuple[Proc, int]:
+        """A fresh LiteLLM proxy for each part: a backlog left by one part must not slow
+        the next (at 500 req/s it queues thousands of requests it then works off)."""
+        assert py is not None
+        p, port = litellm_proxy(py, up_port, tmp)
+        procs.append(p)
+        return p, port
+
+    def done_with(p: Proc) -> None:
+        p.stop()
+        procs.remove(p)
+
     try:
         up, up_port = upstream({"one_write": True})
         procs.append(up)
         write_gateway_config(tmp / "gw.yaml", up_port)
         gw, gw_port = servetune_gateway(tmp / "gw.yaml")
         procs.append(gw)
-        targets: dict[str, tuple[str, str | None, int]] = {
-            "direct": (f"http://127.0.0.1:{up_port}/v1", None, up.proc.pid),
-            "servetune": (f"http://127.0.0.1:{gw_port}/v1", KEY, gw.proc.pid),
-        }
-        if not args.no_litellm:
-            py = litellm_python()
-            if py is not None:
-                ll, ll_port = litellm_proxy(py, up_port, tmp)
-                procs.append(ll)
-                targets["litellm"] = (f"http://127.0.0.1:{ll_port}/v1", f"sk-{KEY}", ll.proc.pid)
-        # warm each path once
-        for name, (base, key, _) in targets.items():
+        direct = (f"http://127.0.0.1:{up_port}/v1", None, up.proc.pid)
+        ours = (f"http://127.0.0.1:{gw_port}/v1", KEY, gw.proc.pid)
+        for name, (base, key, _) in (("direct", direct), ("servetune", ours)):
             bench(base, tmp / f"warm-{name}", key, request_rate=50, num_prompts=50)
 
-        print(f"\n1. added latency at 500 req/s, streaming, {secs} s per target (load {loadavg()})")
-        for name, (base, key, _) in targets.items():
-            run = bench(base, tmp / f"lat-{name}", key, request_rate=500, duration=secs, warmup=1)
-            results.setdefault(name, {})["latency"] = pick(run)
-        d = results["direct"]["latency"]
-        print(
-            f"{'target':10} {'TTFT p50':>9} {'TTFT p99':>9} {'E2E p50':>9} {'E2E p99':>9}"
-            "  added p50/p99 TTFT, E2E (ms)  ok/failed"
-        )
-        for name in targets:
-            r = results[name]["latency"]
-            added = (
-                r["median_ttft_ms"] - d["median_ttft_ms"],
-                r["p99_ttft_ms"] - d["p99_ttft_ms"],
-                r["median_e2el_ms"] - d["median_e2el_ms"],
-                r["p99_e2el_ms"] - d["p99_e2el_ms"],
-            )
-            results[name]["added"] = added
-            print(
-                f"{name:10} {r['median_ttft_ms']:9.3f} {r['p99_ttft_ms']:9.3f} "
-                f"{r['median_e2el_ms']:9.3f} {r['p99_e2el_ms']:9.3f}  "
-                f"{added[0]:+.3f}/{added[1]:+.3f}, {added[2]:+.3f}/{added[3]:+.3f}"
-                f"  {r['completed']:.0f}/{r['failed']:.0f}"
-            )
-        a = results["servetune"]["added"]
-        print(
-            f"   servetune target p50 < 0.5 ms: TTFT {a[0]:.3f}, E2E {a[2]:.3f} -> "
-            f"{'MET' if max(a[0], a[2]) < 0.5 else 'MISSED'}; "
-            f"p99 < 2 ms: TTFT {a[1]:.3f}, E2E {a[3]:.3f} -> "
-            f"{'MET' if max(a[1], a[3]) < 2 else 'MISSED'}"
-        )
-
-        print(f"\n2. highest sustained rate (unbounded, concurrency 64) (load {loadavg()})")
+        print(f"\n1. highest sustained rate (unbounded rate, concurrency 64) (load {loadavg()})")
         n = 3000 if args.quick else 8000
-        for name, (base, key, pid) in targets.items():
+        rates: dict[str, float] = {}
+        for name in ("direct", "servetune", "litellm"):
+            if name == "litellm" and py is None:
+                continue
+            ll = None
+            if name == "litellm":
+                ll, ll_port = litellm(up_port)
+                target = (f"http://127.0.0.1:{ll_port}/v1", f"sk-{KEY}", ll.proc.pid)
+                bench(target[0], tmp / "warm-litellm", target[1], request_rate=20, num_prompts=40)
+            else:
+                target = direct if name == "direct" else ours
+            base, key, pid = target
             c0 = cpu_s(pid)
-            run = bench(
-                base,
-                tmp / f"max-{name}",
-                key,
-                request_rate="inf",
-                max_concurrency=64,
-                num_prompts=n if name != "litellm" else max(600, n // 8),
+            run = pick(
+                bench(
+                    base,
+                    tmp / f"max-{name}",
+                    key,
+                    request_rate="inf",
+                    max_concurrency=64,
+                    num_prompts=n if name != "litellm" else 200,
+                )
             )
-            results[name]["max_rps"] = pick(run)["request_throughput"]
-            done = max(1.0, pick(run)["completed"] + pick(run)["failed"])
-            cpu_us = (cpu_s(pid) - c0) / done * 1e6
+            rates[name] = run["request_throughput"]
+            cpu_us = (cpu_s(pid) - c0) / max(1.0, run["completed"] + run["failed"]) * 1e6
             print(
-                f"   {name:10} {results[name]['max_rps']:8.0f} req/s"
-                f"  ({pick(run)['failed']:.0f} failed; {cpu_us:.0f} us CPU per request in it)"
+                f"   {name:10} {rates[name]:8.0f} req/s  ({run['failed']:.0f} failed; "
+                f"{cpu_us:.0f} us CPU per request in it)"
             )
-        if "litellm" in results:
-            ratio = results["servetune"]["max_rps"] / max(1e-9, results["litellm"]["max_rps"])
-            print(
-                f"   servetune / litellm = {ratio:.1f}x (target >= 3x) -> "
-                f"{'MET' if ratio >= 3 else 'MISSED'}"
-            )
+            if ll is not None:
+                done_with(ll)
+        if "litellm" in rates:
+            ratio = rates["servetune"] / max(1e-9, rates["litellm"])
+            verdict = "MET" if ratio >= 3 else "MISSED"
+            print(f"   servetune / litellm = {ratio:.1f}x (target >= 3x) -> {verdict}")
+
+        # LiteLLM joins a level only when it sustains it (at 500 req/s on 2 cores it queues
+        # requests for minutes); the second level is one it can hold, for a like-for-like row.
+        slow_rate = max(1.0, min(50.0, 0.5 * rates.get("litellm", 100.0)))
+        for rate in (500.0, slow_rate):
+            print(f"\n2. added latency at {rate:g} req/s, streaming (load {loadavg()})")
+            rows: dict[str, dict[str, Any]] = {}
+            for name in ("direct", "servetune", "litellm"):
+                if name == "litellm" and py is None:
+                    continue
+                if name == "litellm" and rates.get("litellm", 0.0) < rate:
+                    print(
+                        f"   litellm skipped: its highest sustained rate is {rates['litellm']:.0f}"
+                    )
+                    continue
+                ll = None
+                if name == "litellm":
+                    ll, ll_port = litellm(up_port)
+                    target = (f"http://127.0.0.1:{ll_port}/v1", f"sk-{KEY}", ll.proc.pid)
+                else:
+                    target = direct if name == "direct" else ours
+                rows[name] = {"dirs": [], "target": target}
+                if ll is not None:
+                    rows[name]["ll"] = ll
+            # alternate the targets round by round: all see the same seconds of a shared box
+            n_req = max(20, int(rate * secs / ROUNDS))
+            for k in range(ROUNDS):
+                for name, row in rows.items():
+                    base, key, _pid = row["target"]
+                    d = tmp / f"lat{rate:g}-{name}-{k}"
+                    bench(base, d, key, request_rate=rate, num_prompts=n_req)
+                    row["dirs"].append(d)
+            for row in rows.values():
+                if "ll" in row:
+                    done_with(row["ll"])
+            latency_table(rows, rate)
 
         print(f"\n3. memory per 1,000 open streams (load {loadavg()})")
         slow, slow_port = upstream({"tpot_ms": 50})
@@ -434,15 +533,12 @@ def main() -> int:
         write_gateway_config(tmp / "gw-slow.yaml", slow_port)
         gws, gws_port = servetune_gateway(tmp / "gw-slow.yaml")
         procs.append(gws)
-        mem = memory_per_1000(gws.proc.pid, gws_port, KEY)
-        print(f"   servetune: {mem:.1f} MiB per 1,000 open streams")
-        if "litellm" in targets:
-            py = litellm_python()
-            assert py is not None
-            lls, lls_port = litellm_proxy(py, slow_port, tmp)
-            procs.append(lls)
-            mem_ll = memory_per_1000(lls.proc.pid, lls_port, f"sk-{KEY}")
-            print(f"   litellm:   {mem_ll:.1f} MiB per 1,000 open streams")
+        print("   servetune:", memory_per_1000(gws.proc.pid, gws_port, KEY))
+        done_with(gws)
+        if py is not None:
+            lls, lls_port = litellm(slow_port)
+            print("   litellm:  ", memory_per_1000(lls.proc.pid, lls_port, f"sk-{KEY}"))
+            done_with(lls)
 
         print(f"\n4. overload: 10x the upstream's capacity from one tenant (load {loadavg()})")
         overload(tmp, procs, secs)
@@ -451,6 +547,32 @@ def main() -> int:
             p.stop()
     print(f"\nload average after: {loadavg()}")
     return 0
+
+
+def latency_table(rows: dict[str, dict[str, Any]], rate: float) -> None:
+    pooled = {name: samples(row["dirs"]) for name, row in rows.items()}
+    d = pooled["direct"]
+    print(
+        f"   {'target':10} {'TTFT p50':>9} {'TTFT p99':>9} {'E2E p50':>9} {'E2E p99':>9}"
+        f"   added TTFT p50/p99, E2E p50/p99 (ms)   ok/failed ({ROUNDS} rounds, pooled)"
+    )
+    for name, r in pooled.items():
+        vals = (pct(r["ttft"], 0.5), pct(r["ttft"], 0.99), pct(r["e2e"], 0.5), pct(r["e2e"], 0.99))
+        base = (pct(d["ttft"], 0.5), pct(d["ttft"], 0.99), pct(d["e2e"], 0.5), pct(d["e2e"], 0.99))
+        added = tuple(v - b for v, b in zip(vals, base, strict=True))
+        held = "" if r["failed"] == 0 else "  NOT SUSTAINED"
+        print(
+            f"   {name:10} {vals[0]:9.3f} {vals[1]:9.3f} {vals[2]:9.3f} {vals[3]:9.3f}   "
+            f"{added[0]:+.3f}/{added[1]:+.3f}, {added[2]:+.3f}/{added[3]:+.3f}"
+            f"   {r['ok']}/{r['failed']}{held}"
+        )
+        if name == "servetune" and rate == 500:
+            p50 = max(added[0], added[2])
+            p99 = max(added[1], added[3])
+            print(
+                f"   servetune targets: p50 < 0.5 ms -> {'MET' if p50 < 0.5 else 'MISSED'}, "
+                f"p99 < 2 ms -> {'MET' if p99 < 2 else 'MISSED'}"
+            )
 
 
 def overload(tmp: Path, procs: list[Proc], secs: int) -> None:
@@ -479,48 +601,57 @@ def overload(tmp: Path, procs: list[Proc], secs: int) -> None:
     gw, port = servetune_gateway(tmp / "gw-over.yaml")
     procs.append(gw)
     base = f"http://127.0.0.1:{port}/v1"
-    quiet = pick(bench(base, tmp / "over-quiet", light, request_rate=5, duration=secs, out_len=20))
-    flood_proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "servetune.cli",
-            "bench",
-            "--base-url",
-            base,
-            "--model",
-            MODEL,
-            "--api-key",
-            flood,
-            "--random-input-len",
-            "32",
-            "--random-output-len",
-            "20",
-            "--request-rate",
-            str(int(capacity * 10)),
-            "--duration",
-            str(secs + 4),
-            "--result-dir",
-            str(tmp / "over-flood"),
-            "--no-progress",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    time.sleep(2)
-    loaded = pick(
-        bench(base, tmp / "over-loaded", light, request_rate=5, duration=secs, out_len=20)
-    )
-    flood_proc.wait(120)
-    fl = pick(json.loads((tmp / "over-flood" / "run.json").read_text()))
-    ratio = loaded["p99_ttft_ms"] / max(1e-9, quiet["p99_ttft_ms"])
+    quiet_dirs: list[Path] = []
+    loaded_dirs: list[Path] = []
+    flood_dirs: list[Path] = []
+    for k in range(2):  # alternate quiet and flooded rounds: the same box for both
+        d = tmp / f"over-quiet-{k}"
+        bench(base, d, light, request_rate=10, duration=secs, out_len=20)
+        quiet_dirs.append(d)
+        fd = tmp / f"over-flood-{k}"
+        flood_proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "servetune.cli",
+                "bench",
+                "--base-url",
+                base,
+                "--model",
+                MODEL,
+                "--api-key",
+                flood,
+                "--random-input-len",
+                "32",
+                "--random-output-len",
+                "20",
+                "--request-rate",
+                str(int(capacity * 10)),
+                "--duration",
+                str(secs + 4),
+                "--result-dir",
+                str(fd),
+                "--no-progress",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(2)
+        d = tmp / f"over-loaded-{k}"
+        bench(base, d, light, request_rate=10, duration=secs, out_len=20)
+        loaded_dirs.append(d)
+        flood_proc.wait(180)
+        flood_dirs.append(fd)
+    quiet, loaded, fl = samples(quiet_dirs), samples(loaded_dirs), samples(flood_dirs)
+    q99, l99 = pct(quiet["ttft"], 0.99), pct(loaded["ttft"], 0.99)
+    ratio = l99 / max(1e-9, q99)
     print(
-        f"   light p99 TTFT unloaded {quiet['p99_ttft_ms']:.1f} ms, "
-        f"under flood {loaded['p99_ttft_ms']:.1f} ms = {ratio:.2f}x (target <= 2x) -> "
-        f"{'MET' if ratio <= 2 else 'MISSED'}; light failed {loaded['failed']:.0f}"
+        f"   light p99 TTFT unloaded {q99:.1f} ms, under flood {l99:.1f} ms = {ratio:.2f}x "
+        f"(target <= 2x) -> {'MET' if ratio <= 2 else 'MISSED'}; light ok/failed "
+        f"{loaded['ok']}/{loaded['failed']} (2 rounds pooled)"
     )
     print(
-        f"   flood: {fl['completed']:.0f} served, {fl['failed']:.0f} refused (429) "
+        f"   flood: {fl['ok']} served, {fl['failed']} refused (429) "
         f"at {capacity * 10:.0f} req/s offered"
     )
 
