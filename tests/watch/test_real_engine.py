@@ -48,8 +48,10 @@ def test_llama_server_watched_priced_and_planned_from(
     with running(spec, tmp_path / "llama.log", 60.0) as eng:
         url = eng.spec.origin
         args = ["--request-rate", "6", "--random-input-len", "128", "--random-output-len", "32"]
-        with load(f"{url}/v1", args, 14, run_dir) as proc:
-            code = main(["watch", url, "--window", "6", "--duration", "10", "--json"])
+        with load(f"{url}/v1", args, 25, run_dir) as proc:
+            _wait_for_tokens(url)  # the bench process needs a few seconds to start sending
+            args = ["watch", url, "--window", "8", "--interval", "2", "--duration", "12", "--json"]
+            code = main(args)
             doc = json.loads(capsys.readouterr().out)
             proc.wait(90)
         assert code == 0
@@ -100,3 +102,25 @@ def test_llama_server_watched_priced_and_planned_from(
     plan = json.loads(capsys.readouterr().out)
     assert plan["mean_input_tokens"] == pytest.approx(128, rel=0.3)
     assert plan["peak_rate"] == 6.0 and plan["winner"] is not None
+
+
+def _wait_for_tokens(url: str, timeout_s: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
+                text = r.read().decode()
+        except OSError:  # a busy llama-server answers /metrics between its batches
+            time.sleep(0.5)
+            continue
+        if text:
+            for line in text.splitlines():
+                if (
+                    line.startswith("llamacpp:tokens_predicted_total")
+                    and float(line.split()[-1]) > 0
+                ):
+                    return
+        time.sleep(0.5)
+    raise AssertionError(f"the bench sent nothing to {url} within {timeout_s:g} s")

@@ -126,8 +126,15 @@ def window_figures(
     _server(fig, shim, samples, None)
     no_client = "no per-request records: a window of server metrics has no prompt lengths"
     fig.put("completed", completed)
-    if finished is not None:
+    if finished:
         fig.put("request_throughput", finished)
+    elif finished is not None:
+        # a window shorter than a request: nothing could finish in it, which says nothing
+        # about the server's throughput (and a rate limit of "75% of 0 req/s" is no advice)
+        fig.miss(
+            "request_throughput",
+            "no request finished within the window (it is shorter than a request takes)",
+        )
     fig.put("output_throughput", gen)
     if gen is not None and prompt is not None:
         fig.put("total_token_throughput", gen + prompt)

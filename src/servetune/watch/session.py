@@ -165,9 +165,17 @@ class WatchSession:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    async def open(self) -> None:
-        """Read /metrics once and find the engine; a TargetError when that fails."""
+    async def open(self, patience_s: float = 15.0) -> None:
+        """Read /metrics and find the engine; a TargetError when that fails. A server too busy
+        to answer the first read in time gets ``patience_s`` more of the scraper's reads."""
         await self.scraper.prepare()
+        started = False
+        if self.scraper.engine_map is None and "timed out" in (self.scraper.info().error or ""):
+            await self.scraper.start(self.t0_ns)
+            started = True
+            deadline = time.monotonic() + patience_s
+            while self.scraper.engine_map is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
         if self.scraper.engine_map is None:
             why = self.scraper.info().error or "no engine metrics found"
             await self.scraper.stop()
@@ -177,7 +185,8 @@ class WatchSession:
                 "needs --metrics; TGI/SGLang expose it by default)? A base URL like "
                 "http://127.0.0.1:8000 or the /metrics URL itself both work",
             )
-        await self.scraper.start(self.t0_ns)
+        if not started:
+            await self.scraper.start(self.t0_ns)
         self._record()
 
     async def close(self) -> None:
