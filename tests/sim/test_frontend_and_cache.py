@@ -22,12 +22,17 @@ def burst(n: int, inp: int, out: int) -> Plan:
 
 
 def test_api_server_takes_requests_one_at_a_time_and_holds_tokens_meanwhile() -> None:
+    import numpy as np
+
     api = ApiServer(per_request_ns=10 * MS, latency_ns=2 * MS)
     assert [api.accept(0) for _ in range(3)] == [10 * MS, 20 * MS, 30 * MS]
-    assert api.deliver(5 * MS) == 32 * MS  # produced while the loop was busy: waits
-    assert api.deliver(40 * MS) == 42 * MS
+    # a step that ended while the loop was busy waits; one after it does not
+    out = api.outputs(np.array([5 * MS, 40 * MS]), np.array([4, 4])).tolist()
+    assert out == [32 * MS, 42 * MS]
     assert api.accept(100 * MS) == 110 * MS  # idle again: no wait
-    assert api.deliver_all([5 * MS, 40 * MS, 105 * MS]) == [32 * MS, 42 * MS, 112 * MS]
+    # with a cost per token, a big step's tokens take the loop's time too
+    api = ApiServer(per_request_ns=0, latency_ns=0, per_token_ns=1 * MS)
+    assert api.outputs(np.array([0, 1 * MS]), np.array([100, 1])).tolist() == [100 * MS, 101 * MS]
 
 
 def test_a_burst_of_cached_prompts_waits_for_the_api_server_to_take_them_all() -> None:

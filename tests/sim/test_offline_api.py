@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -47,7 +48,7 @@ def test_workload_plan_is_make_plans_plan(knobs: dict) -> None:  # type: ignore[
 
 
 def test_fast_record_is_model_construct() -> None:
-    values = {
+    values: dict[str, Any] = {
         "id": 3,
         "worker": 0,
         "status": "ok",
@@ -69,18 +70,32 @@ def test_fast_record_is_model_construct() -> None:
     assert fast.itl_ms() == [2e-6, 2e-6]
 
 
-def test_vectorized_delivery_is_per_token_delivery() -> None:
+def test_api_server_is_one_fifo_loop() -> None:
+    """Steps' outputs computed at once equal the loop worked job by job."""
     rng = random.Random(1)
-    api = ApiServer(5, 3)
+    api = ApiServer(per_request_ns=7, latency_ns=3, per_token_ns=2)
+    ref_free = -(1 << 62)
     t = 0
-    for _ in range(300):
+    for _ in range(50):
         t += rng.randint(0, 9)
         api.accept(t)
-    times = np.array([rng.randint(0, 3000) for _ in range(2000)], dtype=np.int64)
-    want = [api.deliver(int(x)) for x in times]
-    assert api.deliver_array(times.copy()).tolist() == want
-    ordered = sorted(int(x) for x in times)
-    assert api.deliver_all(ordered, 0) == [api.deliver(x) for x in ordered]
+        ref_free = max(t, ref_free) + 7
+    ends = np.cumsum([rng.randint(0, 20) for _ in range(400)]).astype(np.int64)
+    toks = np.array([rng.randint(0, 30) for _ in range(400)], dtype=np.int64)
+    want = []
+    for e, k in zip(ends.tolist(), toks.tolist(), strict=True):
+        ref_free = max(e, ref_free) + k * 2
+        want.append(ref_free + 3)
+    free_before = api.free_at
+    assert api.outputs(ends[:150], toks[:150]).tolist() == want[:150]
+    assert api.outputs(ends[150:], toks[150:]).tolist() == want[150:]
+    assert api.accept(0) == want[-1] - 3 + 7  # a request waits for the outputs before it
+    # the job-by-job path for a few steps gives the same times
+    api.free_at = free_before
+    few = []
+    for i in range(0, 400, 7):
+        few += api.outputs_few(ends[i : i + 7].tolist(), toks[i : i + 7].tolist())
+    assert few == want
 
 
 def test_simulate_without_files_is_sim_run(tmp_path: Path) -> None:

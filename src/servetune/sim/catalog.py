@@ -60,6 +60,11 @@ class Efficiency(BaseModel):
     frontend_per_request_ms: float = 0.0
     """Time of the API server's event loop per request (parsing, tokenising, handing it to the
     engine core), serial; tokens wait while it is busy (:mod:`servetune.sim.frontend`)."""
+    frontend_chat_per_request_ms: float = 0.0
+    """Extra loop time per request of the chat endpoint (the messages, the chat template)."""
+    frontend_per_token_us: float = 0.0
+    """Time of the API server's event loop per output token (detokenising, building and
+    writing the stream chunk), serial with the intake (:mod:`servetune.sim.frontend`)."""
     frontend_latency_ms: float = 0.0
     """Time from a token's sampling to its write to the client (the hop from the engine core
     to the API server, detokenising, HTTP): part of TTFT and E2E, not of the gaps."""

@@ -131,6 +131,8 @@ class Engine:
         """When the last step ended (None before the first)."""
         self.step_end_ns = array("q")
         """End of every step (ns, engine clock): a request's token times are slices of it."""
+        self.step_tokens = array("q")
+        """Tokens every step sampled (what the API server then has to send)."""
         self.waiting: deque[SimRequest] = deque()
         self.running: dict[int, SimRequest] = {}
         self.prefilling: dict[int, SimRequest] = {}
@@ -349,6 +351,7 @@ class Engine:
             j += 1
         if j == 0:
             return 0
+        self.step_tokens.extend(array("q", (n,)) * j)
         self.last_step_end = now
         self.busy_s += now - self.now
         self.pool.allocate(need_total)
@@ -479,6 +482,7 @@ class Engine:
         self.busy_s += dt
         self.last_step_end = self.now
         self.step_end_ns.append(int(self.now * 1e9))
+        self.step_tokens.append(n_dec + len(done))
         if n_dec:
             self.h_itl.observe(self.now - prev, n_dec)
         self.step = s + 1

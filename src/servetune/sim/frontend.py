@@ -1,87 +1,68 @@
 """vLLM's API server in front of the engine, as the offline simulator models it.
 
-The OpenAI server is one Python process with one event loop. Each incoming request costs it
-some time of that loop (parsing, tokenising the prompt, handing the request to the engine
-core), one request after another; while the loop is busy with that, the outputs the engine
-core sends back wait to be detokenised and written. Every token also takes a fixed time from
-the engine to the client (inter-process hop, detokenisation, HTTP write). So a burst of N
-requests at once lets the engine start on the first ones early, but no client sees a token
-before the server has taken in all N — which is what the published ``request_rate=inf`` runs
-show: prompts already in the prefix cache still wait ~N × the per-request time for their first
-token.
+The OpenAI server is one Python process with one event loop, a single server working through
+its jobs in the order they arrive:
 
-Both constants live in ``efficiency.json`` (``host``): ``frontend_per_request_ms`` and
-``frontend_latency_ms``.
+* each incoming request costs it ``per_request`` of that loop (parsing, the chat template,
+  tokenising the prompt, handing the request to the engine core, and later its final chunk);
+* each batch of outputs the engine core sends back after a step costs ``per_token`` for every
+  token in it (detokenising, building and writing the stream chunk).
+
+While the loop works on one job the others wait, so a burst of N requests lets the engine start
+on the first ones early, but no client sees a token before the server has taken in all N —
+what the dennislee22 runs (vLLM 0.10.1.1) show: prompts already in the prefix cache still wait
+~N × the per-request time for their first token. (The kvcached runs, vLLM 0.19.0, look
+different: the first tokens of a 500-request burst spread over the intake, as if the loop
+interleaved intake and outputs; see docs/sim.md, fidelity.) A step's tokens reach the clients
+``n × per_token`` after it, later still when the loop is behind. Every token also takes a fixed
+``latency`` from the engine to the client (inter-process hop, HTTP write).
+
+The constants live in ``efficiency.json`` (``host``): ``frontend_per_request_ms``,
+``frontend_per_token_us`` and ``frontend_latency_ms``.
 """
 
 from __future__ import annotations
-
-from array import array
-from bisect import bisect_right
-from collections.abc import Sequence
 
 import numpy as np
 
 
 class ApiServer:
-    """Serial request intake and token delivery (all times in ns on one clock)."""
+    """The API server's loop as one FIFO server (times in ns on the engine's clock)."""
 
-    __slots__ = ("_ends", "_starts", "free_at", "latency_ns", "per_request_ns")
+    __slots__ = ("free_at", "latency_ns", "per_request_ns", "per_token_ns")
 
-    def __init__(self, per_request_ns: int, latency_ns: int) -> None:
+    def __init__(self, per_request_ns: int, latency_ns: int, per_token_ns: int = 0) -> None:
         self.per_request_ns = per_request_ns
         self.latency_ns = latency_ns
+        self.per_token_ns = per_token_ns
         self.free_at = -(1 << 62)
-        self._starts: list[int] = []
-        self._ends: list[int] = []
-        """Busy periods of the loop, in time order (merged when they touch)."""
+        """When the loop finishes the jobs it has been given."""
 
     def accept(self, send_ns: int) -> int:
         """A request sent at ``send_ns``: when the engine core gets it."""
-        start = max(send_ns, self.free_at)
-        end = start + self.per_request_ns
-        if self._ends and start <= self._ends[-1]:
-            self._ends[-1] = end
-        else:
-            self._starts.append(start)
-            self._ends.append(end)
-        self.free_at = end
-        return end
+        self.free_at = max(send_ns, self.free_at) + self.per_request_ns
+        return self.free_at
 
-    def deliver_all(self, times: Sequence[int], shift: int = 0) -> list[int]:
-        """:meth:`deliver` of ``t − shift`` for sorted token times (a list or an ``array('q')``,
-        read without a copy)."""
-        if not times:
-            return []
-        if isinstance(times, array):
-            arr = np.frombuffer(times, dtype=np.int64) - shift
-        else:
-            arr = np.asarray(times, dtype=np.int64) - shift
-        out: list[int] = self.deliver_array(arr).tolist()
+    def outputs(self, ends_ns: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """When the tokens of steps that ended at ``ends_ns`` (in order) with ``tokens``
+        tokens each reach their clients: ``D_j = max(t_j, D_{j−1}) + n_j × per_token``
+        (plus the latency), computed for all the steps at once: with ``S`` the running sum of
+        the service times, ``D_j = S_j + max(free_at, max_{k≤j}(t_k − S_{k−1}))``."""
+        if not len(ends_ns):
+            return np.zeros(0, dtype=np.int64)
+        service = tokens.astype(np.int64) * self.per_token_ns
+        total = np.cumsum(service)
+        done = total + np.maximum(self.free_at, np.maximum.accumulate(ends_ns - (total - service)))
+        self.free_at = int(done[-1])
+        out: np.ndarray = done + self.latency_ns
         return out
 
-    def deliver_array(self, arr: np.ndarray) -> np.ndarray:
-        """:meth:`deliver` of every time in ``arr`` (int64 ns, any order), in place and
-        vectorized: only the busy periods between the earliest and the latest time are
-        looked at (all of them exist once the engine's clock has passed those times)."""
-        starts, ends = self._starts, self._ends
-        if ends and len(arr):
-            lo_t, hi_t = int(arr.min()), int(arr.max())
-            if lo_t < ends[-1]:
-                lo = max(0, bisect_right(starts, lo_t) - 1)
-                hi = bisect_right(starts, hi_t)
-                st = np.asarray(starts[lo:hi], dtype=np.int64)
-                en = np.asarray(ends[lo:hi], dtype=np.int64)
-                i = np.searchsorted(st, arr, side="right") - 1
-                ic = np.maximum(i, 0)
-                busy = (i >= 0) & (arr < en[ic])
-                arr[busy] = en[ic[busy]]
-        arr += self.latency_ns
-        return arr
-
-    def deliver(self, t_ns: int) -> int:
-        """A token the engine produced at ``t_ns``: when the client gets it."""
-        i = bisect_right(self._starts, t_ns) - 1
-        if i >= 0 and t_ns < self._ends[i]:
-            t_ns = self._ends[i]
-        return t_ns + self.latency_ns
+    def outputs_few(self, ends_ns: list[int], tokens: list[int]) -> list[int]:
+        """:meth:`outputs` for a few steps, job by job."""
+        free, per_token, lat = self.free_at, self.per_token_ns, self.latency_ns
+        out = []
+        for t, n in zip(ends_ns, tokens, strict=True):
+            free = (t if t > free else free) + n * per_token
+            out.append(free + lat)
+        self.free_at = free
+        return out

@@ -41,15 +41,20 @@ class BlockPool:
         """Take ``n`` blocks (the caller checked ``free``); evict cached ones if needed."""
         self.used += n
         over = self.used + self.cached_free - self.total
-        while over > 0 and self._lru:
-            key, cnt = self._lru.popitem(last=False)
-            take = min(cnt, over)
-            if cnt > take:
-                # evict from the end of a request's chain; its prefix stays cached
-                self._lru[key] = cnt - take
-                self._lru.move_to_end(key, last=False)
-            self.cached_free -= take
-            over -= take
+        if over <= 0:
+            return
+        lru = self._lru
+        popitem = lru.popitem
+        freed = 0
+        while freed < over and lru:
+            key, cnt = popitem(False)
+            freed += cnt
+        if freed > over:
+            # evict from the end of the last request's chain; its prefix stays cached
+            lru[key] = freed - over
+            lru.move_to_end(key, last=False)
+            freed = over
+        self.cached_free -= freed
 
     def release(self, n: int, keep_as: Hashable | None = None) -> None:
         """Return ``n`` blocks; with caching and a key they stay reusable until evicted."""
@@ -129,23 +134,28 @@ class BlockPool:
         out: list[Hashable] = []
         if not self.caching:
             return out
+        refs, lru = self._refs, self._lru
+        dropped = 0
         for h in hashes:
-            if h in self._refs:
+            if h in refs:
                 continue
-            if h in self._lru:  # an evictable copy of the same content: keep ours
-                self._lru.pop(h)
-                self.cached_free -= 1
-            self._refs[h] = 1
+            if lru.pop(h, 0):  # an evictable copy of the same content: keep ours
+                dropped += 1
+            refs[h] = 1
             out.append(h)
+        self.cached_free -= dropped
         return out
 
     def release_shared(self, hashes: Sequence[Hashable]) -> None:
+        refs, lru = self._refs, self._lru
+        freed = 0
         for h in reversed(hashes):
-            r = self._refs[h] - 1
+            r = refs[h] - 1
             if r:
-                self._refs[h] = r
+                refs[h] = r
             else:
-                del self._refs[h]
-                self.used -= 1
-                self._lru[h] = 1
-                self.cached_free += 1
+                del refs[h]
+                lru[h] = 1
+                freed += 1
+        self.used -= freed
+        self.cached_free += freed

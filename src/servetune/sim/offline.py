@@ -17,6 +17,7 @@ import math
 import sys
 import time
 from array import array
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
 from functools import lru_cache
@@ -235,7 +236,11 @@ class OfflineRun:
         run's server summary."""
         self._buf: list[bytes] = []
         self._hist_last: dict[str, tuple[dict[str, Any], Histogram]] = {}
-        self._done: list[tuple[SimRequest, int, array[int], int, int]] = []
+        self._done: list[tuple[SimRequest, int, int, int]] = []
+        self._step0 = self.eng.step
+        """The engine's first step of this run (``_deliv`` is indexed from it)."""
+        self._deliv = array("q")
+        """When the tokens of each step since ``_step0`` reached the clients (engine ns)."""
         """Finished requests whose records are not made yet (made by the 256)."""
 
     def _record(self, rec: RequestRecord) -> None:
@@ -259,7 +264,15 @@ class OfflineRun:
         base = self.id_base
         eff = eng.model.eff
         api = self.api = ApiServer(
-            round(eff.frontend_per_request_ms * 1e6), round(eff.frontend_latency_ms * 1e6)
+            round(
+                (
+                    eff.frontend_per_request_ms
+                    + (eff.frontend_chat_per_request_ms if self.cfg.endpoint == "chat" else 0.0)
+                )
+                * 1e6
+            ),
+            round(eff.frontend_latency_ms * 1e6),
+            round(eff.frontend_per_token_us * 1e3),
         )
         offsets = plan.offsets_ns
         n = len(offsets)
@@ -324,7 +337,8 @@ class OfflineRun:
             req = SimRequest(
                 base + idx, spec.input_len, spec.output_len, (t0_ns + at_ns) / NS, hashes, idx
             )
-            at_engine = api.accept(at_ns)
+            self._drain(t0_ns + at_ns)  # outputs of steps that ended before it come first
+            at_engine = api.accept(t0_ns + at_ns) - t0_ns
             if at_engine > round(eng.now * NS) - t0_ns:
                 arriving.append((at_engine, req))
             else:
@@ -363,6 +377,7 @@ class OfflineRun:
             if arriving:
                 t_next = min(t_next, arriving[0][0])
             eng.advance(min(t0 + t_next / NS, t0 + next_sample))
+            self._drain()
             if eng.finished:
                 # a client slot frees when the last token reaches the client
                 freed = sorted(self._finish(req, eligible, offsets) for req in eng.finished)
@@ -394,37 +409,67 @@ class OfflineRun:
         self.series.append(as_server_sample(sample, self._hist_last))
         return orjson.dumps(sample) + b"\n" if self.samples_out is not None else b""
 
+    def _drain(self, upto_ns: int | None = None) -> None:
+        """The API server's work on the outputs of the steps the engine ran since the last
+        call (those that ended by ``upto_ns``): when each step's tokens reach the clients."""
+        eng = self.eng
+        i0 = self._step0 + len(self._deliv)
+        all_ends = eng.step_end_ns
+        i1 = len(all_ends)
+        if i1 <= i0:
+            return
+        if upto_ns is not None:
+            if all_ends[i0] > upto_ns:
+                return
+            if all_ends[i1 - 1] > upto_ns:
+                i1 = bisect_right(all_ends, upto_ns, i0, i1)
+        if i1 - i0 <= 16:  # a few steps: cheaper than numpy's per-call overhead
+            self._deliv.extend(
+                self.api.outputs_few(all_ends[i0:i1].tolist(), eng.step_tokens[i0:i1].tolist())
+            )
+            return
+        ends = np.frombuffer(all_ends, dtype=np.int64)[i0:i1]
+        tokens = np.frombuffer(eng.step_tokens, dtype=np.int64)[i0:i1]
+        self._deliv.frombytes(self.api.outputs(ends, tokens).tobytes())
+
+    def _times(self, req: SimRequest) -> array[int]:
+        """When ``req``'s tokens reached its client (ns, engine clock)."""
+        d, s0 = self._deliv, self._step0
+        segs = req.segments
+        if len(segs) == 1:
+            a, b = segs[0]
+            return d[a - s0 : b - s0]
+        out = array("q")
+        for a, b in segs:
+            out.extend(d[a - s0 : b - s0])
+        return out
+
     def _finish(self, req: SimRequest, eligible: dict[int, int], offsets: list[int]) -> int:
         """A request finished: returns when its last token reaches the client (which frees a
         client slot); its record is made with the next batch (:meth:`_flush_done`)."""
         shift = round(self.t0 * NS)
-        raw = self.eng.token_times_ns(req)
-        if not self.token_times and len(raw) > 2:
-            raw = array("q", (raw[0], raw[-1]))
         idx = req.id - self.id_base
-        end = self.api.deliver(raw[-1] - shift) if raw else int((req.finish_t or 0.0) * NS) - shift
-        self._done.append((req, idx, raw, eligible[idx], end))
+        last = req.segments[-1][1] - 1 - self._step0 if req.segments else -1
+        end = self._deliv[last] - shift if last >= 0 else int((req.finish_t or 0.0) * NS) - shift
+        self._done.append((req, idx, eligible[idx], end))
         if len(self._done) >= 256:
             self._flush_done()
         return end
 
     def _flush_done(self) -> None:
-        """Records of the finished requests: every token time delivered through the API
-        server in one vectorized pass (see :meth:`ApiServer.deliver_array`)."""
+        """Records of the finished requests (256 at a time: the lines are written in one)."""
         done = self._done
         if not done:
             return
         self._done = []
         shift = round(self.t0 * NS)
-        raws = [np.frombuffer(raw, dtype=np.int64) for _, _, raw, _, _ in done]
-        delivered = self.api.deliver_array(np.concatenate(raws) - shift).tolist()
         offsets = self.plan.offsets_ns
         specs = self.plan.requests
-        pos = 0
-        for req, idx, raw, at, end in done:
-            k = len(raw)
-            times = delivered[pos : pos + k]
-            pos += k
+        for req, idx, at, end in done:
+            raw = self._times(req)
+            if not self.token_times and len(raw) > 2:
+                raw = array("q", (raw[0], raw[-1]))
+            times = (np.frombuffer(raw, dtype=np.int64) - shift).tolist() if raw else []
             spec = specs[idx]
             self._record(
                 _record(

@@ -1,0 +1,86 @@
+"""The published runs the simulator is measured on: in the repository, each with its source,
+from several sources (the fidelity figure is leave-one-source-out), and the request costs
+that dominate tiny requests modelled."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from servetune.results.schema import BenchConfig, Endpoint
+from servetune.sim.catalog import efficiency
+from servetune.sim.config import EngineConfig
+from servetune.sim.engine import Engine
+from servetune.sim.memory import plan_memory
+from servetune.sim.offline import OfflineRun
+from servetune.sim.perf import StepModel
+from servetune.workload.plan import Plan
+from servetune.workload.spec import RequestSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+CASES = ROOT / "benchmarks" / "data" / "published_cases.json"
+
+
+def _fidelity() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "sim_fidelity", ROOT / "benchmarks" / "sim_fidelity.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["sim_fidelity"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_published_cases_live_in_the_repository_with_their_sources() -> None:
+    fid = _fidelity()
+    assert Path(fid.DEFAULT_CASES).resolve() == CASES
+    cases = json.loads(CASES.read_text())
+    assert len({c["id"] for c in cases}) == len(cases)
+    for c in cases:
+        assert c["source"].strip(), c["id"]
+        assert c.get("trust") in ("high", "medium", "low"), c["id"]
+    # (nothing points outside the repository: tests/test_standalone.py)
+
+
+def test_leave_one_source_out_has_sources_to_leave_out() -> None:
+    fid = _fidelity()
+    cases = json.loads(CASES.read_text())
+    mine = fid.in_scope_workload(cases)
+    by_source: dict[str, int] = {}
+    for c in mine:
+        by_source[fid.source_of(c)] = by_source.get(fid.source_of(c), 0) + 1
+    print("in-scope cases per source:", by_source)
+    assert "unknown" not in by_source
+    assert len(by_source) >= 3
+    # the tiny requests (128 in / 4 out) are measured, not excluded
+    tiny = [c for c in mine if c["workload"]["output_len"] == 4]
+    assert len(tiny) >= 3
+    assert callable(fid.loso)
+
+
+def _duration(endpoint: Endpoint, chat_ms: float) -> float:
+    r = EngineConfig(model="Qwen/Qwen3-0.6B", max_model_len=2048).resolve()
+    mem = plan_memory(r)
+    eff = efficiency(r.gpu).model_copy(
+        update={"frontend_per_request_ms": 1.0, "frontend_chat_per_request_ms": chat_ms}
+    )
+    eng = Engine(r, mem, StepModel(r, eff))
+    spec = RequestSpec(prompt="", input_len=128, output_len=4)
+    plan = Plan(requests=[spec] * 400, offsets_ns=[0] * 400)
+    sim = OfflineRun(plan, BenchConfig(endpoint=endpoint), r, mem, engine=eng)
+    sim.run()
+    return max(x.end_ns for x in sim.records) / 1e9
+
+
+def test_tiny_requests_are_bound_by_the_api_servers_intake() -> None:
+    # 400 requests of 128/4 tokens: the GPU work is small; the intake is 400 × the per-request
+    # time, more on the chat endpoint (messages, chat template)
+    plain = _duration("completions", 5.0)
+    chat = _duration("chat", 5.0)
+    assert 0.4 <= plain < 0.6
+    assert 2.4 <= chat < 2.7
+    assert _duration("chat", 0.0) == plain
