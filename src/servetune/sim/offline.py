@@ -377,7 +377,6 @@ class OfflineRun:
             if arriving:
                 t_next = min(t_next, arriving[0][0])
             eng.advance(min(t0 + t_next / NS, t0 + next_sample))
-            self._drain()
             if eng.finished:
                 # a client slot frees when the last token reaches the client
                 freed = sorted(self._finish(req, eligible, offsets) for req in eng.finished)
@@ -450,6 +449,8 @@ class OfflineRun:
         shift = round(self.t0 * NS)
         idx = req.id - self.id_base
         last = req.segments[-1][1] - 1 - self._step0 if req.segments else -1
+        if last >= len(self._deliv):
+            self._drain()  # the outputs of its steps (and all before them) are worked now
         end = self._deliv[last] - shift if last >= 0 else int((req.finish_t or 0.0) * NS) - shift
         self._done.append((req, idx, eligible[idx], end))
         if len(self._done) >= 256:
