@@ -27,9 +27,16 @@ The activation peak is the larger of two moments of the profiling run, which do 
 
 How it changed across versions (:data:`RULES`; a plan names the rules it used):
 
-* **V0 engine** (≤ 0.7, and V0 in 0.8–0.9): the profile ran ``max_num_batched_tokens``
-  tokens (= ``max_model_len`` with chunked prefill off) and a cheap sampler; non-torch
-  memory (CUDA context, cuBLAS workspace) counted: 0.35 GiB on the RTX 3090 log.
+* **V0 engine ≤ 0.6.4**: the profile ran ``max_num_batched_tokens`` tokens (=
+  ``max_model_len`` with chunked prefill off); non-torch memory (CUDA context, cuBLAS
+  workspace) counted: 0.35 GiB on the RTX 3090 log, where the forward pass of 20,000 tokens
+  (2.07 GiB) is the peak.
+* **V0 engine 0.6.5–0.7.x** (vLLM PR #10511, "overhaul memory profiling", merged for 0.6.5):
+  non-torch memory is the increase during profiling (0.05–0.08 GiB on the A10 and L40
+  logs of 0.7.2), and the dummy sampler over ``max_num_seqs`` requests is PyTorch's
+  sort-based top-k/top-p (~38.3 bytes per logit): 256 × 151,936 logits give the 1.40 GiB
+  peak both 0.7.2 logs print for a 1.5B Qwen2.5 model, where the forward pass of 4,096
+  tokens needs 0.24.
 * **V1 0.8.x**: ``peak = torch peak (weights included) + (used − torch allocated)`` after the
   profile, so the CUDA context and NCCL buffers are charged too (~0.5 GiB); FlashInfer sampler
   where installed. No published log with a complete configuration was found to calibrate it:
@@ -115,6 +122,19 @@ RULES: dict[str, VllmMemoryRules] = {
             "activation = the forward pass of max_num_batched_tokens tokens; TP > 1 assumed",
         ),
         VllmMemoryRules(
+            name="v0.7",
+            versions="V0 engine 0.6.5 - 0.7.x (profiling overhaul of vLLM PR #10511)",
+            engine="v0",
+            sampler_bytes=38.3,
+            non_torch_gib=0.06,
+            non_torch_tp_gib=0.26,
+            start_used_gib=0.5,
+            start_used_tp_gib=0.9,
+            cuda_graphs_in_budget=False,
+            calibrated="vLLM 0.7.2 logs on an A10 and an L40 (Qwen2.5-Math-1.5B, 2 pools): "
+            "non-torch 0.05 / 0.08 GiB, sampler peak 1.40 GiB; TP > 1 taken from the 0.10 rules",
+        ),
+        VllmMemoryRules(
             name="0.8",
             versions="V1 0.8.x",
             engine="v1",
@@ -189,8 +209,10 @@ def rules_for(version: str | None) -> VllmMemoryRules:
         )
     minor = parts[1]
     patch = parts[2] if len(parts) > 2 else 0
-    if minor <= 7:
+    if minor < 6 or (minor == 6 and patch < 5):
         return RULES["v0"]
+    if minor <= 7:
+        return RULES["v0.7"]
     if minor == 8:
         return RULES["0.8"]
     if minor == 9 or (minor == 10 and patch <= 1):
@@ -428,8 +450,8 @@ def plan_memory(
 ) -> MemoryPlan:
     """vLLM's start-up memory plan for ``cfg``; raises SimError where vLLM refuses to start.
 
-    ``vllm_version``: the vLLM release being planned for ("0.11.0", "0.10.1", "0.8.5", "v0",
-    or a :class:`VllmMemoryRules`); default: the 0.10.2-0.20 rules."""
+    ``vllm_version``: the vLLM release being planned for ("0.11.0", "0.10.1", "0.8.5",
+    "0.7.2", "v0", or a :class:`VllmMemoryRules`); default: the 0.10.2-0.20 rules."""
     r = cfg.resolve() if isinstance(cfg, EngineConfig) else cfg
     rules = vllm_version if isinstance(vllm_version, VllmMemoryRules) else rules_for(vllm_version)
     return plan_resolved(r, rules)
