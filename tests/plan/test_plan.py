@@ -242,7 +242,7 @@ def test_table_for_people(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     [
         (["--slo", *SLO], "needs the traffic"),
         (["--peak-rate", "5"], "needs latency SLOs"),
-        (["--peak-rate", "5", "--slo", "ttft:x"], "not a number"),
+        (["--peak-rate", "5", "--slo", "ttft:x"], "expected METRIC:STAT<=MS"),
         (["--peak-rate", "5", "--slo", *SLO, "--gpus", "B9000"], "unknown GPU"),
         (["--peak-rate", "5", "--slo", *SLO, "--quantizations", "int3"], "unknown quantization"),
         (["--peak-rate", "5", "--slo", *SLO, "--knob-set", "max_num_seqs=lots"], "valid"),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from servetune.errors import ConfigError
+from servetune.metrics.slo_spec import parse_slo, parse_slos
 from servetune.tune.search import Probe, find_slo_max
-from servetune.tune.slo import parse_slo, parse_slos
 from servetune.tune.space import DEFAULT, build_space, neighbours
 
 

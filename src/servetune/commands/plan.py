@@ -57,8 +57,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument(
         "--slo",
         nargs="+",
-        metavar="KEY:MS",
-        help="P99 latency SLOs in ms, e.g. ttft:500 tpot:50 e2el:10000",
+        action="extend",
+        metavar="METRIC:p99<=MS",
+        help="P99 latency SLOs in ms, as tune takes them: ttft:p99<=500 tpot:p99<=50 "
+        "(or ttft:500 tpot:50 e2el:10000)",
     )
     w = p.add_argument_group("request lengths")
     w.add_argument("--input-len", type=int, default=1024, help="prompt tokens (random lengths)")
@@ -122,8 +124,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _request(args: argparse.Namespace) -> PlanRequest:
-    from servetune.commands._workload_args import parse_goodput
     from servetune.errors import ConfigError
+    from servetune.metrics.slo_spec import p99_slo, parse_slos
     from servetune.plan import workload as wl
     from servetune.plan.planner import PlanRequest
     from servetune.plan.space import DEFAULT_KNOB_SETS, candidates, parse_quantizations
@@ -131,7 +133,7 @@ def _request(args: argparse.Namespace) -> PlanRequest:
 
     n_specs = max(4 * args.requests_per_point, 4000)
     model = args.model
-    slo = parse_goodput(args.slo)
+    slo = p99_slo(parse_slos(args.slo))
     peak, avg = args.peak_rate, args.rate
     if args.from_run:
         if args.dataset:

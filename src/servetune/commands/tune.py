@@ -145,9 +145,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _spec(args: argparse.Namespace) -> Any:
     from servetune.commands._workload_args import workload_config_from_args
     from servetune.errors import ConfigError
+    from servetune.metrics.slo_spec import as_goodput, parse_slos
     from servetune.results.io import read_run_result
     from servetune.tune.model import TuneSpec
-    from servetune.tune.slo import as_goodput, parse_slos
     from servetune.tune.space import build_space
 
     if args.base_url:

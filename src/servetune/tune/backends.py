@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from servetune.errors import ConfigError, EngineError, ServetuneError, SimError
+from servetune.metrics.slo_spec import SloSpec, as_goodput, check
 from servetune.results.schema import BenchConfig, RunResult
 from servetune.tune.search import Probe, find_slo_max
-from servetune.tune.slo import SloSpec, as_goodput, check
 
 Measure = Callable[[float], Probe]
 PREDICT_PROMPTS = 300

@@ -7,9 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from servetune.metrics.slo_spec import SloSpec
 from servetune.results.schema import BenchConfig
 from servetune.tune.search import Probe
-from servetune.tune.slo import SloSpec
 from servetune.tune.space import Space
 
 Objective = Literal["slo-max", "goodput", "throughput", "pareto"]

@@ -1,4 +1,4 @@
-"""Latency SLOs for the tuner: ``--slo ttft:p99<=500 --slo tpot:p99<=50``.
+"""Latency SLOs of ``tune`` and ``plan``: ``--slo ttft:p99<=500 --slo tpot:p99<=50``.
 
 Syntax: ``METRIC:STAT<=MS`` with METRIC one of ttft, tpot, itl, e2el and STAT one of mean,
 p50, p90, p95, p99, p99.9; ``<`` is read as ``<=``. ``METRIC:MS`` (``--goodput``'s form) means
@@ -73,6 +73,18 @@ def parse_slos(items: Sequence[str] | None) -> list[SloSpec]:
             if part.strip():
                 out.append(parse_slo(part))
     return out
+
+
+def p99_slo(slos: Sequence[SloSpec], flag: str = "--slo") -> Slo:
+    """The P99 limits of ``slos`` as an :class:`Slo`, for what judges P99s only (the capacity
+    planner); any other statistic or metric is refused by name rather than dropped."""
+    other = [s.text() for s in slos if s.stat != "p99" or s.metric == "itl"]
+    if other:
+        raise ConfigError(
+            f"{flag}: {', '.join(other)}: this command judges P99 TTFT, TPOT and E2E only",
+            hint="e.g. --slo ttft:p99<=500 tpot:p99<=50 (or ttft:500 tpot:50)",
+        )
+    return as_goodput(slos)
 
 
 def as_goodput(slos: Sequence[SloSpec]) -> Slo:
