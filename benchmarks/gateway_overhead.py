@@ -11,7 +11,8 @@ one write) and the same client (``servetune bench``, kernel-stamped arrivals) fo
    row for all three.
 3. **memory per 1,000 open streams**: the proxy's RSS with slow streams open minus idle.
 4. **overload**: an upstream admitting 4 at a time (~40 req/s); tenant ``flood`` sends 10× that
-   with a quota and a concurrency cap, tenant ``light`` 10 req/s: light's P99 TTFT must stay
+   with a quota of a quarter of the upstream (1 slot of 4, a quarter of its rate), tenant
+   ``light`` 10 req/s (another quarter): light's P99 TTFT must stay
    within 2× its unloaded value while ``flood`` gets 429s (servetune only).
 
 servetune's gateway runs with keys, a tpm quota and a concurrency cap on; LiteLLM's proxy with
@@ -592,8 +593,9 @@ def overload(tmp: Path, procs: list[Proc], secs: int) -> None:
             {
                 "name": "flood",
                 "keys": [hash_key(flood)],
-                "max_concurrency": 2,
-                "rpm": int(capacity * 60 * 0.5),
+                # its quota: a quarter of the upstream (1 of 4 slots, a quarter of the rate)
+                "max_concurrency": 1,
+                "rpm": int(capacity * 60 * 0.25),
                 "priority": "standard",
             },
         ],
