@@ -35,7 +35,7 @@ async def gateway(eng: EngineProcess, tmp: Path, **data: Any) -> AsyncIterator[s
             "audit_log": str(tmp / "audit.jsonl"),
             **data,
         }
-    )
+    )  # data may replace the groups
     gw = Gateway(cfg)
     await gw.start()
     try:
@@ -45,8 +45,13 @@ async def gateway(eng: EngineProcess, tmp: Path, **data: Any) -> AsyncIterator[s
 
 
 def body(max_tokens: int, stream: bool = True) -> dict[str, Any]:
-    return {"model": "tiny", "prompt": PROMPT, "max_tokens": max_tokens, "stream": stream,
-            "ignore_eos": True}  # fmt: skip
+    return {
+        "model": "tiny",
+        "prompt": PROMPT,
+        "max_tokens": max_tokens,
+        "stream": stream,
+        "ignore_eos": True,
+    }
 
 
 def events(raw: bytes) -> list[bytes]:
@@ -164,3 +169,65 @@ def test_llama_cpp_frees_the_slot_when_the_gateway_client_leaves(
             await _wait(lambda: busy() == 0, 30, "llama.cpp frees the slot")
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_fair_share_heavy_and_light_tenant(
+    engine: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """One admission slot at the engine; a heavy tenant queues long requests first, a light
+    one short requests after: the light tenant's requests pass the heavy queue."""
+    from servetune.gateway.keys import hash_key, new_key
+
+    eng: EngineProcess = request.getfixturevalue(engine)
+    heavy, light = new_key(), new_key()
+
+    async def main() -> tuple[list[float], list[float]]:
+        async with (
+            gateway(
+                eng,
+                tmp_path,
+                groups=[
+                    {"name": "g", "urls": [eng.base_url], "max_concurrency": 1, "adaptive": False}
+                ],
+                tenants=[
+                    {"name": "heavy", "keys": [hash_key(heavy)]},
+                    {"name": "light", "keys": [hash_key(light)]},
+                ],
+            ) as url,
+            aiohttp.ClientSession() as s,
+        ):
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            done: dict[str, list[float]] = {"heavy": [], "light": []}
+
+            async def one(who: str, key: str, n: int) -> None:
+                hdr = {"Authorization": f"Bearer {key}"}
+                async with s.post(url, json=body(n, stream=False), headers=hdr) as r:
+                    assert r.status == 200, await r.text()
+                    await r.read()
+                done[who].append(loop.time() - t0)
+
+            tasks = [asyncio.create_task(one("heavy", heavy, 64)) for _ in range(5)]
+            # the light tenant comes once the heavy one has a request at the engine and four
+            # waiting (the gateway's own gauge): no sleep that a fast engine could outrun
+            metrics = url.replace("/v1/completions", "/metrics")
+
+            async def waiting() -> float:
+                async with s.get(metrics) as r:
+                    text = await r.text()
+                return sum(
+                    float(line.rsplit(" ", 1)[1])
+                    for line in text.splitlines()
+                    if line.startswith("servetune_gateway_queue_depth{")
+                )
+
+            while await waiting() < 4:
+                assert not any(t.done() for t in tasks), "a heavy request ended before the queue"
+                await asyncio.sleep(0.01)
+            tasks += [asyncio.create_task(one("light", light, 4)) for _ in range(3)]
+            await asyncio.gather(*tasks)
+            return done["heavy"], done["light"]
+
+    heavy_t, light_t = asyncio.run(main())
+    assert max(light_t) < sorted(heavy_t)[2], (heavy_t, light_t)
