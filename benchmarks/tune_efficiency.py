@@ -37,13 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servetune.metrics.slo_spec import SloSpec, parse_slos
+from servetune.metrics.slo_spec import parse_slos
 from servetune.results.schema import BenchConfig
+from servetune.results.tune_file import Dim, SloSpec, Space, TuneSpec
 from servetune.tune.backends import SimBackend
-from servetune.tune.model import TuneSpec
 from servetune.tune.run import run_tune, screen_space
 from servetune.tune.search import find_slo_max
-from servetune.tune.space import Dim, Space
 
 SPACE = Space(
     engine="sim",

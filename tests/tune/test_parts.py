@@ -6,8 +6,9 @@ import pytest
 
 from servetune.errors import ConfigError
 from servetune.metrics.slo_spec import parse_slo, parse_slos
-from servetune.tune.search import Probe, find_slo_max
-from servetune.tune.space import DEFAULT, build_space, neighbours
+from servetune.results.tune_file import DEFAULT, Probe
+from servetune.tune.search import find_slo_max
+from servetune.tune.space import build_space, neighbours
 
 
 def test_slo_syntax() -> None:

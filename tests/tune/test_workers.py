@@ -19,7 +19,7 @@ from tests.tune.postgres import postgres_server
 from servetune.engines.process import group_members
 from servetune.metrics.slo_spec import parse_slos
 from servetune.results.schema import BenchConfig
-from servetune.tune.model import TrialRecord, TuneSpec
+from servetune.results.tune_file import TrialRecord, TuneSpec
 from servetune.tune.space import build_space
 from servetune.tune.study import create_study, open_storage, storage_url
 

@@ -61,10 +61,9 @@ def run(args: argparse.Namespace) -> int:
         progress=say,
     )
     if args.html is not None:
-        from servetune.compare.html import render_html
+        from servetune.compare.html import write_html
 
-        args.html.parent.mkdir(parents=True, exist_ok=True)
-        args.html.write_text(render_html(report), encoding="utf-8")
+        write_html(args.html, report)
     if args.json:
         print(report.model_dump_json(indent=2))
     else:

@@ -147,7 +147,7 @@ def _spec(args: argparse.Namespace) -> Any:
     from servetune.errors import ConfigError
     from servetune.metrics.slo_spec import as_goodput, parse_slos
     from servetune.results.io import read_run_result
-    from servetune.tune.model import TuneSpec
+    from servetune.results.tune_file import TuneSpec
     from servetune.tune.space import build_space
 
     if args.base_url:

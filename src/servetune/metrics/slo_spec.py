@@ -10,39 +10,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Literal
 
 from pydantic import BaseModel
 
 from servetune.errors import ConfigError
-from servetune.results.schema import Slo, Stats, Summary
+from servetune.results.schema import Slo, Summary
+from servetune.results.slo import SLO_NAMES as _NAMES
+from servetune.results.slo import SloSpec as SloSpec
 
-Metric = Literal["ttft", "tpot", "itl", "e2el"]
-Stat = Literal["mean", "p50", "p90", "p95", "p99", "p999"]
 MAX_FAILED_SHARE = 0.01
-_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E"}
 _SPEC = re.compile(
     r"^\s*(?P<metric>[a-z0-9]+)\s*:\s*(?:(?P<stat>mean|median|p[0-9.]+)\s*(?P<op><=|<)\s*)?"
     r"(?P<ms>[0-9]*\.?[0-9]+)\s*(?:ms)?\s*$"
 )
-
-
-class SloSpec(BaseModel):
-    """One SLO: ``stat`` of ``metric`` at most ``limit_ms``."""
-
-    metric: Metric
-    stat: Stat = "p99"
-    limit_ms: float
-
-    def text(self) -> str:
-        stat = "P99.9" if self.stat == "p999" else self.stat.upper()
-        stat = "mean" if self.stat == "mean" else stat
-        return f"{stat} {_NAMES[self.metric]} ≤ {self.limit_ms:g} ms"
-
-    def value(self, summary: Summary) -> float | None:
-        stats: Stats = getattr(summary, self.metric)
-        v = getattr(stats, self.stat)
-        return None if v is None else float(v)
 
 
 def parse_slo(text: str) -> SloSpec:

@@ -19,7 +19,8 @@ from typing import Any, Protocol
 from servetune.errors import ConfigError, EngineError, ServetuneError, SimError
 from servetune.metrics.slo_spec import SloSpec, as_goodput, check
 from servetune.results.schema import BenchConfig, RunResult
-from servetune.tune.search import Probe, find_slo_max
+from servetune.results.tune_file import Probe
+from servetune.tune.search import find_slo_max
 
 Measure = Callable[[float], Probe]
 PREDICT_PROMPTS = 300

@@ -23,8 +23,15 @@ from typing import Any
 
 from servetune.errors import ServetuneError
 from servetune.knobs import render_command
+from servetune.results.tune_file import (
+    OfatRow,
+    Repeat,
+    TrialRecord,
+    TuneResult,
+    TuneSpec,
+    config_text,
+)
 from servetune.tune.backends import Backend, engine_error_reason
-from servetune.tune.model import OfatRow, Repeat, TrialRecord, TuneResult, TuneSpec
 from servetune.tune.search import find_slo_max
 from servetune.tune.space import neighbours
 
@@ -155,7 +162,7 @@ def finish(
     spec = result.spec
     trials = [t for t in result.trials if t.status != "duplicate"]
     measured = [t for t in trials if t.status == "ok" and t.value]
-    default = next((t for t in trials if all(v == "default" for v in t.params.values())), None)
+    default = next((t for t in trials if t.is_default), None)
     result.default = default
     result.pareto = pareto_front(trials)
     if not measured:
@@ -195,11 +202,15 @@ def finish(
     )
     if b_val and d_val:
         result.gain_over_default = b_val / d_val - 1.0
+    if best_rep is not None and base_rep is not None:
+        got_b, got_d = best_rep.measured, base_rep.measured
+        if len(got_b) >= 2 and len(got_d) >= 2:
+            result.gain_beyond_noise = min(got_b) > max(got_d)
     if spec.objective == "slo-max" and spec.ofat and measure_more and b_val:
         echo("one knob at a time around the best configuration")
         result.ofat = ofat(spec, backend, best, b_val, out_dir / "ofat")
     result.status = "complete"
-    result.verdict = _verdict(spec, result, b_val, d_val, best_rep)
+    result.verdict = _verdict(spec, result, b_val, d_val, best_rep, base_rep)
     return result
 
 
@@ -223,14 +234,27 @@ def _no_config_verdict(spec: TuneSpec, trials: list[TrialRecord]) -> str:
     )
     return (
         f"No configuration meets the SLOs ({slo}) at any rate tried. Closest: trial "
-        f"{near.number} {near.config or '(engine defaults)'} at {lowest.rate:.3g} req/s — "
+        f"{near.number} {config_text(near.config)} at {lowest.rate:.3g} req/s — "
         f"limited by {lowest.limiting} ({(lowest.worst_ratio or 0):.2f}× its limit; {figures}). "
         "Relax that SLO, shorten the requests, or add GPUs."
     )
 
 
+def _spread(rep: Repeat | None) -> str:
+    if rep is None or rep.median is None:
+        return ""
+    vals = rep.measured
+    text = f" (median of {len(vals)}: {min(vals):.3g}–{max(vals):.3g})"
+    return text + (" UNSTABLE" if rep.unstable else "")
+
+
 def _verdict(
-    spec: TuneSpec, result: TuneResult, b_val: float | None, d_val: float | None, rep: Any
+    spec: TuneSpec,
+    result: TuneResult,
+    b_val: float | None,
+    d_val: float | None,
+    rep: Repeat | None,
+    base_rep: Repeat | None = None,
 ) -> str:
     assert result.best is not None
     what = {
@@ -239,13 +263,20 @@ def _verdict(
         "throughput": "output tok/s",
         "pareto": "output tok/s",
     }[spec.objective]
-    spread = ""
-    if rep is not None and rep.median is not None:
-        vals = [v for v in rep.values if v is not None]
-        spread = f" (median of {len(vals)}: {min(vals):.3g}–{max(vals):.3g})"
-        if rep.unstable:
-            spread += " UNSTABLE"
-    gain = ""
+    text = f"Best: {b_val:.3g} {what}{_spread(rep)} with {config_text(result.best.config)}"
+    if result.best.is_default:
+        return text + ": no configuration searched beat the engine's default."
     if result.gain_over_default is not None and d_val:
-        gain = f"; the engine's default serves {d_val:.3g} ({result.gain_over_default:+.0%})"
-    return f"Best: {b_val:.3g} {what}{spread} with {result.best.config or 'the defaults'}{gain}."
+        text += (
+            f"; the engine's default serves {d_val:.3g}{_spread(base_rep)} "
+            f"({result.gain_over_default:+.0%}"
+        )
+        if result.gain_beyond_noise is True:
+            text += ", beyond the run-to-run spread)"
+        elif result.gain_beyond_noise is False:
+            text += ", within the run-to-run spread: not shown to be real)"
+        else:
+            text += ", each measured once: no spread to judge it by)"
+    elif result.default is not None and result.default.status != "ok":
+        text += f"; the engine's default met the SLOs at no rate tried ({result.default.status})"
+    return text + "."

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from servetune.results.tune_file import TuneResult, config_text
 from servetune.sweep import fmt
-from servetune.tune.model import TuneResult
 
 
 def render_result(r: TuneResult) -> str:
@@ -21,7 +21,7 @@ def render_result(r: TuneResult) -> str:
             vals = ", ".join(fmt.num(v) for v in x.values)
             flag = "  UNSTABLE" if x.unstable else ""
             out.append(
-                f"  {fmt.num(x.score):>8}  [{vals}]  {x.config or 'engine defaults'}{flag}"
+                f"  {fmt.num(x.score):>8}  [{vals}]  {config_text(x.config)}{flag}"
                 + (f"  ({x.note})" if x.note else "")
             )
     if r.ofat:
@@ -44,7 +44,7 @@ def render_result(r: TuneResult) -> str:
         for v in r.validation:
             out.append(
                 f"  {fmt.num(v.simulated):>8} → {fmt.num(v.measured):<8} {v.status:<9} "
-                f"{v.config or 'engine defaults'}" + (f"  [{v.reason}]" if v.reason else "")
+                f"{config_text(v.config)}" + (f"  [{v.reason}]" if v.reason else "")
             )
     for w in r.warnings:
         out.append(f"warning: {w}")

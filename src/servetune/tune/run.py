@@ -4,7 +4,7 @@ space, the study (new or resumed), the trials, the repeats, and the files:
 ``RESULT_DIR/tune.json``      the result (written after every trial, complete at the end)
 ``RESULT_DIR/trials.jsonl``   one line per finished trial, appended as each ends (kill-safe)
 ``RESULT_DIR/tune.db``        the Optuna study (SQLite; absent with --storage)
-``RESULT_DIR/report.html``    the tune section: best config, trials, Pareto plot, OFAT table
+``RESULT_DIR/report.html``    the report (``servetune report`` draws it again from tune.json)
 ``RESULT_DIR/trials/NNNN/``   a real engine's log and each probe's run directory
 """
 
@@ -20,9 +20,16 @@ import orjson
 
 from servetune.errors import ConfigError, ServetuneError
 from servetune.results.io import LineAppender, ensure_result_dir
+from servetune.results.tune_file import (
+    TRIALS_FILE,
+    TrialRecord,
+    TuneResult,
+    TuneSpec,
+    config_text,
+    write_tune_result,
+)
 from servetune.tune.backends import Backend, EngineBackend, SimBackend
 from servetune.tune.finish import finish
-from servetune.tune.model import TrialRecord, TuneResult, TuneSpec
 from servetune.tune.study import (
     TrialRunner,
     create_study,
@@ -34,8 +41,6 @@ from servetune.tune.study import (
     storage_url,
 )
 
-TUNE_FILE = "tune.json"
-TRIALS_FILE = "trials.jsonl"
 SCREEN_SAMPLE = 4000
 WARM_START_TRIALS = 40
 WARM_START_TOP = 3
@@ -161,18 +166,6 @@ def trial_line(rec: TrialRecord) -> str:
     )
 
 
-def write_result(out_dir: Path, result: TuneResult) -> Path:
-    path = out_dir / TUNE_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_bytes(orjson.dumps(result.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
-    tmp.replace(path)
-    return path
-
-
-def read_result(out_dir: Path) -> TuneResult:
-    return TuneResult.model_validate_json((out_dir / TUNE_FILE).read_bytes())
-
-
 def run_tune(
     spec: TuneSpec,
     result_dir: Path,
@@ -206,7 +199,7 @@ def run_tune(
         lines.write(orjson.dumps(rec.model_dump(mode="json")) + b"\n")
         echo(trial_line(rec))
         result.trials = records(study)
-        write_result(out, result)
+        write_tune_result(out, result)
 
     runner = TrialRunner(spec, backend, out, echo=echo, on_record=on_record)
     try:
@@ -214,28 +207,28 @@ def run_tune(
     except KeyboardInterrupt:
         result.trials = records(study)
         result.status = "interrupted"
-        write_result(out, result)
+        write_tune_result(out, result)
         raise
     finally:
         lines.close()
     result.trials = records(study)
     if coordinate:
         finish(result, backend, out, echo)
-        write_result(out, result)
+        write_tune_result(out, result)
         if spec.validate_top and spec.validate_engine and spec.engine == "sim":
             validate(result, out, echo)
-            write_result(out, result)
-        from servetune.tune.html import write_html
+            write_tune_result(out, result)
+        from servetune.report.tune_page import build_tune_report
 
-        write_html(out, result)
+        build_tune_report(out)
     return result
 
 
 def validate(result: TuneResult, out: Path, echo: Callable[[str], None] = print) -> None:
     """``--validate-top K``: the K best configurations of a simulated search, each launched
     on the real engine and its SLO-max searched from the simulated one."""
+    from servetune.results.tune_file import Validation
     from servetune.tune.backends import engine_error_reason
-    from servetune.tune.model import Validation
     from servetune.tune.search import find_slo_max
 
     spec = result.spec
@@ -266,7 +259,7 @@ def validate(result: TuneResult, out: Path, echo: Callable[[str], None] = print)
         seen.add(key)
         if len(seen) > spec.validate_top:
             break
-        echo(f"validating on {spec.validate_engine}: {t.config or '(engine defaults)'}")
+        echo(f"validating on {spec.validate_engine}: {config_text(t.config)}")
         v = Validation(config=t.config, simulated=t.value)
         why = real.screen(t.config)
         if why is not None:

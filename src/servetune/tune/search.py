@@ -22,6 +22,8 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
+from servetune.results.tune_file import Probe
+
 GROWTH = 1.6
 DEFAULT_TOL = 0.05
 DEFAULT_MAX_PROBES = 8
@@ -30,23 +32,6 @@ SATURATED = 0.8
 (A run's throughput counts its drain after the last arrival too: with the default 1,000
 prompts that costs little; a run of a few dozen requests with long outputs may look
 saturated below its capacity, so give probes enough prompts.)"""
-
-
-class Probe(BaseModel):
-    """One measured rate."""
-
-    rate: float
-    meets: bool
-    throughput: float = 0.0
-    """Requests/s completed (achieved)."""
-    offered: float | None = None
-    """The rate the drawn arrivals realize (a short run's draw is off the nominal rate)."""
-    limiting: str | None = None
-    worst_ratio: float | None = None
-    failed_share: float = 0.0
-    figures: dict[str, float | None] = Field(default_factory=dict)
-    error: str | None = None
-    """Set when the probe could not be measured (the engine died): the search stops."""
 
 
 class SearchOutcome(BaseModel):

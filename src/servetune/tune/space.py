@@ -20,57 +20,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from servetune.errors import ConfigError
 from servetune.knobs import check_value, knob, require, tunable
+from servetune.results.tune_file import DEFAULT, Dim, Space
 
-DEFAULT = "default"
 PARALLEL = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
 ASK_ONLY = ("threads",)
 GMU_POINTS = 4
-
-
-class Dim(BaseModel):
-    """One knob searched: its values in order (``DEFAULT`` first: the engine decides)."""
-
-    name: str
-    values: list[Any]
-
-    def index(self, value: Any) -> int:
-        for i, v in enumerate(self.values):
-            if v == value and type(v) is type(value):
-                return i
-        raise ValueError(f"{value!r} is not a value of {self.name}")
-
-
-class Space(BaseModel):
-    engine: str
-    dims: list[Dim] = Field(default_factory=list)
-    fixed: dict[str, Any] = Field(default_factory=dict)
-
-    def size(self) -> int:
-        n = 1
-        for d in self.dims:
-            n *= len(d.values)
-        return n
-
-    def dim(self, name: str) -> Dim:
-        for d in self.dims:
-            if d.name == name:
-                return d
-        raise KeyError(name)
-
-    def config(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """The knob values a point sets (``DEFAULT`` dropped, the fixed ones added)."""
-        out = dict(self.fixed)
-        for name, value in params.items():
-            if value != DEFAULT or isinstance(value, bool):
-                out[name] = value
-        return out
-
-    def default_params(self) -> dict[str, Any]:
-        return {d.name: DEFAULT for d in self.dims}
 
 
 def parse_assignments(items: Sequence[str] | None, flag: str) -> dict[str, str | None]:

@@ -31,10 +31,9 @@ from typing import Any, Literal
 import optuna
 
 from servetune.errors import ConfigError, ServetuneError
+from servetune.results.tune_file import DEFAULT, TrialRecord, TuneSpec
 from servetune.tune.backends import Backend, engine_error_reason
-from servetune.tune.model import TrialRecord, TuneSpec
 from servetune.tune.search import find_slo_max
-from servetune.tune.space import DEFAULT
 
 DB_FILE = "tune.db"
 HEARTBEAT_S = 10

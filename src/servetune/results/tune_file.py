@@ -1,16 +1,25 @@
-"""What ``tune`` reads and writes: the study's spec (stored in the study itself, so a worker
-on another host needs only its name and storage), one trial's record, and ``tune.json``."""
+"""``tune.json``: what ``servetune tune`` found (and ``trials.jsonl``, one trial a line), for
+scripts, ``servetune report`` and a study's workers on other hosts.
+
+The study's spec (its space, SLOs and workload) is stored in the study itself, so a worker on
+another host needs only its name and storage. Rates in req/s, latencies in ms.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from servetune.metrics.slo_spec import SloSpec
+from servetune.results.jsonfile import read_model_file, write_json_atomic
 from servetune.results.schema import BenchConfig
-from servetune.tune.search import Probe
-from servetune.tune.space import Space
+from servetune.results.slo import SloSpec
+
+TUNE_FILE = "tune.json"
+TRIALS_FILE = "trials.jsonl"
+TUNE_SCHEMA_VERSION = 1
 
 Objective = Literal["slo-max", "goodput", "throughput", "pareto"]
 TrialStatus = Literal["ok", "no-rate", "rejected", "failed", "pruned", "duplicate"]
@@ -18,6 +27,76 @@ TrialStatus = Literal["ok", "no-rate", "rejected", "failed", "pruned", "duplicat
 the knob rules) refused it, never launched; failed: the engine would not start or died under
 load; pruned: could not beat the best so far (stopped early); duplicate: a point measured
 before (its result reused)."""
+DEFAULT = "default"
+"""A knob's value "leave it to the engine": the engine's default configuration is the point
+of the space with every dimension at ``DEFAULT``."""
+
+
+def config_text(config: Mapping[str, Any]) -> str:
+    """A configuration as a person reads it: ``max_num_seqs=64, max_num_batched_tokens=512``
+    (``engine defaults`` when it sets nothing)."""
+    return ", ".join(f"{k}={v}" for k, v in config.items()) or "engine defaults"
+
+
+class Dim(BaseModel):
+    """One knob searched: its values in order (``DEFAULT`` first: the engine decides)."""
+
+    name: str
+    values: list[Any]
+
+    def index(self, value: Any) -> int:
+        for i, v in enumerate(self.values):
+            if v == value and type(v) is type(value):
+                return i
+        raise ValueError(f"{value!r} is not a value of {self.name}")
+
+
+class Space(BaseModel):
+    """The knobs searched (built from the knob registry by ``tune.space``) and those fixed."""
+
+    engine: str
+    dims: list[Dim] = Field(default_factory=list)
+    fixed: dict[str, Any] = Field(default_factory=dict)
+
+    def size(self) -> int:
+        n = 1
+        for d in self.dims:
+            n *= len(d.values)
+        return n
+
+    def dim(self, name: str) -> Dim:
+        for d in self.dims:
+            if d.name == name:
+                return d
+        raise KeyError(name)
+
+    def config(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The knob values a point sets (``DEFAULT`` dropped, the fixed ones added)."""
+        out = dict(self.fixed)
+        for name, value in params.items():
+            if value != DEFAULT or isinstance(value, bool):
+                out[name] = value
+        return out
+
+    def default_params(self) -> dict[str, Any]:
+        return {d.name: DEFAULT for d in self.dims}
+
+
+class Probe(BaseModel):
+    """One measured rate."""
+
+    rate: float
+    meets: bool
+    throughput: float = 0.0
+    """Requests/s completed (achieved)."""
+    offered: float | None = None
+    """The rate the drawn arrivals realize (a short run's draw is off the nominal rate)."""
+    limiting: str | None = None
+    worst_ratio: float | None = None
+    failed_share: float = 0.0
+    figures: dict[str, float | None] = Field(default_factory=dict)
+    error: str | None = None
+    """Set when the probe could not be measured (the engine died): the search stops."""
 
 
 class TuneSpec(BaseModel):
@@ -93,6 +172,11 @@ class TrialRecord(BaseModel):
     duration_s: float = 0.0
     worker: str | None = None
 
+    @property
+    def is_default(self) -> bool:
+        """The engine's default configuration (every searched knob left to the engine)."""
+        return all(v == DEFAULT and not isinstance(v, bool) for v in self.params.values())
+
 
 class Repeat(BaseModel):
     params: dict[str, Any]
@@ -104,6 +188,10 @@ class Repeat(BaseModel):
     """median − k·MAD: the ranking under noise."""
     unstable: bool = False
     note: str = ""
+
+    @property
+    def measured(self) -> list[float]:
+        return [v for v in self.values if v is not None]
 
 
 class OfatRow(BaseModel):
@@ -128,6 +216,7 @@ class Validation(BaseModel):
 class TuneResult(BaseModel):
     """``tune.json``."""
 
+    schema_version: int = TUNE_SCHEMA_VERSION
     kind: Literal["tune"] = "tune"
     status: Literal["running", "complete", "interrupted", "failed", "no-config-meets"] = "running"
     study: str
@@ -138,10 +227,24 @@ class TuneResult(BaseModel):
     best_command: str | None = None
     default: TrialRecord | None = None
     gain_over_default: float | None = None
-    """best / default − 1 on the objective, both measured in this study."""
+    """best / default − 1 on the objective, both measured in this study (medians of their
+    repeats when repeated)."""
+    gain_beyond_noise: bool | None = None
+    """The best's lowest measurement is above the default's highest (None: not both measured
+    at least twice, so there is no spread to judge the gain against)."""
     repeats: list[Repeat] = Field(default_factory=list)
     ofat: list[OfatRow] = Field(default_factory=list)
     pareto: list[TrialRecord] = Field(default_factory=list)
     validation: list[Validation] = Field(default_factory=list)
     verdict: str = ""
     warnings: list[str] = Field(default_factory=list)
+
+
+def write_tune_result(out_dir: Path, result: TuneResult) -> Path:
+    """``out_dir/tune.json``, atomically (a kill leaves the previous version whole)."""
+    return write_json_atomic(out_dir / TUNE_FILE, result.model_dump(mode="json"))
+
+
+def read_tune_result(path: str | Path) -> TuneResult:
+    """``tune.json`` (or a tune result directory holding it)."""
+    return read_model_file(path, TuneResult, "tune", TUNE_SCHEMA_VERSION, TUNE_FILE)
