@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from markupsafe import Markup
-
 from servetune.errors import ResultError
 from servetune.report.csv_export import write_levels_csv
 from servetune.report.data import ReportData, load
@@ -14,7 +12,7 @@ from servetune.report.extras import load_extras
 from servetune.report.figures import Plot, run_plots, sweep_plots
 from servetune.report.findings import diagnose_view
 from servetune.report.html import Figure, render_html
-from servetune.report.render import save_png, svg_element
+from servetune.report.page import figure_of, write_page
 
 HTML_FILE = "report.html"
 CSV_FILE = "levels.csv"
@@ -28,10 +26,6 @@ class ReportFiles:
     data: ReportData | None = None
 
 
-def _slug(name: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in name)
-
-
 def build_report(
     path: str | Path, out_dir: str | Path | None = None, *, png: bool = True
 ) -> ReportFiles:
@@ -43,16 +37,8 @@ def build_report(
     except OSError as exc:
         raise ResultError(f"cannot write the report to {out}: {exc.strerror or exc}") from exc
     plots: list[Plot] = sweep_plots(data) if data.kind == "sweep" else run_plots(data)
-    figures: list[Figure] = []
-    pngs: list[Path] = []
-    for p in plots:
-        png_name = None
-        if png:
-            pngs.append(save_png(p.fig, out / f"{p.name}.png"))
-            png_name = f"{p.name}.png"
-        # Our own matplotlib output, ids prefixed: safe to inline unescaped.
-        svg = Markup(svg_element(p.fig, _slug(p.name)))
-        figures.append(Figure(p.name, p.title, p.caption, svg, png_name))
+    figures: list[Figure] = [figure_of(p, out if png else None) for p in plots]
+    pngs = [out / f.png for f in figures if f.png]
     rows = data.sweep.measured_rows() if data.sweep else [data.levels[0].row]
     csv_path = write_levels_csv(rows, out / CSV_FILE)
     diagnosis = diagnose_view(data.path)
@@ -61,6 +47,5 @@ def build_report(
     extras = load_extras(data.path)
     data.notes.extend(extras.notes)
     html = render_html(data, figures, diagnosis, CSV_FILE, extras)
-    html_path = out / HTML_FILE
-    html_path.write_text(html, encoding="utf-8")
+    html_path = write_page(out / HTML_FILE, html)
     return ReportFiles(html=html_path, csv=csv_path, pngs=pngs, data=data)

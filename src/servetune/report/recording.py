@@ -5,13 +5,10 @@ histograms over the watch's sliding window) with the findings' spans shaded."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from markupsafe import Markup
 
-from servetune import __version__
 from servetune.diagnose.window import diagnose_recording
 from servetune.errors import ResultError, ServetuneError
 from servetune.metrics import histograms as hg
@@ -30,8 +27,7 @@ from servetune.report.figures import (
     _style,
 )
 from servetune.report.findings import DiagnoseView, view_of
-from servetune.report.html import Figure, _env
-from servetune.report.render import save_png, svg_element
+from servetune.report.page import figure_of, render_page, write_page
 from servetune.results import server_series as ss
 from servetune.results.io import read_server_series
 from servetune.results.server_series import ServerSample
@@ -192,34 +188,16 @@ def build_recording_report(path: Path, out_dir: Path | None = None, *, png: bool
     except ServetuneError as exc:
         diagnosis = None
         notes.append(f"diagnose could not read the recording: {exc.message}")
-    figures: list[Figure] = []
-    for p in (server_plot(samples, rec), latency_plot(samples, rec)):
-        if p is None:
-            continue
-        png_name = None
-        if png:
-            save_png(p.fig, out / f"{p.name}.png")
-            png_name = f"{p.name}.png"
-        figures.append(
-            Figure(p.name, p.title, p.caption, Markup(svg_element(p.fig, p.name)), png_name)
-        )
-    html = (
-        _env()
-        .get_template("recording.html.j2")
-        .render(
-            title=f"Recording: {rec.engine or 'server'} at {rec.metrics_url}",
-            path=str(path),
-            rec=rec,
-            diagnosis=diagnosis,
-            figures=figures,
-            notes=notes,
-            version=__version__,
-            generated=datetime.now(UTC).isoformat(timespec="seconds"),
-        )
+    plots = (server_plot(samples, rec), latency_plot(samples, rec))
+    figures = [figure_of(p, out if png else None) for p in plots if p is not None]
+    html = render_page(
+        "recording.html.j2",
+        title=f"Recording: {rec.engine or 'server'} at {rec.metrics_url}",
+        path=str(path),
+        rec=rec,
+        diagnosis=diagnosis,
+        figures=figures,
+        notes=notes,
     )
-    target = out / HTML_FILE
-    try:
-        target.write_text(html, encoding="utf-8")
-    except OSError as exc:
-        raise ResultError(f"cannot write {target}: {exc.strerror or exc}") from exc
+    target = write_page(out / HTML_FILE, html)
     return target
