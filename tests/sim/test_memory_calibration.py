@@ -31,8 +31,10 @@ def test_calibration_table_prints_and_holds() -> None:
     # the table spans what it claims: sizes, versions, TP, GPUs
     models = {c["config"]["model"] for c in CASES}
     assert {"Qwen/Qwen3-0.6B", "RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic"} <= models
-    assert {rules_for(c["vllm_version"]).name for c in CASES} >= {"v0", "0.10", "0.11"}
-    assert {c["config"].get("tensor_parallel_size", 1) for c in CASES} >= {1, 2}
+    rules = {rules_for(c["vllm_version"]).name for c in CASES}
+    assert rules >= {"v0", "v0.7", "0.10", "0.11", "0.17"}
+    assert {c["config"].get("tensor_parallel_size", 1) for c in CASES} >= {1, 2, 4}
+    assert {c["config"]["gpu"] for c in CASES} >= {"H100-SXM", "A100-80GB", "H200"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
@@ -63,6 +65,10 @@ def test_version_rules() -> None:
     assert rules_for("0.6.5").name == "v0.7"
     assert rules_for("0.7.2").name == "v0.7"
     assert rules_for("v0").name == "v0"
+    assert rules_for("0.16.0").name == "0.11"
+    assert rules_for("0.17.0").name == "0.17"
+    assert rules_for("0.19.0").name == "0.17"
+    assert rules_for("0.20.1").name == "0.17"
     assert rules_for("0.21.0").name == "0.21"
     assert rules_for(None).name == "0.11"
     with pytest.raises(SimError, match="unknown vLLM version"):
@@ -84,10 +90,12 @@ def test_the_sampler_peak_is_what_max_num_seqs_costs() -> None:
 
 
 def test_cuda_graphs_enter_the_budget_from_021() -> None:
+    """0.21 keeps 0.17-0.20's constants and subtracts the estimated graph pool as well."""
     cfg = EngineConfig(gpu="H100-SXM", model="meta-llama/Llama-3.1-8B-Instruct")
-    old, new = plan_memory(cfg, "0.11.0"), plan_memory(cfg, "0.21.0")
+    old, new = plan_memory(cfg, "0.20.0"), plan_memory(cfg, "0.21.0")
     assert old.kv_cache_gib - new.kv_cache_gib == pytest.approx(new.cuda_graph_gib, abs=0.01)
-    assert RULES["0.21"].cuda_graphs_in_budget and not RULES["0.11"].cuda_graphs_in_budget
+    assert RULES["0.21"].cuda_graphs_in_budget
+    assert not RULES["0.17"].cuda_graphs_in_budget and not RULES["0.11"].cuda_graphs_in_budget
 
 
 def test_qwen3_32b_as_the_published_runs_started_it() -> None:
@@ -111,3 +119,23 @@ def test_qwen3_32b_as_the_published_runs_started_it() -> None:
                 "0.11.0",
             )
         assert "--max-model-len" in (e.value.hint or "")
+
+
+def test_tensor_parallel_all_reduce_workspaces_from_017() -> None:
+    """vLLM 0.17+ counts the all-reduce workspaces of TP > 1 in non-torch memory (~2.1 GiB per
+    GPU in the 0.19 H100 logs, 0.55 GiB in 0.11's) and its sampler peak is ~14.9 bytes per
+    logit (38.3 in 0.11): at TP=1 the 0.19 pool is larger, at TP=4 the extra workspace eats
+    most of that back, and both match the published pools."""
+    base = EngineConfig(
+        gpu="H100-SXM",
+        model="meta-llama/Llama-3.1-8B-Instruct",
+        gpu_memory_utilization=0.95,
+        max_model_len=8192,
+    )
+    tp1_old, tp1_new = plan_memory(base, "0.16.0"), plan_memory(base, "0.19.0")
+    assert tp1_new.sampler_peak_gib < tp1_old.sampler_peak_gib / 2
+    assert tp1_new.kv_cache_gib > tp1_old.kv_cache_gib + 2.0
+    tp4 = base.model_copy(update={"tensor_parallel_size": 4})
+    tp4_old, tp4_new = plan_memory(tp4, "0.16.0"), plan_memory(tp4, "0.19.0")
+    assert tp4_new.non_torch_gib - tp4_old.non_torch_gib == pytest.approx(1.6, abs=0.05)
+    assert tp4_new.kv_cache_gib == pytest.approx(67.44, rel=TOLERANCE)

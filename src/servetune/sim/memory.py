@@ -45,12 +45,23 @@ How it changed across versions (:data:`RULES`; a plan names the rules it used):
   exists: ``kv = requested − (weights + torch peak increase + non-torch increase)``; the
   context is outside the budget. FlashInfer top-k/top-p sampling ("Using FlashInfer for top-p
   & top-k sampling" in the logs). Calibrated on the vLLM 0.10.1.1 A100 logs.
-* **V1 0.10.2–0.20**: same accounting, but top-k/top-p falls back to PyTorch's sort
+* **V1 0.10.2–0.16**: same accounting, but top-k/top-p falls back to PyTorch's sort
   ("Falling back to the PyTorch-native implementation of top-p & top-k sampling"), which
   makes the sampler the profile's peak on large-vocabulary models at 1,024 sequences: 5.6
   GiB for Qwen3 on an H100, where the forward pass of 8,192 tokens needs 1.4. NCCL buffers are
   in the start snapshot of TP > 1 workers but the custom all-reduce buffers are not (0.55 GiB
   non-torch at TP=2). Calibrated on the vLLM 0.11.0 H100 logs. This is the default.
+* **V1 0.17–0.20**: the dummy sampler's peak shrinks to ~14.9 bytes per logit (Qwen3-14B's
+  logged activation falls from 5.64 GiB in 0.16 to 2.23 GiB in 0.17 at the same 1,024 x
+  151,936 logits; 0.19 logs of Llama-3.1-8B, Qwen2.5-7B, Qwen3-8B and Llama-3.3-70B at TP 1,
+  2 and 4 all give 14.8-15.1). Non-torch memory is 0.25 GiB at TP=1 and ~2.1 GiB per GPU at
+  TP > 1: the all-reduce workspaces (custom all-reduce IPC buffers and the FlashInfer
+  all-reduce + RMSNorm fusion workspace, "Enabled custom fusions: allreduce_rms") are now
+  allocated after the start snapshot and counted (2.07 GiB at TP=2, 2.13-2.21 at TP=4 in the
+  0.19 H100 logs). Graphs are still captured outside the budget ("In v0.19, CUDA graph
+  memory profiling will be enabled by default ... To try it now, set
+  VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1"). Calibrated on llm-d-planner's vLLM 0.19.0
+  H100 logs.
 * **V1 ≥ 0.21**: the CUDA-graph pool is estimated during profiling and subtracted from the
   budget too ("CUDA graph memory profiling is enabled (default since v0.21.0)"); before, graphs
   were captured after the KV cache, from the memory outside the budget (which is why a
@@ -161,7 +172,7 @@ RULES: dict[str, VllmMemoryRules] = {
         ),
         VllmMemoryRules(
             name="0.11",
-            versions="V1 0.10.2 - 0.20 (PyTorch top-k/top-p fallback)",
+            versions="V1 0.10.2 - 0.16 (PyTorch top-k/top-p fallback)",
             engine="v1",
             sampler_bytes=38.3,
             non_torch_gib=0.13,
@@ -172,16 +183,29 @@ RULES: dict[str, VllmMemoryRules] = {
             calibrated="llm-d/llm-d-benchmark vLLM 0.11.0 H100 logs (6 pools, 2 refusals)",
         ),
         VllmMemoryRules(
+            name="0.17",
+            versions="V1 0.17 - 0.20 (smaller sampler peak; all-reduce workspaces counted)",
+            engine="v1",
+            sampler_bytes=14.9,
+            non_torch_gib=0.25,
+            non_torch_tp_gib=2.15,
+            start_used_gib=0.61,
+            start_used_tp_gib=1.55,
+            cuda_graphs_in_budget=False,
+            calibrated="llm-d-incubation/llm-d-planner vLLM 0.19.0 H100 logs (TP 1, 2, 4; "
+            "Llama-3.1-8B, Qwen2.5-7B, Llama-3.3-70B FP8) and its 0.15-0.18 Qwen3-14B series",
+        ),
+        VllmMemoryRules(
             name="0.21",
             versions="V1 >= 0.21 (CUDA-graph memory profiled into the budget)",
             engine="v1",
-            sampler_bytes=38.3,
-            non_torch_gib=0.13,
-            non_torch_tp_gib=0.55,
+            sampler_bytes=14.9,
+            non_torch_gib=0.25,
+            non_torch_tp_gib=2.15,
             start_used_gib=0.61,
-            start_used_tp_gib=1.54,
+            start_used_tp_gib=1.55,
             cuda_graphs_in_budget=True,
-            calibrated="not calibrated: the 0.11 constants plus the estimated graph pool "
+            calibrated="not calibrated: the 0.17 constants plus the estimated graph pool "
             "(0.35 + 0.005 x layers GiB, which gives the 0.52 GiB a vLLM 0.2x log printed "
             "for Qwen3-8B)",
         ),
@@ -217,8 +241,10 @@ def rules_for(version: str | None) -> VllmMemoryRules:
         return RULES["0.8"]
     if minor == 9 or (minor == 10 and patch <= 1):
         return RULES["0.10"]
-    if minor < 21:
+    if minor < 17:
         return RULES["0.11"]
+    if minor < 21:
+        return RULES["0.17"]
     return RULES["0.21"]
 
 
@@ -451,7 +477,7 @@ def plan_memory(
     """vLLM's start-up memory plan for ``cfg``; raises SimError where vLLM refuses to start.
 
     ``vllm_version``: the vLLM release being planned for ("0.11.0", "0.10.1", "0.8.5",
-    "0.7.2", "v0", or a :class:`VllmMemoryRules`); default: the 0.10.2-0.20 rules."""
+    "0.7.2", "v0", or a :class:`VllmMemoryRules`); default: the 0.10.2-0.16 rules."""
     r = cfg.resolve() if isinstance(cfg, EngineConfig) else cfg
     rules = vllm_version if isinstance(vllm_version, VllmMemoryRules) else rules_for(vllm_version)
     return plan_resolved(r, rules)

@@ -591,7 +591,7 @@ def simulate(
     of wall time per simulated second on one core.
 
     ``vllm_version``: the vLLM release whose memory planner sizes the KV pool (default: the
-    0.10.2–0.20 rules, :mod:`servetune.sim.memory`). ``server_metrics=False`` skips the 0.5 s
+    0.10.2–0.16 rules, :mod:`servetune.sim.memory`). ``server_metrics=False`` skips the 0.5 s
     scrapes (and the server summary) when only the client-side figures are wanted.
     Raises :class:`~servetune.errors.SimError` where vLLM would refuse to start and
     :class:`~servetune.errors.ConfigError` for a workload that cannot be built."""
