@@ -33,10 +33,11 @@ How it changed across versions (:data:`RULES`; a plan names the rules it used):
   (2.07 GiB) is the peak.
 * **V0 engine 0.6.5–0.7.x** (vLLM PR #10511, "overhaul memory profiling", merged for 0.6.5):
   non-torch memory is the increase during profiling (0.05–0.08 GiB on the A10 and L40
-  logs of 0.7.2), and the dummy sampler over ``max_num_seqs`` requests is PyTorch's
-  sort-based top-k/top-p (~38.3 bytes per logit): 256 × 151,936 logits give the 1.40 GiB
-  peak both 0.7.2 logs print for a 1.5B Qwen2.5 model, where the forward pass of 4,096
-  tokens needs 0.24.
+  logs of 0.7.2; 0.36 GiB per GPU at TP=8 on PCIe L40S in a 0.6.6.post1 log, where custom
+  all-reduce is off and NCCL's buffers are the increase), and the dummy sampler over
+  ``max_num_seqs`` requests is PyTorch's sort-based top-k/top-p (~38.3 bytes per logit):
+  256 × 151,936 logits give the 1.40 GiB peak both 0.7.2 logs print for a 1.5B Qwen2.5
+  model, where the forward pass of 4,096 tokens needs 0.24.
 * **V1 0.8.x**: ``peak = torch peak (weights included) + (used − torch allocated)`` after the
   profile, so the CUDA context and NCCL buffers are charged too (~0.5 GiB); FlashInfer sampler
   where installed. No published log with a complete configuration was found to calibrate it:
@@ -138,12 +139,13 @@ RULES: dict[str, VllmMemoryRules] = {
             engine="v0",
             sampler_bytes=38.3,
             non_torch_gib=0.06,
-            non_torch_tp_gib=0.26,
+            non_torch_tp_gib=0.36,
             start_used_gib=0.5,
             start_used_tp_gib=0.9,
             cuda_graphs_in_budget=False,
             calibrated="vLLM 0.7.2 logs on an A10 and an L40 (Qwen2.5-Math-1.5B, 2 pools): "
-            "non-torch 0.05 / 0.08 GiB, sampler peak 1.40 GiB; TP > 1 taken from the 0.10 rules",
+            "non-torch 0.05 / 0.08 GiB, sampler peak 1.40 GiB; TP > 1: 0.36 GiB per GPU in a "
+            "vLLM 0.6.6.post1 log at TP=8 on 8 x L40S (PCIe, custom all-reduce off; NCCL only)",
         ),
         VllmMemoryRules(
             name="0.8",
