@@ -8,7 +8,7 @@ from servetune.errors import ConfigError
 from servetune.metrics.slo_spec import parse_slo, parse_slos
 from servetune.results.tune_file import DEFAULT, Probe
 from servetune.tune.search import find_slo_max
-from servetune.tune.space import build_space, neighbours
+from servetune.tune.space import build_space, neighbours, parse_baseline, place_baseline
 
 
 def test_slo_syntax() -> None:
@@ -88,3 +88,55 @@ def test_a_knob_the_engine_lacks_names_the_engine() -> None:
         build_space("sim", ["max_num_seqs=8"], ["max_num_seqs=16"])
     with pytest.raises(ConfigError):
         build_space("sim", ["max_num_seqs=lots"])
+
+
+def test_baseline_as_items_or_a_command_line() -> None:
+    assert parse_baseline("vllm", "max_num_seqs=1 max-num-batched-tokens=512") == {
+        "max_num_seqs": 1,
+        "max_num_batched_tokens": 512,
+    }
+    assert parse_baseline("vllm", "max_num_seqs=default") == {}
+    line = "vllm serve org/m --max-num-seqs 4 --port 8000 --api-key k --max-model-len 4096"
+    assert parse_baseline("vllm-cpu", line) == {"max_num_seqs": 4, "max_model_len": 4096}
+    assert parse_baseline("sim", line)["max_num_seqs"] == 4  # the sim models vLLM
+    assert parse_baseline("sim", "--max-num-seqs 4 --gpu-memory-utilization 0.85") == {
+        "max_num_seqs": 4,
+        "gpu_memory_utilization": 0.85,
+    }
+    assert parse_baseline("vllm", "vllm serve org/m") == {}  # the engine's default, spelled out
+    for engine, bad, said in [
+        ("vllm", "max_num_seq=1", "unknown knob"),
+        ("vllm", "max_num_seqs=lots", "max_num_seqs"),
+        ("vllm", "python -m sglang.launch_server --max-running-requests 4", "sglang"),
+        ("llama.cpp", "gpu_memory_utilization=0.9", "llama.cpp"),
+        ("vllm", "vllm serve 'm", "--baseline"),
+        ("vllm", "  ", "empty"),
+    ]:
+        with pytest.raises(ConfigError) as e:
+            parse_baseline(engine, bad)
+        assert said in e.value.message, (bad, e.value.message)
+
+
+def test_baseline_is_a_point_of_the_space() -> None:
+    sp = build_space("vllm", ["max_num_seqs=4,8", "max_num_batched_tokens=512,1024"])
+    placed, params = place_baseline(
+        sp, {"max_num_seqs": 1, "max_num_batched_tokens": 1024, "max_model_len": 2048}
+    )
+    # its searched values join their dimensions (in order), the rest is kept for everyone
+    assert placed.dim("max_num_seqs").values == [DEFAULT, 1, 4, 8]
+    assert placed.dim("max_num_batched_tokens").values == [DEFAULT, 512, 1024]
+    assert params == {"max_num_seqs": 1, "max_num_batched_tokens": 1024}
+    assert placed.fixed == {"max_model_len": 2048}
+    assert placed.config(params) == {
+        "max_model_len": 2048,
+        "max_num_seqs": 1,
+        "max_num_batched_tokens": 1024,
+    }
+    assert sp.dim("max_num_seqs").values == [DEFAULT, 4, 8]  # the given space is untouched
+    _, partial = place_baseline(sp, {"max_num_seqs": 8})
+    assert partial == {"max_num_seqs": 8, "max_num_batched_tokens": DEFAULT}
+    fixed = build_space("vllm", ["max_num_seqs=4,8"], ["max_model_len=2048"])
+    assert place_baseline(fixed, {"max_model_len": 2048})[0].fixed == {"max_model_len": 2048}
+    with pytest.raises(ConfigError) as e:
+        place_baseline(fixed, {"max_model_len": 4096})
+    assert "--fix" in e.value.message

@@ -66,6 +66,53 @@ def test_tune_beats_the_default_and_writes_everything(
     assert "command: vllm serve" in text and "one knob at a time" in text
 
 
+def test_the_gain_is_over_the_users_baseline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--baseline: what the user serves today is measured first, in the same study, whole
+    (never pruned), repeated with the best; the gain and its noise verdict are over it."""
+    out = tmp_path / "t"
+    code = main(
+        [
+            *BASE,
+            *SCENARIO,
+            "--baseline",
+            "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 8 --port 8000 "
+            "--gpu-memory-utilization 0.85",
+            "--trials",
+            "4",
+            "--repeats",
+            "2",
+            "--top-k",
+            "1",
+            "--no-ofat",
+            "--result-dir",
+            str(out),
+        ]
+    )
+    text = capsys.readouterr().out
+    assert code == 0, text
+    r = json.loads((out / "tune.json").read_text())
+    spec = r["spec"]
+    assert spec["baseline"] == {"quantization": "default", "max_num_seqs": 8}
+    assert 8 in spec["space"]["dims"][1]["values"]  # joined its dimension
+    assert spec["space"]["fixed"] == {"gpu_memory_utilization": 0.85}  # kept for everyone
+    base = r["baseline"]
+    assert base["number"] == 0 and base["params"] == spec["baseline"]
+    assert base["config"] == {"gpu_memory_utilization": 0.85, "max_num_seqs": 8}
+    assert base["status"] == "ok" and base["value"] > 0
+    assert all(t["config"]["gpu_memory_utilization"] == 0.85 for t in r["trials"])
+    # 8 sequences on an H100 serves a fraction of what the search finds: beyond the noise
+    assert r["gain_over_baseline"] > 0.5
+    reps = {json.dumps(x["params"], sort_keys=True): x for x in r["repeats"]}
+    assert json.dumps(base["params"], sort_keys=True) in reps and len(reps) == 2
+    assert r["gain_beyond_noise"] is True
+    assert "your baseline (gpu_memory_utilization=0.85, max_num_seqs=8) serves" in text
+    assert "beyond the run-to-run spread" in text
+    page = (out / "report.html").read_text()
+    assert "over your baseline, both measured in this study" in page
+
+
 def test_no_config_meets_the_slo_says_what_limits_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

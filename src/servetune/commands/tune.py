@@ -73,6 +73,15 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
         help="search only these knobs, over these values",
     )
     t.add_argument("--fix", action="append", default=None, metavar="NAME=VALUE", help="pin a knob")
+    t.add_argument(
+        "--baseline",
+        default=None,
+        metavar="CONFIG",
+        help="what you serve today, measured first in the same study; the gain is over it "
+        "(default: the engine's default): 'max_num_seqs=1 max_num_batched_tokens=512' or the "
+        "server's command line ('vllm serve MODEL --max-num-seqs 1 …'); the knobs it sets that "
+        "are not searched are kept for every candidate",
+    )
     t.add_argument("--repeats", type=int, default=3, help="measurements of each top config")
     t.add_argument("--top-k", type=int, default=3, help="configs repeated")
     t.add_argument("--mad-k", type=float, default=1.0, help="rank by median − k·MAD")
@@ -148,7 +157,7 @@ def _spec(args: argparse.Namespace) -> Any:
     from servetune.metrics.slo_spec import as_goodput, parse_slos
     from servetune.results.io import read_run_result
     from servetune.results.tune_file import TuneSpec
-    from servetune.tune.space import build_space
+    from servetune.tune.space import build_space, parse_baseline, place_baseline
 
     if args.base_url:
         raise ConfigError(
@@ -189,6 +198,9 @@ def _spec(args: argparse.Namespace) -> Any:
     if args.trials < 1:
         raise ConfigError(f"--trials {args.trials}: at least 1")
     space = build_space(engine, args.knob, args.fix, gpus=max(1, len(gpus)))
+    baseline = None
+    if args.baseline is not None:
+        space, baseline = place_baseline(space, parse_baseline(engine, args.baseline))
     options: dict[str, Any] = {
         k: v
         for k, v in {
@@ -224,6 +236,8 @@ def _spec(args: argparse.Namespace) -> Any:
         validate_engine=args.validate_engine,
         validate_model=args.validate_model,
         heartbeat_s=max(1, args.heartbeat),
+        baseline=baseline,
+        baseline_text=args.baseline,
     )
 
 

@@ -1,8 +1,9 @@
 """The report of a ``servetune tune`` result (``tune.json``): the best configuration as the
 exact command line for its engine, its SLO-max rate with the spread of its repeats, the gain
-over the engine's default measured in the same study (and whether it beats the run-to-run
-noise), the search's setup, the repeats, the one-knob-at-a-time table, the Pareto plot and
-the search's progress, every trial with its verdict and every probe it ran."""
+over the baseline (``--baseline``, or the engine's default) measured in the same study (and
+whether it beats the run-to-run noise), the search's setup, the repeats, the
+one-knob-at-a-time table, the Pareto plot and the search's progress, every trial with its
+verdict and every probe it ran."""
 
 from __future__ import annotations
 
@@ -121,18 +122,24 @@ def pareto_plot(result: TuneResult) -> Plot | None:
             label="best",
             zorder=5,
         )
-    default = result.default
-    if default is not None and default.throughput and default.p99_latency_ms is not None:
-        ax.scatter(
-            [float(default.throughput)],
-            [float(default.p99_latency_ms)],
-            s=70,
-            marker="s",
-            facecolors="none",
-            edgecolors="black",
-            label="engine default",
-            zorder=4,
-        )
+    refs: list[tuple[TrialRecord | None, str, str]] = []
+    if result.spec.baseline is not None:
+        refs.append((result.baseline, "baseline", "s"))
+        refs.append((result.default, "engine default", "D"))
+    else:
+        refs.append((result.baseline or result.default, "engine default", "s"))
+    for ref, label, marker in refs:
+        if ref is not None and ref.throughput and ref.p99_latency_ms is not None:
+            ax.scatter(
+                [float(ref.throughput)],
+                [float(ref.p99_latency_ms)],
+                s=70,
+                marker=marker,
+                facecolors="none",
+                edgecolors="black",
+                label=label,
+                zorder=4,
+            )
     unit = "req/s at its SLO-max rate" if per_rate else "output tok/s"
     ax.set_xlabel(f"throughput ({unit})", fontsize=9)
     ax.set_ylabel("P99 E2E latency there (ms)", fontsize=9)
@@ -197,26 +204,29 @@ def _workload(spec: TuneSpec) -> str:
     return f"{what}; {w.num_prompts} requests per probe, {w.arrival} arrivals, seed {w.seed}"
 
 
-def _gain_text(result: TuneResult, best: Measured | None, default: Measured | None) -> str:
-    if result.gain_over_default is None or best is None or default is None:
-        if result.default is None:
+def _gain_text(result: TuneResult, best: Measured | None, base: Measured | None) -> str:
+    label = result.spec.reference_label
+    if result.gain_over_baseline is None or best is None or base is None:
+        if result.baseline is None:
+            if result.spec.baseline is not None:
+                return f"{label.capitalize()} was not measured (the study stopped before it)."
             return (
                 "The engine's default configuration is not a point of this space (a --fix "
                 "changed it), so no gain over it was measured."
             )
-        if result.default.status != "ok":
-            why = result.default.reason or result.default.limiting
+        if result.baseline.status != "ok":
+            why = result.baseline.reason or result.baseline.limiting
             return (
-                f"The engine's default was measured but served no rate "
-                f"({result.default.status}{': ' + why if why else ''})."
+                f"{label.capitalize()} was measured but served no rate "
+                f"({result.baseline.status}{': ' + why if why else ''})."
             )
-        return "No gain over the default could be computed."
-    text = (
-        f"{result.gain_over_default:+.0%} over the engine's default, both measured in this study. "
-    )
+        if result.best is not None and _key(result.best.params) == _key(result.baseline.params):
+            return f"None: no configuration searched beat {label}."
+        return f"No gain over {label} could be computed."
+    text = f"{result.gain_over_baseline:+.0%} over {label}, both measured in this study. "
     if result.gain_beyond_noise is True:
         text += (
-            "The best's lowest measurement is above the default's highest: the gain is beyond "
+            f"The best's lowest measurement is above {label}'s highest: the gain is beyond "
             "the run-to-run spread."
         )
     elif result.gain_beyond_noise is False:
@@ -226,6 +236,12 @@ def _gain_text(result: TuneResult, best: Measured | None, default: Measured | No
         )
     else:
         text += "Each was measured once: no spread to judge the gain against (--repeats ≥ 2)."
+    if (
+        result.spec.baseline is not None
+        and result.gain_over_default is not None
+        and result.default is not None
+    ):
+        text += f" Over the engine's default: {result.gain_over_default:+.0%}."
     return text
 
 
@@ -240,6 +256,7 @@ def build_tune_report(path: Path, out_dir: Path | None = None, *, png: bool = Tr
     figures = [figure_of(p, out if png else None) for p in plots]
     spec = result.spec
     best = measured(result, result.best, "best")
+    base = measured(result, result.baseline, result.spec.reference_label)
     default = measured(result, result.default, "engine default")
     counts: dict[str, int] = {}
     for t in result.trials:
@@ -253,8 +270,10 @@ def build_tune_report(path: Path, out_dir: Path | None = None, *, png: bool = Tr
         spec=spec,
         unit=UNITS[spec.objective],
         best=best,
-        default=default,
-        gain=_gain_text(result, best, default),
+        base=base,
+        base_label="baseline" if spec.baseline is not None else "engine default",
+        default=default if spec.baseline is not None else None,
+        gain=_gain_text(result, best, base),
         counts=sorted(counts.items()),
         space=_space_rows(spec),
         workload=_workload(spec),

@@ -139,6 +139,21 @@ class TuneSpec(BaseModel):
     """``--engine sim`` only: launch the real-time simulated server per configuration (a real
     process loaded over HTTP, as a real engine is) instead of the offline virtual clock."""
     heartbeat_s: int = 10
+    baseline: dict[str, Any] | None = None
+    """``--baseline``: the configuration served today, as a point of the space (its params;
+    the knobs it sets that are not searched are in ``space.fixed``). The gain is measured
+    over it, in the same study. None: over the engine's default."""
+    baseline_text: str | None = None
+    """``--baseline`` as given."""
+
+    def reference_params(self) -> dict[str, Any]:
+        """The point the gain is measured over: the baseline, or the engine's default."""
+        return dict(self.baseline) if self.baseline is not None else self.space.default_params()
+
+    @property
+    def reference_label(self) -> str:
+        """``your baseline`` or ``the engine's default``."""
+        return "your baseline" if self.baseline is not None else "the engine's default"
 
     @property
     def launches(self) -> bool:
@@ -226,11 +241,19 @@ class TuneResult(BaseModel):
     best: TrialRecord | None = None
     best_command: str | None = None
     default: TrialRecord | None = None
+    """The engine's default configuration, when the study measured it (always, without
+    ``--baseline``)."""
     gain_over_default: float | None = None
     """best / default − 1 on the objective, both measured in this study (medians of their
     repeats when repeated)."""
+    baseline: TrialRecord | None = None
+    """The reference the gain is measured over: ``--baseline``'s configuration, or the
+    engine's default (then the same trial as ``default``)."""
+    gain_over_baseline: float | None = None
+    """best / baseline − 1 on the objective (medians of their repeats), both measured in this
+    study."""
     gain_beyond_noise: bool | None = None
-    """The best's lowest measurement is above the default's highest (None: not both measured
+    """The best's lowest measurement is above the baseline's highest (None: not both measured
     at least twice, so there is no spread to judge the gain against)."""
     repeats: list[Repeat] = Field(default_factory=list)
     ofat: list[OfatRow] = Field(default_factory=list)

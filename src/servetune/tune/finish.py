@@ -1,8 +1,8 @@
 """After the search: repeats of the best configurations ranked under noise, the
 one-knob-at-a-time table around the winner, the Pareto front, the command line, the gain
-over the default and the verdict.
+over the baseline (``--baseline``, or the engine's default) and the verdict.
 
-Repeats: each of the ``top_k`` best distinct configurations (and the engine's default) has
+Repeats: each of the ``top_k`` best distinct configurations (and the baseline) has
 its SLO-max rate searched ``repeats`` times more with other draws of the workload (seed + r).
 They are ranked by ``median − k·MAD`` (MAD: the median absolute deviation from the median),
 so a configuration that wins once by luck does not beat one that is steadily good; one
@@ -162,8 +162,10 @@ def finish(
     spec = result.spec
     trials = [t for t in result.trials if t.status != "duplicate"]
     measured = [t for t in trials if t.status == "ok" and t.value]
+    ref_key = _key(spec.reference_params())
+    baseline = next((t for t in trials if _key(t.params) == ref_key), None)
     default = next((t for t in trials if t.is_default), None)
-    result.default = default
+    result.baseline, result.default = baseline, default
     result.pareto = pareto_front(trials)
     if not measured:
         result.status = "no-config-meets"
@@ -176,11 +178,11 @@ def finish(
             distinct.append(t)
     top = distinct[: spec.top_k]
     if (
-        default is not None
-        and default.status == "ok"
-        and _key(default.params) not in {_key(t.params) for t in top}
+        baseline is not None
+        and baseline.status == "ok"
+        and _key(baseline.params) not in {_key(t.params) for t in top}
     ):
-        top.append(default)
+        top.append(baseline)
     best = top[0]
     if spec.objective == "slo-max" and spec.repeats > 1 and measure_more:
         echo(f"repeating the {len(top)} best configurations {spec.repeats}× (other seeds)")
@@ -192,17 +194,16 @@ def finish(
             best = max(scored, key=lambda rt: (rt[0].score or 0.0, not rt[0].unstable))[1]
     result.best = best
     result.best_command = command_line(spec, best.config)
-    best_rep = next((r for r in result.repeats if _key(r.params) == _key(best.params)), None)
-    base_rep = next(
-        (r for r in result.repeats if default and _key(r.params) == _key(default.params)), None
-    )
-    b_val = best_rep.median if best_rep and best_rep.median else best.value
-    d_val = (base_rep.median if base_rep and base_rep.median else None) or (
-        default.value if default else None
-    )
+    best_rep = _repeat_of(result, best)
+    base_rep = _repeat_of(result, baseline)
+    b_val = _value(best, best_rep)
+    base_val = _value(baseline, base_rep)
+    if b_val and base_val:
+        result.gain_over_baseline = b_val / base_val - 1.0
+    d_val = _value(default, _repeat_of(result, default))
     if b_val and d_val:
         result.gain_over_default = b_val / d_val - 1.0
-    if best_rep is not None and base_rep is not None:
+    if best_rep is not None and base_rep is not None and best_rep is not base_rep:
         got_b, got_d = best_rep.measured, base_rep.measured
         if len(got_b) >= 2 and len(got_d) >= 2:
             result.gain_beyond_noise = min(got_b) > max(got_d)
@@ -210,8 +211,21 @@ def finish(
         echo("one knob at a time around the best configuration")
         result.ofat = ofat(spec, backend, best, b_val, out_dir / "ofat")
     result.status = "complete"
-    result.verdict = _verdict(spec, result, b_val, d_val, best_rep, base_rep)
+    result.verdict = _verdict(spec, result, b_val, base_val, best_rep, base_rep, d_val)
     return result
+
+
+def _repeat_of(result: TuneResult, trial: TrialRecord | None) -> Repeat | None:
+    if trial is None:
+        return None
+    return next((r for r in result.repeats if _key(r.params) == _key(trial.params)), None)
+
+
+def _value(trial: TrialRecord | None, rep: Repeat | None) -> float | None:
+    """A configuration's objective: the median of its repeats, or its one measurement."""
+    if rep is not None and rep.median:
+        return rep.median
+    return trial.value if trial is not None and trial.status == "ok" else None
 
 
 def _no_config_verdict(spec: TuneSpec, trials: list[TrialRecord]) -> str:
@@ -252,9 +266,10 @@ def _verdict(
     spec: TuneSpec,
     result: TuneResult,
     b_val: float | None,
-    d_val: float | None,
+    base_val: float | None,
     rep: Repeat | None,
     base_rep: Repeat | None = None,
+    d_val: float | None = None,
 ) -> str:
     assert result.best is not None
     what = {
@@ -264,12 +279,15 @@ def _verdict(
         "pareto": "output tok/s",
     }[spec.objective]
     text = f"Best: {b_val:.3g} {what}{_spread(rep)} with {config_text(result.best.config)}"
-    if result.best.is_default:
-        return text + ": no configuration searched beat the engine's default."
-    if result.gain_over_default is not None and d_val:
+    label = spec.reference_label
+    if spec.baseline is not None and result.baseline is not None:
+        label += f" ({config_text(result.baseline.config)})"
+    baseline = result.baseline
+    if baseline is not None and _key(result.best.params) == _key(baseline.params):
+        return text + f": no configuration searched beat {label}."
+    if result.gain_over_baseline is not None and base_val:
         text += (
-            f"; the engine's default serves {d_val:.3g}{_spread(base_rep)} "
-            f"({result.gain_over_default:+.0%}"
+            f"; {label} serves {base_val:.3g}{_spread(base_rep)} ({result.gain_over_baseline:+.0%}"
         )
         if result.gain_beyond_noise is True:
             text += ", beyond the run-to-run spread)"
@@ -277,6 +295,17 @@ def _verdict(
             text += ", within the run-to-run spread: not shown to be real)"
         else:
             text += ", each measured once: no spread to judge it by)"
-    elif result.default is not None and result.default.status != "ok":
-        text += f"; the engine's default met the SLOs at no rate tried ({result.default.status})"
+    elif baseline is not None and baseline.status != "ok":
+        text += f"; {label} met the SLOs at no rate tried ({baseline.status})"
+    elif baseline is None:
+        text += f"; {label} was not measured (the study stopped before it)"
+    default = result.default
+    if (
+        spec.baseline is not None
+        and default is not None
+        and default is not baseline
+        and result.gain_over_default is not None
+        and d_val
+    ):
+        text += f"; the engine's default serves {d_val:.3g} ({result.gain_over_default:+.0%})"
     return text + "."

@@ -13,15 +13,24 @@ A knob the engine lacks is a ConfigError naming the engine (``knobs.require``).
 Values are the registry's engine-neutral ones; ``DEFAULT`` stands for "leave it to the
 engine", so the engine's default configuration is a point of the space (every dimension at
 ``DEFAULT``) and is measured in the same study.
+
+``--baseline`` (:func:`parse_baseline`, :func:`place_baseline`): the configuration the user
+serves today, as ``NAME=VALUE`` items or the server's command line (read by the registry's
+parser), becomes the study's reference point: its value of each searched knob joins that
+knob's values, and the knobs it sets that are not searched are kept for every candidate
+(the search changes only what it searches; a deployment's context length or memory share
+carries over). Knobs it leaves out stay at ``DEFAULT``.
 """
 
 from __future__ import annotations
 
+import re
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from servetune.errors import ConfigError
-from servetune.knobs import check_value, knob, require, tunable
+from servetune.knobs import check_value, knob, parse_command, require, tunable
 from servetune.results.tune_file import DEFAULT, Dim, Space
 
 PARALLEL = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
@@ -141,3 +150,87 @@ def neighbours(space: Space, params: Mapping[str, Any], name: str) -> list[Any]:
     except StopIteration:
         return []
     return [ordered[j] for j in (i - 1, i + 1) if 0 <= j < len(ordered)]
+
+
+_ASSIGNMENT = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*=")
+_READS_AS = {"vllm-cpu": ("vllm", "vllm-cpu"), "sim": ("vllm", "sim")}
+"""The command lines an engine's baseline may be: vLLM's CPU build is launched as vLLM; the
+simulated engine models vLLM and has its own ``servetune sim serve``."""
+
+
+def parse_baseline(engine: str, text: str) -> dict[str, Any]:
+    """The knob values of ``--baseline TEXT`` for ENGINE: ``NAME=VALUE`` items
+    (``max_num_seqs=1 max_num_batched_tokens=512``; ``NAME=default`` leaves it to the engine),
+    or the server's command line (``vllm serve MODEL --max-num-seqs 1 …``, or just its
+    flags), read by the knob registry's parser: flags that set no knob (ports, keys) are
+    ignored."""
+    hint = (
+        "e.g. --baseline 'max_num_seqs=1 max_num_batched_tokens=512' or --baseline "
+        "'vllm serve MODEL --max-num-seqs 1 --max-num-batched-tokens 512'"
+    )
+    try:
+        tokens = shlex.split(text.replace("\\\n", " "))
+    except ValueError as exc:
+        raise ConfigError(f"--baseline {text!r}: {exc}", hint=hint) from None
+    if not tokens:
+        raise ConfigError("--baseline is empty", hint=hint)
+    if all(_ASSIGNMENT.match(t) for t in tokens):
+        out: dict[str, Any] = {}
+        for tok in tokens:
+            name, _, raw = tok.partition("=")
+            k = knob(name).name  # an unknown name: ConfigError listing the knobs
+            require(engine, k)
+            if raw.strip().lower() != DEFAULT:
+                value = check_value(k, None if raw.lower() in ("none", "null") else raw)
+                if value is not None:
+                    out[k] = value
+        return out
+    first = next(t for t in tokens if not _ASSIGNMENT.match(t))
+    if not first.startswith("-") and engine in _READS_AS:
+        parsed = parse_command(tokens)
+        if parsed.engine not in _READS_AS[engine]:
+            raise ConfigError(
+                f"--baseline is {parsed.engine}'s command line ({parsed.entry}), not {engine}'s",
+                hint=f"give the command line {engine} runs today, or NAME=VALUE items",
+            )
+        if engine == "vllm-cpu":
+            parsed = parse_command(tokens, engine=engine)
+    else:
+        parsed = parse_command(tokens, engine=engine)
+    return dict(parsed.values)
+
+
+def _insert(values: list[Any], value: Any) -> list[Any]:
+    """VALUES with VALUE in its place (numbers in order after ``DEFAULT``)."""
+    numeric = [v for v in values if v != DEFAULT]
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in [*numeric, value]):
+        return [v for v in values if v == DEFAULT] + sorted([*numeric, value])
+    return [*values, value]
+
+
+def place_baseline(space: Space, values: Mapping[str, Any]) -> tuple[Space, dict[str, Any]]:
+    """SPACE with the baseline's VALUES as one of its points (see the module docstring), and
+    that point's params. A knob the baseline sets one way and ``--fix`` another is an
+    error."""
+    dims = [d.model_copy(deep=True) for d in space.dims]
+    fixed = dict(space.fixed)
+    params = {d.name: DEFAULT for d in dims}
+    for name, value in values.items():
+        if name in fixed:
+            if fixed[name] != value:
+                raise ConfigError(
+                    f"--baseline sets {name}={value} but --fix sets {name}={fixed[name]}",
+                    hint="the baseline is what you serve today: drop the --fix, or fix the "
+                    "baseline's value",
+                )
+            continue
+        d = next((d for d in dims if d.name == name), None)
+        if d is None:
+            fixed[name] = value  # not searched: every candidate keeps the deployment's value
+            continue
+        try:
+            d.index(value)
+        except ValueError:
+            d.values = _insert(d.values, value)
+        params[name] = value
+    return space.model_copy(update={"dims": dims, "fixed": fixed}), params

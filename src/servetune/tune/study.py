@@ -9,10 +9,12 @@ nothing else; each finished trial carries its record (``user_attrs['record']``),
 can write the results.
 
 Sampler: TPE (multivariate, seeded) for one objective, NSGA-II for ``--objective pareto``.
-The engine's default configuration is enqueued first (the gain over it is measured in the
-same study); with a simulated engine at hand the best configurations it predicts follow (warm
-start). A configuration the memory planner rejects scores 0 without a launch, a failed one
-scores 0 with the engine's log line — the sampler learns the region to avoid.
+The reference is enqueued first — ``--baseline``'s configuration, or the engine's default —
+so the gain over it is measured in the same study, and it is never pruned (it is measured
+whole whatever the best so far); with a simulated engine at hand the best configurations it
+predicts follow (warm start). A configuration the memory planner rejects scores 0 without a
+launch, a failed one scores 0 with the engine's log line — the sampler learns the region to
+avoid.
 """
 
 from __future__ import annotations
@@ -142,7 +144,9 @@ def create_study(
         study.set_user_attr("spec", spec.model_dump_json())
         return study, spec
     study.set_user_attr("spec", spec.model_dump_json())
-    if all(DEFAULT in d.values for d in spec.space.dims):
+    if spec.baseline is not None:
+        study.enqueue_trial(spec.reference_params(), user_attrs={"role": "baseline"})
+    elif all(DEFAULT in d.values for d in spec.space.dims):
         study.enqueue_trial(spec.space.default_params(), user_attrs={"role": "default"})
     return study, spec
 
@@ -263,6 +267,8 @@ class TrialRunner:
         if reason is not None:
             rec.status, rec.reason, rec.value = "rejected", reason, 0.0
             return
+        # the reference is measured whole: the gain over it is the result's headline
+        reference = self._key(rec.params) == self._key(spec.reference_params())
         best = best_value(trial.study)
         predicted = None
         if spec.launches:  # offline, the search is itself the simulated engine's figure
@@ -273,6 +279,7 @@ class TrialRunner:
             spec.launches
             and predicted is not None
             and best is not None
+            and not reference
             and predicted < PRUNE_BELOW * best
         ):
             rec.status = "pruned"
@@ -286,15 +293,22 @@ class TrialRunner:
         try:
             with self.backend.session(rec.config, trial_dir) as measure:
                 if spec.objective == "slo-max":
-                    self._search(rec, measure, predicted, best)
+                    self._search(rec, measure, predicted, best, beat=not reference)
                 else:
                     self._single(rec, measure)
         except ServetuneError as exc:
             rec.status, rec.reason, rec.value = "failed", engine_error_reason(exc), 0.0
 
     def _search(
-        self, rec: TrialRecord, measure: Any, predicted: float | None, best: float | None
+        self,
+        rec: TrialRecord,
+        measure: Any,
+        predicted: float | None,
+        best: float | None,
+        beat: bool = True,
     ) -> None:
+        """BEAT: stop as soon as it shows it cannot beat the best so far (not the reference:
+        it is measured whole)."""
         spec = self.spec
         start = predicted or best or self._first_start(measure)
         out = find_slo_max(
@@ -302,7 +316,7 @@ class TrialRunner:
             max(start, 0.05),
             max_probes=spec.probes,
             tol=spec.tol,
-            beat=best if spec.launches else None,
+            beat=best if spec.launches and beat else None,
         )
         rec.probes = out.probes
         rec.slo_max, rec.upper, rec.limiting = out.slo_max, out.upper, out.limiting
@@ -314,14 +328,19 @@ class TrialRunner:
         if at is not None:
             rec.throughput = at.figures.get("request_throughput")
             rec.p99_latency_ms = at.figures.get("p99_e2el_ms")
-        if out.slo_max is None:
+        if out.pruned:  # before no-rate: a miss at the rate to beat says nothing lower
+            rec.status = "pruned"
+            rec.reason = (
+                f"stopped early: it missed the SLOs at {out.upper:.3g} req/s, at or below the "
+                f"best so far ({best:.3g}): it cannot win"
+                if out.upper is not None and best is not None
+                else "stopped early: its SLO-max lies below the best so far"
+            )
+        elif out.slo_max is None:
             rec.status = "no-rate"
             lowest = min(out.probes, key=lambda p: p.rate) if out.probes else None
             if lowest is not None:
                 rec.limiting = lowest.limiting
-        elif out.pruned:
-            rec.status = "pruned"
-            rec.reason = "stopped early: its SLO-max lies below the best so far"
 
     def _first_start(self, measure: Any) -> float:
         """No prediction and no best yet: start at 70% of the throughput everything-at-once
