@@ -30,6 +30,7 @@ import logging
 import math
 import signal
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,10 +45,10 @@ from servetune.gateway.canary import Observation
 from servetune.gateway.config import GatewayConfig, TenantLimits, host_port, load_config
 from servetune.gateway.exposition import GatewayMetrics, labels
 from servetune.gateway.keys import KeyRing, parse_hashed, read_key_file
-from servetune.gateway.pool import Pool, QueueRefusal, Router, Upstream
+from servetune.gateway.pool import Pool, QueueRefusal, Router, Slot, Upstream
 from servetune.gateway.redis_state import RedisState, replica_id
 from servetune.gateway.relay import Relay, UpstreamLost
-from servetune.gateway.requests import ENDPOINTS, BadRequest, InputCounter, Parsed, parse_body
+from servetune.gateway.requests import ENDPOINTS, BadRequest, InputCounter, parse_body
 from servetune.gateway.rollout import (
     Hooks,
     RolloutController,
@@ -82,6 +83,15 @@ def error_body(message: str, type_: str, code: str | int | None, param: str | No
     return orjson.dumps(
         {"error": {"message": message, "type": type_, "param": param, "code": code}}
     )
+
+
+_USAGE_OPTION = b'{"stream_options":{"include_usage":true},'
+
+
+def _with_usage_option(raw: bytes) -> bytes:
+    """``raw`` (a JSON object without ``stream_options``, checked by the parse) with the
+    option that makes the engine report usage, spliced in front of its first member."""
+    return _USAGE_OPTION + raw[raw.index(b"{") + 1 :]
 
 
 def _retry_after(seconds: float | None) -> list[tuple[bytes, bytes]]:
@@ -200,6 +210,7 @@ class Gateway:
         for gone in [k for k in self.upstreams if k not in live]:
             del self.upstreams[gone]  # in-flight requests keep their reference
         self.cfg = cfg
+        self._heads: dict[tuple[Upstream, str], bytes] = {}
         self.keys = ring
         self.tenants = tenants
         self.pools = pools
@@ -459,18 +470,24 @@ class Gateway:
         else:
             res = None
         strip_usage = False
+        payload = ex.body
         if parsed.stream and not parsed.usage_asked and parsed.endpoint != "embeddings":
             opts = body.get("stream_options")
             body["stream_options"] = {**(opts or {}), "include_usage": True}
             strip_usage = True
-            parsed.modified = True
+            if opts is None and not parsed.modified:
+                payload = _with_usage_option(payload)  # the client's bytes, not a re-encode
+            else:
+                parsed.modified = True
+        if parsed.modified:
+            payload = orjson.dumps(body)
         att = _Attempt()
         group = ""
         step = self._canary_step()
         try:
             group = self.router.pick(self._healthy())
             await self._forward(
-                ex, tenant, parsed, group, reserve_tokens, strip_usage, headers, att
+                ex, tenant, payload, group, reserve_tokens, strip_usage, headers, att
             )
         finally:
             used: int | None
@@ -505,7 +522,7 @@ class Gateway:
         self,
         ex: Exchange,
         tenant: TenantRuntime,
-        parsed: Parsed,
+        payload: bytes,
         group: str,
         cost: int,
         strip_usage: bool,
@@ -515,15 +532,7 @@ class Gateway:
         pool = self.pools[group]
         qcost = float(cost)  # fair-queueing cost: the tokens reserved
         try:
-            slot = await pool.acquire(
-                tenant.name,
-                tenant.weight,
-                tenant.priority,
-                qcost,
-                tenant.queue_timeout_s,
-                self.cfg.queue.max_queued,
-                tenant.max_queued,
-            )
+            slot = await self._acquire(pool, tenant, qcost)
         except QueueRefusal as exc:
             status = 503 if exc.reason == "no_upstream" else 429
             type_ = "server_error" if status == 503 else "requests"
@@ -533,7 +542,6 @@ class Gateway:
         if slot.queued_s > 0:
             self.metrics.observe_queue(tenant.name, slot.queued_s)
         upstream = slot.upstream
-        payload = orjson.dumps(parsed.body) if parsed.modified else ex.body
         tried: list[Upstream] = []
         last_error = ""
         attempts = 0
@@ -575,18 +583,7 @@ class Gateway:
             nxt = pool.try_acquire(avoid=tried)
             if nxt is None:
                 try:
-                    nxt = (
-                        await pool.acquire(
-                            tenant.name,
-                            tenant.weight,
-                            tenant.priority,
-                            qcost,
-                            tenant.queue_timeout_s,
-                            self.cfg.queue.max_queued,
-                            tenant.max_queued,
-                            avoid=tried,
-                        )
-                    ).upstream
+                    nxt = (await self._acquire(pool, tenant, qcost, tried)).upstream
                 except QueueRefusal as exc:
                     att.code = 503
                     att.error = True
@@ -646,20 +643,30 @@ class Gateway:
             relay.conn.abort()
         pool.release(upstream, time.perf_counter() - t_start)
 
+    def _acquire(
+        self, pool: Pool, tenant: TenantRuntime, cost: float, avoid: list[Upstream] | None = None
+    ) -> Awaitable[Slot]:
+        """A slot in ``pool`` for ``tenant``'s request (fair queue, its limits)."""
+        return pool.acquire(
+            tenant.name,
+            tenant.weight,
+            tenant.priority,
+            cost,
+            tenant.queue_timeout_s,
+            self.cfg.queue.max_queued,
+            tenant.max_queued,
+            avoid=avoid or (),
+        )
+
     async def _try(
         self, ex: Exchange, u: Upstream, payload: bytes, strip_usage: bool
     ) -> tuple[Relay | None, str]:
         """Send the request; (relay with its head in, "") or (None, why it failed)."""
         conns = self._conns(u)
-        head = (
-            b"POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\nAccept: application/json, text/event-stream\r\n"
-            % ((u.prefix + ex.path).encode(), u.host.encode(), u.port, len(payload))
-        )
-        gauth = self._group_key(u.group)
-        if gauth:
-            head += b"Authorization: Bearer %s\r\n" % gauth
-        data = head + b"\r\n" + payload
+        head = self._heads.get((u, ex.path))
+        if head is None:
+            head = self._heads[(u, ex.path)] = self._request_head(u, ex.path)
+        data = b"%s%d\r\n\r\n%s" % (head, len(payload), payload)
         for fresh_retry in (False, True):
             try:
                 conn, reused = await conns.get()
@@ -689,11 +696,18 @@ class Gateway:
                 timer.cancel()
         return None, "unreachable"  # pragma: no cover
 
-    def _group_key(self, group: str) -> bytes | None:
-        for g in self.cfg.groups:
-            if g.name == group:
-                return g.api_key.encode() if g.api_key else None
-        return None
+    def _request_head(self, u: Upstream, path: str) -> bytes:
+        """The request head to ``u`` for ``path`` up to the Content-Length value (the same
+        for every request: built once per upstream and path)."""
+        head = (
+            b"POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
+            b"Accept: application/json, text/event-stream\r\n"
+            % ((u.prefix + path).encode(), u.host.encode(), u.port)
+        )
+        key = next((g.api_key for g in self.cfg.groups if g.name == u.group), None)
+        if key:
+            head += b"Authorization: Bearer %s\r\n" % key.encode()
+        return head + b"Content-Length: "
 
     @staticmethod
     def _settle_stream(relay: Relay, att: _Attempt) -> None:

@@ -53,8 +53,9 @@ class Parsed:
     usage_asked: bool
     """The client asked for ``stream_options.include_usage``."""
     modified: bool = False
-    """The gateway changed the body (a clamp, the usage option): forward it re-encoded;
-    otherwise the client's bytes go upstream as they came."""
+    """The gateway changed the body (a clamp, a merged usage option): forward it re-encoded;
+    otherwise the client's bytes go upstream as they came (with at most the usage option
+    spliced in front when the client sent no ``stream_options``)."""
 
 
 def _int_field(body: dict[str, Any], name: str, minimum: int) -> int | None:
