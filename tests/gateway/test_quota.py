@@ -85,6 +85,23 @@ def test_rpm_refills_over_time() -> None:
     assert isinstance(q.reserve_now("t", lim, 0), Reservation)
 
 
+def test_at_limit_answers_without_taking_anything() -> None:
+    q = MemoryQuota(Clock())
+    lim = Limits(max_concurrency=1, rpm=2)
+    assert q.at_limit("t", lim) is None
+    assert q.at_limit("t", lim) is None  # asking twice takes nothing either
+    a = q.reserve_now("t", lim, 10)
+    assert isinstance(a, Reservation)
+    r = q.at_limit("t", lim)
+    assert isinstance(r, Refusal) and r.reason == "concurrency"
+    q.settle_now(a, 10)
+    b = q.reserve_now("t", lim, 10)  # the 2nd request of 2 rpm: the asks took none
+    assert isinstance(b, Reservation)
+    q.settle_now(b, 10)
+    r = q.at_limit("t", lim)
+    assert isinstance(r, Refusal) and r.reason == "rpm"
+
+
 # -- Redis: several replicas, one truth ----------------------------------------------------
 
 

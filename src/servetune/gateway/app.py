@@ -403,10 +403,22 @@ class Gateway:
         ex.respond(status, error_body(message, type_, reason), headers=_retry_after(retry_after))
 
     # -- the generation path -----------------------------------------------------------------
-    async def _generate(self, ex: Exchange) -> None:
+    def _generate(self, ex: Exchange) -> Awaitable[None] | None:
+        """Refusals that need no body are answered here, at once (no task); the rest goes on
+        in :meth:`_admit`."""
         tenant = self._authenticate(ex)
         if tenant is None:
-            return
+            return None
+        store = self.store
+        if isinstance(store, q.MemoryQuota) and not tenant.quota.unlimited:
+            # one event loop: the same check at reservation cannot see another answer
+            refused = store.at_limit(tenant.name, tenant.quota)
+            if refused is not None:
+                self._quota_refused(ex, tenant.name, refused)
+                return None
+        return self._admit(ex, tenant)
+
+    async def _admit(self, ex: Exchange, tenant: TenantRuntime) -> None:
         name = tenant.name
         lim = tenant.limits
         try:

@@ -132,9 +132,10 @@ class MemoryQuota:
             b[1] = now
         return b
 
-    def reserve_now(self, tenant: str, limits: Limits, tokens: int) -> Reservation | Refusal:
-        """Synchronous form (one event loop: nothing can interleave)."""
-        now = self._now()
+    def at_limit(self, tenant: str, limits: Limits) -> Refusal | None:
+        """The refusal a request of ``tenant`` gets whatever its size — its concurrency or its
+        request rate is used up — or None. Takes nothing: the gateway asks it before reading
+        a body, so a flooding tenant's refusals cost no parsing or counting."""
         if limits.max_concurrency and self._inflight.get(tenant, 0) >= limits.max_concurrency:
             return Refusal(
                 "concurrency",
@@ -142,15 +143,25 @@ class MemoryQuota:
                 f"too many requests at once: this key's limit is {limits.max_concurrency} "
                 "concurrent requests",
             )
-        rb = tb = None
         if limits.rpm:
-            rb = self._level(tenant, "rpm", limits.rpm, now)
+            rb = self._level(tenant, "rpm", limits.rpm, self._now())
             if rb[0] < 1.0:
                 return Refusal(
                     "rpm",
                     wait_for(rb[0], 1.0, limits.rpm),
                     f"rate limit: {limits.rpm} requests per minute",
                 )
+        return None
+
+    def reserve_now(self, tenant: str, limits: Limits, tokens: int) -> Reservation | Refusal:
+        """Synchronous form (one event loop: nothing can interleave)."""
+        refused = self.at_limit(tenant, limits)
+        if refused is not None:
+            return refused
+        now = self._now()
+        rb = tb = None
+        if limits.rpm:
+            rb = self._level(tenant, "rpm", limits.rpm, now)
         if limits.tpm:
             if tokens > limits.tpm:
                 return too_large(tokens, limits.tpm)
