@@ -1,13 +1,19 @@
 """``servetune tune`` on the real vLLM CPU build over a small space (max-num-seqs ×
-max-num-batched-tokens): every configuration is launched in its own process group, loaded,
-searched for its SLO-max rate and stopped; the default is measured in the same study; the
-best configuration's command line is accepted by vLLM's own argument parser.
+max-num-batched-tokens), beating the deployment it started from by more than the run-to-run
+noise: every configuration is launched in its own process group, loaded, searched for its
+SLO-max rate and stopped; the baseline (given as the server's command line, as a user has it)
+is measured first in the same study and repeated with the best; the best configuration's
+command line is accepted by vLLM's own argument parser.
 
-Whether a configuration *beats* the default by a margin is not asserted here: on the small
-CPU model the knobs move the SLO-max by less than this shared 2-core box's run-to-run noise
-(measured: TPOT P99 of the same configuration 20–31 ms at 8 concurrent, 31–54 ms at rate
-1.8 across runs). The tuner beating the default is asserted on the simulated engine
-(tests/tune/test_tune_sim.py), where the difference is structural and the runs repeatable.
+The gain is structural, not luck: the baseline serves one sequence at a time
+(``--max-num-seqs 1``), so its requests queue behind whole responses and its TTFT climbs
+long before 4 or 8 slots' does. The SLO is on P90 TTFT (≤ 1 s), not P99: with 40 requests a
+probe's P99 is its worst request, and one stall of this shared box (load 8 while measured)
+missed the SLO for 8 slots at 1.7 req/s in a trial run, where P90 needs four slow requests.
+Measured (load ~8, 11 min): baseline SLO-max 2.11 and 3.37 req/s over its two measurements,
+8 slots 8.64 and 7.68 — the best's lowest 2.3× the baseline's highest, +198%. Against vLLM's
+built-in default (hundreds of slots) the knobs here move the SLO-max by less than this box's
+noise, so that comparison is left to the simulated engine (tests/tune/test_tune_sim.py).
 """
 
 from __future__ import annotations
@@ -55,7 +61,7 @@ def _api_servers() -> set[int]:
     return {pid for pid in _children() if b"api_server" in _cmdline(pid)}
 
 
-def test_tune_beats_the_vllm_cpu_default(tmp_path: Path) -> None:
+def test_tune_beats_the_baseline_on_vllm_cpu_beyond_the_noise(tmp_path: Path) -> None:
     py = provisioned.vllm_cpu_python()
     tiny = provisioned.tiny_model()
     how = "run `bash scripts/provision_engines.sh` (`make test` runs it)"
@@ -63,15 +69,18 @@ def test_tune_beats_the_vllm_cpu_default(tmp_path: Path) -> None:
     need("the tiny test model", tiny, how)
     assert py is not None and tiny is not None
     out = tmp_path / "tune"
+    today = (
+        f"{py} -m vllm.entrypoints.openai.api_server --model {tiny.small_hf_dir} "
+        "--port 8000 --max-num-seqs 1 --max-num-batched-tokens 512 --max-model-len 2048"
+    )
     args = [
         "tune", "--engine", "vllm-cpu", "--model", str(tiny.small_hf_dir),
         "--executable", str(py), "--enforce-eager", "--threads", "1", "--dtype", "float32",
-        "--ready-timeout", "420", "--fix", "max_model_len=2048",
-        "--knob", "max_num_seqs=8", "--knob", "max_num_batched_tokens=512",
-        "--random-input-len", "64", "--random-output-len", "64", "--num-prompts", "24",
-        "--tokenizer", str(tiny.hf_dir), "--seed", "3",
-        "--slo", "tpot:p99<=60", "--slo", "ttft:p99<=5000",
-        "--trials", "2", "--repeats", "1", "--probes", "4", "--no-ofat",
+        "--ready-timeout", "420", "--baseline", today,
+        "--knob", "max_num_seqs=4,8", "--knob", "max_num_batched_tokens=512",
+        "--random-input-len", "64", "--random-output-len", "16", "--num-prompts", "40",
+        "--tokenizer", str(tiny.hf_dir), "--seed", "3", "--slo", "ttft:p90<=1000",
+        "--trials", "3", "--repeats", "2", "--top-k", "1", "--probes", "4", "--no-ofat",
         "--result-dir", str(out),
     ]  # fmt: skip
     before = _api_servers()
@@ -79,15 +88,32 @@ def test_tune_beats_the_vllm_cpu_default(tmp_path: Path) -> None:
     r = json.loads((out / "tune.json").read_text())
     trials = {t["number"]: t for t in r["trials"]}
     assert code == 0, r["verdict"]
-    default = r["default"]
-    assert default is not None and default["status"] == "ok" and default["value"] > 0
+    # the baseline: read from its command line, launched first, measured whole
+    base = r["baseline"]
+    assert base["number"] == 0 and base["params"] == {
+        "max_num_seqs": 1,
+        "max_num_batched_tokens": 512,
+    }
+    assert r["spec"]["space"]["fixed"] == {"max_model_len": 2048}  # kept for every candidate
+    assert base["status"] == "ok" and base["value"] > 0, base
     launched = [t for t in r["trials"] if t["status"] in ("ok", "no-rate", "pruned")]
-    assert len(launched) == 2 and all(t["probes"] for t in launched)
+    assert len(launched) == 3 and all(t["probes"] for t in launched)
     for t in launched:  # each probe is a real bench against the launched engine
         for p in t["probes"]:
             assert p["error"] is None and p["throughput"] > 0
+    # the best beats it beyond the run-to-run noise: both repeated (other draws of the
+    # workload, engines launched again), the best's lowest above the baseline's highest
     best = r["best"]
-    assert best["value"] >= default["value"]
+    assert best["config"]["max_num_seqs"] != 1
+    reps = {json.dumps(x["params"], sort_keys=True): x for x in r["repeats"]}
+    best_rep = reps[json.dumps(best["params"], sort_keys=True)]
+    base_rep = reps[json.dumps(base["params"], sort_keys=True)]
+    assert len(best_rep["values"]) == len(base_rep["values"]) == 2
+    assert None not in best_rep["values"] + base_rep["values"], r["repeats"]
+    assert r["gain_beyond_noise"] is True, r["verdict"]
+    assert min(best_rep["values"]) > max(base_rep["values"])
+    assert r["gain_over_baseline"] > 0.5, r["verdict"]
+    assert "your baseline" in r["verdict"] and "beyond the run-to-run spread" in r["verdict"]
     # the command vLLM would run, read back by the registry and by vLLM's own parser
     cmd = r["best_command"]
     parsed = parse_command(cmd)
@@ -103,5 +129,5 @@ def test_tune_beats_the_vllm_cpu_default(tmp_path: Path) -> None:
     assert all(
         (out / "trials" / f"{n:04d}" / "engine.log").exists()
         for n, t in trials.items()
-        if t["status"] in ("ok", "no-rate")
+        if t["status"] in ("ok", "no-rate", "pruned")
     )
