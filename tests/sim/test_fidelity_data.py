@@ -62,11 +62,16 @@ def test_leave_one_source_out_has_sources_to_leave_out() -> None:
     assert callable(fid.loso)
 
 
-def _duration(endpoint: Endpoint, chat_ms: float) -> float:
+def _duration(endpoint: Endpoint, chat_ms: float, chat_token_us: float = 0.0) -> float:
     r = EngineConfig(model="Qwen/Qwen3-0.6B", max_model_len=2048).resolve()
     mem = plan_memory(r)
     eff = efficiency(r.gpu).model_copy(
-        update={"frontend_per_request_ms": 1.0, "frontend_chat_per_request_ms": chat_ms}
+        update={
+            "frontend_per_request_ms": 1.0,
+            "frontend_per_token_us": 0.0,
+            "frontend_chat_per_request_ms": chat_ms,
+            "frontend_chat_per_token_us": chat_token_us,
+        }
     )
     eng = Engine(r, mem, StepModel(r, eff))
     spec = RequestSpec(prompt="", input_len=128, output_len=4)
@@ -84,3 +89,8 @@ def test_tiny_requests_are_bound_by_the_api_servers_intake() -> None:
     assert 0.4 <= plain < 0.6
     assert 2.4 <= chat < 2.7
     assert _duration("chat", 0.0) == plain
+    # a chat stream's chunks cost the loop more per token: 1,600 tokens × 500 µs after the
+    # intake (the last step's tokens wait for the ones before)
+    slow = _duration("chat", 5.0, chat_token_us=500.0)
+    assert chat + 0.6 <= slow < chat + 0.9
+    assert _duration("completions", 5.0, chat_token_us=500.0) == plain

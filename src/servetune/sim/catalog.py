@@ -65,9 +65,16 @@ class Efficiency(BaseModel):
     frontend_per_token_us: float = 0.0
     """Time of the API server's event loop per output token (detokenising, building and
     writing the stream chunk), serial with the intake (:mod:`servetune.sim.frontend`)."""
+    frontend_chat_per_token_us: float = 0.0
+    """Extra loop time per output token of the chat endpoint (a chat stream chunk is a
+    larger object to build and serialise: choices, delta, role)."""
     frontend_latency_ms: float = 0.0
     """Time from a token's sampling to its write to the client (the hop from the engine core
     to the API server, detokenising, HTTP): part of TTFT and E2E, not of the gaps."""
+    async_scheduling: bool = False
+    """The engine overlaps a step's CPU work with the GPU's (vLLM ``--async-scheduling``,
+    default after 0.11.0): a step takes the longer of the two instead of their sum
+    (:mod:`servetune.sim.perf`)."""
     source: str = ""
 
 

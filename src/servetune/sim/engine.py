@@ -325,7 +325,7 @@ class Engine:
             return 0
         k_max = min(self._heap[0][0] - s + 1, _STRETCH_MAX)
         co = self._coeff(n)
-        f0, f1, m0, m1, c = co.f0, co.f1, co.m0, co.m1, co.c
+        f0, f1, m0, m1, c, floor = co.f0, co.f1, co.m0, co.m1, co.c, co.floor
         ssum = self.sum_base + n * s
         free = self.pool.free
         phase = self.phase
@@ -343,7 +343,9 @@ class Engine:
             need_total += need
             a = f0 + f1 * ssum
             b = m0 + m1 * ssum
-            now += (a if a > b else b) + c
+            if b > a:
+                a = b
+            now += (a if a > floor else floor) + c
             ends_ns.append(int(now * 1e9))
             itl.observe(now - prev, n)
             prev = now

@@ -263,16 +263,17 @@ class OfflineRun:
         t0_ns = round(t0 * NS)
         base = self.id_base
         eff = eng.model.eff
+        chat = self.cfg.endpoint == "chat"
         api = self.api = ApiServer(
             round(
-                (
-                    eff.frontend_per_request_ms
-                    + (eff.frontend_chat_per_request_ms if self.cfg.endpoint == "chat" else 0.0)
-                )
+                (eff.frontend_per_request_ms + (eff.frontend_chat_per_request_ms if chat else 0.0))
                 * 1e6
             ),
             round(eff.frontend_latency_ms * 1e6),
-            round(eff.frontend_per_token_us * 1e3),
+            round(
+                (eff.frontend_per_token_us + (eff.frontend_chat_per_token_us if chat else 0.0))
+                * 1e3
+            ),
         )
         offsets = plan.offsets_ns
         n = len(offsets)

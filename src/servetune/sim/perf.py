@@ -10,6 +10,11 @@ roofline of its own::
     all-reduce (TP > 1) = 2 × layers × (latency + activation bytes × 2(tp−1)/tp / link)
     cpu       = step_overhead + per_seq_overhead × requests in the step
 
+With async scheduling (vLLM's ``--async-scheduling``, on by default in the releases after
+vLLM PR #27614, i.e. after 0.11.0) the scheduler prepares step N+1 while the GPU runs step N,
+so the CPU part overlaps the GPU part: ``t = max(linear + attention + all-reduce, cpu)``
+(``Efficiency.async_scheduling``).
+
 Linear FLOPs are 2 × the linear weights per token (q, k, v, o and the gated MLP of every
 layer) plus the lm_head for every sampled token; a step of at most the largest CUDA-graph
 capture size is padded up to the next captured size (vLLM V1 captures piecewise graphs for
@@ -82,16 +87,18 @@ def capture_sizes(max_num_seqs: int) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class DecodeCoeffs:
     """Time of a decode-only step as a function of the summed context S (seconds):
-    ``max(f0 + f1·S, m0 + m1·S) + c``."""
+    ``max(f0 + f1·S, m0 + m1·S, floor) + c`` (``floor``: the CPU part when it overlaps the
+    GPU's, 0 otherwise)."""
 
     f0: float
     f1: float
     m0: float
     m1: float
     c: float
+    floor: float = 0.0
 
     def time(self, s: float) -> float:
-        return max(self.f0 + self.f1 * s, self.m0 + self.m1 * s) + self.c
+        return max(self.f0 + self.f1 * s, self.m0 + self.m1 * s, self.floor) + self.c
 
 
 class StepModel:
@@ -123,6 +130,7 @@ class StepModel:
         self.graph_sizes = capture_sizes(r.max_num_seqs)
         self.fixed_s = self.eff.step_overhead_ms / 1e3
         self.per_seq_s = self.eff.per_seq_overhead_us / 1e6
+        self.overlap = self.eff.async_scheduling
         # all-reduce: a fixed latency per collective and the ring's bytes over the link
         self.comm_fixed_s = 0.0
         self.comm_per_token = 0.0
@@ -161,28 +169,21 @@ class StepModel:
         attn_flops = self.attn_flops_per_ctx * (decode_ctx + prefill_attn)
         kv_bytes = self.kv_bytes_per_token * (decode_ctx + prefill_kv_read + num_tokens)
         attention = max(attn_flops / self.attn_flops_per_s, kv_bytes / self.bytes_per_s)
-        return (
-            linear
-            + attention
-            + self.fixed_s
-            + self.comm_fixed_s
-            + self.per_seq_s * num_seqs
-            + self.comm_per_token * padded
-        )
+        gpu = linear + attention + self.comm_fixed_s + self.comm_per_token * padded
+        cpu = self.fixed_s + self.per_seq_s * num_seqs
+        if self.overlap:
+            return gpu if gpu > cpu else cpu
+        return gpu + cpu
 
     def decode_coeffs(self, n: int) -> DecodeCoeffs:
         """Coefficients of a decode-only step of ``n`` requests (see :class:`DecodeCoeffs`)."""
         padded = self.padded(n)
         lin_flops = self.linear_flops_per_token * padded + self.head_flops_per_sample * n
         linear = max(lin_flops / self.flops_per_s, self.weight_bytes / self.bytes_per_s)
-        k = (
-            linear
-            + self.fixed_s
-            + self.comm_fixed_s
-            + self.per_seq_s * n
-            + self.comm_per_token * padded
-        )
+        gpu = linear + self.comm_fixed_s + self.comm_per_token * padded
+        cpu = self.fixed_s + self.per_seq_s * n
+        k, floor = (gpu, cpu) if self.overlap else (gpu + cpu, 0.0)
         f1 = self.attn_flops_per_ctx / self.attn_flops_per_s
         m0 = self.kv_bytes_per_token * n / self.bytes_per_s
         m1 = self.kv_bytes_per_token / self.bytes_per_s
-        return DecodeCoeffs(k, f1, k + m0, m1, 0.0)
+        return DecodeCoeffs(k, f1, k + m0, m1, 0.0, floor)
