@@ -135,7 +135,7 @@ def _knee_action(knee: Knee, mode: str) -> Action:
     conc = knee.concurrency
     extra: dict[str, Any] = {
         "knee_rate": fmt_num(round(knee.throughput or 0, 2)),
-        "knee_conc": fmt_num(round(conc, 1)) if conc is not None else "?",
+        "knee_conc": fmt_num(round(conc)) if conc is not None else "?",
         "knee_p99": f"{fmt_ms(p99)} ({METRIC_NAMES[metric]})" if p99 is not None else "the knee's",
     }
     action = build_action("rate_limit_at_knee", Figures(), extra)
