@@ -5,10 +5,23 @@ SLO-max rate with their uncertainty and their shift.
 - A sweep's own knee and SLO-max come with a 95% interval from a block bootstrap of every
   level (each level's run resampled in time blocks, the curve re-fitted per replicate). This
   is the within-run spread: it does not see how a P99 resting on one episode varies between
-  runs, so treat it as a lower bound on the uncertainty.
-- The *shift* (B − A) gets the interval of the difference of the two bootstraps. Like them it
-  is a within-run spread: when the P99s near the knee rest on few episodes it is optimistic,
-  and ``sweep --repeats`` (several runs per level) is the way to be sure.
+  runs, so it is a lower bound on the uncertainty (labelled so).
+- The *shift* (B − A) is tested against run-to-run noise (:mod:`.swap`): the no-change
+  replicates swap A's and B's runs of each level block by block at the same moments, widened
+  for the dependence of the blocks' differences through the sweeps (levels run one after
+  another on one server). Its interval is the observed shift ± the replicates' 95% half-width
+  (and takes in the two bootstraps' difference too); it moved when that interval excludes 0.
+  The two independent bootstraps alone called two seeds of one configuration "moved" in half
+  the pairs.
+- The SLO-max is a threshold crossing: it is decided by the one or two levels around it, and
+  near capacity a level's P99 TTFT is 1 s in one seed and 4 s in the next (the realized
+  arrivals run a few percent apart for the whole run; swapping blocks of the two runs mixes
+  their tails and does not see that). So its shift counts as a move only when, at a level
+  that brackets either sweep's SLO-max, the run comparison (:func:`.runs.compare_runs`,
+  calibrated on pairs of seeds) finds the limiting P99, or the requests/s completed, different
+  beyond run-to-run noise in the shift's direction — a wait (TTFT, E2E) counting only at a
+  level where neither run's queue grew through the run (at capacity one seed's P99 TTFT is
+  1 s, the next one's 4 s, while both complete what capacity allows).
 """
 
 from __future__ import annotations
@@ -24,12 +37,19 @@ from servetune.compare.comparable import Difference, config_differences, run_dif
 from servetune.compare.figures import BY_KEY, FigureDef
 from servetune.compare.inputs import RunInput, SweepInput
 from servetune.compare.model import CurveRow, Estimate, SweepComparison
-from servetune.compare.runs import compare_runs
+from servetune.compare.runs import (
+    GROWTH_WARN,
+    QUEUEING_SOURCES,
+    compare_runs,
+    paired_windows,
+    queue_growth,
+)
+from servetune.compare.swap import LevelSwap, sweep_rho, widening
 from servetune.compare.windows import WindowedRun, build_windows
 from servetune.results.schema import Slo
 from servetune.results.sweep_schema import LevelRow
 from servetune.sweep.knee import find_knee
-from servetune.sweep.slo import find_slo_max
+from servetune.sweep.slo import find_slo_max, slo_items
 
 DEFAULT_CURVE_REPLICATES = 200
 ROW_FIELDS: dict[str, str] = {
@@ -136,6 +156,45 @@ def _curve_draws(
     return [curve(_replicate_rows(rows, values, i)) for i in range(reps)]
 
 
+class SwapNull:
+    """The no-change replicates of both sweeps' curves (see :mod:`.swap`), built once for the
+    knee and the SLO-max: A*'s and B*'s rows per replicate, and the widening for the blocks'
+    dependence through the sweeps."""
+
+    def __init__(
+        self,
+        a: SweepInput,
+        b: SweepInput,
+        pairs: Sequence[tuple[LevelRow, LevelRow]],
+        slo: Slo | None,
+        reps: int,
+        seed: int,
+    ) -> None:
+        rng = np.random.default_rng(seed)
+        values_a: dict[str, dict[str, np.ndarray]] = {}
+        values_b: dict[str, dict[str, np.ndarray]] = {}
+        levels = []
+        for ra, rb in pairs:
+            wa, wb = paired_windows(a.level_run(ra), b.level_run(rb), slo)
+            lv = LevelSwap(wa, wb, CURVE_FIGS)
+            levels.append(lv)
+            swaps = rng.integers(0, 2, size=(reps, lv.k))
+            values_a[ra.label], values_b[rb.label] = lv.replicates(swaps)
+        self.reps = reps
+        self.values_a, self.values_b = values_a, values_b
+        self.rho = sweep_rho(levels) if levels else 0.0
+
+    def shifts(
+        self, rows_a: Sequence[LevelRow], rows_b: Sequence[LevelRow], curve: Curve
+    ) -> list[float | None]:
+        out: list[float | None] = []
+        for i in range(self.reps):
+            x = curve(_replicate_rows(rows_a, self.values_a, i))
+            y = curve(_replicate_rows(rows_b, self.values_b, i))
+            out.append(None if x is None or y is None else y - x)
+        return out
+
+
 def curve_estimates(
     a: SweepInput,
     b: SweepInput,
@@ -146,9 +205,11 @@ def curve_estimates(
     reps: int,
     seed: int,
     what: str,
+    null: SwapNull | None = None,
 ) -> tuple[Estimate, Estimate, Estimate, bool]:
-    """A's and B's knee (or SLO-max) with their intervals, the shift B − A with its interval
-    (from the two independent bootstraps), and whether the shift's interval excludes 0."""
+    """A's and B's knee (or SLO-max) with their within-run intervals, the shift B − A with its
+    interval against run-to-run noise (NULL's swap replicates; without them, the two
+    bootstraps' difference only), and whether the shift's interval excludes 0."""
     da = _curve_draws(a, rows_a, curve, slo, reps, seed)
     db = _curve_draws(b, rows_b, curve, slo, reps, seed + 1)
     ca, cb = curve(rows_a), curve(rows_b)
@@ -161,8 +222,88 @@ def curve_estimates(
     arr = np.array(shifts)
     lo, hi = np.percentile(arr - np.median(arr), [2.5, 97.5])
     observed = cb - ca
-    shift = Estimate(value=observed, low=observed + float(lo), high=observed + float(hi))
-    return ea, eb, shift, bool((shift.low or 0) > 0 or (shift.high or 0) < 0)
+    low, high = observed + float(lo), observed + float(hi)
+    if null is not None:
+        drawn = [d for d in null.shifts(rows_a, rows_b, curve) if d is not None]
+        if len(drawn) < max(10, null.reps // 2):
+            return (
+                ea,
+                eb,
+                Estimate(
+                    value=observed,
+                    status=f"the {what} is not pinned down when the sweeps' runs are swapped",
+                ),
+                False,
+            )
+        half = float(np.percentile(np.abs(np.array(drawn)), 95)) * widening(null.rho)
+        low, high = min(low, observed - half), max(high, observed + half)
+    shift = Estimate(value=observed, low=low, high=high)
+    return ea, eb, shift, bool(low > 0 or high < 0)
+
+
+def slo_support(
+    a: SweepInput,
+    b: SweepInput,
+    rows_a: Sequence[LevelRow],
+    rows_b: Sequence[LevelRow],
+    out: SweepComparison,
+    slo: Slo,
+    replicates: int,
+    seed: int,
+) -> str | None:
+    """The level whose run comparison shows the SLO-max's shift beyond run-to-run noise (its
+    label and the figure), or None: at a load that brackets either sweep's SLO-max, one of the
+    SLO's P99s significantly better in B when the SLO-max rose (worse when it fell)."""
+    shift = out.slo_max_shift.value
+    if shift is None or shift == 0:
+        return None
+    mode = out.mode
+    loads: set[float] = set()
+    for rows in (rows_a, rows_b):
+        sm = find_slo_max(rows, slo, mode)  # type: ignore[arg-type]
+        if sm is not None and sm.bracket is not None:
+            loads |= {r.load for r in rows if r.label in sm.bracket}
+    wanted = "better" if shift > 0 else "worse"
+    # the SLO's P99s; and the requests completed: a load one sweep sustains and the other
+    # does not is what moves a queueing-limited SLO-max, and throughput stays comparable
+    # where a queue grew (compare_runs tests it there too)
+    keys = [f"p99_{m}_ms" for m, _ in slo_items(slo)] + ["request_throughput"]
+    la, lb = _by_load(rows_a), _by_load(rows_b)
+    by_load = {(r.load if isinstance(r.load, float) else math.inf): r for r in out.rows}
+    for load in sorted(loads & la.keys() & lb.keys()):
+        ra, rb = la[load], lb[load]
+        row = by_load.get(load)
+        pc = row.comparison if row is not None else None
+        if pc is None:
+            pc = compare_runs(
+                a.level_run(ra), b.level_run(rb), slo, check=False, replicates=replicates, seed=seed
+            )
+        # a queue that grew through either run: at capacity a P99 TTFT is 1 s in one seed
+        # and 4 s in the next, so the waits there are no evidence either way
+        grew = any(
+            (g := queue_growth(w)) is not None and g >= GROWTH_WARN
+            for w in paired_windows(a.level_run(ra), b.level_run(rb), slo)
+        )
+        for k in keys:
+            f = pc.figures.get(k)
+            if grew and BY_KEY[k].source in QUEUEING_SOURCES:
+                continue
+            if f is not None and f.significant and f.verdict == wanted:
+                return f"{ra.label}: {f.label} {wanted}"
+    return None
+
+
+def _pairs(
+    rows_a: Sequence[LevelRow], rows_b: Sequence[LevelRow]
+) -> list[tuple[LevelRow, LevelRow]]:
+    """The runs both sweeps made at one load (and repeat), in the sweeps' order."""
+
+    def key(r: LevelRow) -> tuple[float, str]:
+        return (r.load, r.label)
+
+    by_a = {key(r): r for r in rows_a if r.role == "level" and r.completed > 0}
+    by_b = {key(r): r for r in rows_b if r.role == "level" and r.completed > 0}
+    return [(by_a[k], by_b[k]) for k in sorted(by_a.keys() & by_b.keys())]
 
 
 def compare_sweeps(
@@ -270,16 +411,25 @@ def compare_sweeps(
     mode = sa.config.mode
     rows_a = [r for r in sa.rows if r.role != "confirm"]
     rows_b = [r for r in sb.rows if r.role != "confirm"]
+    null = SwapNull(a, b, _pairs(rows_a, rows_b), slo, curve_replicates, seed + 3)
     knee = knee_of(mode, sa.config.knee_k)
     out.knee_a, out.knee_b, out.knee_shift, knee_sig = curve_estimates(
-        a, b, rows_a, rows_b, knee, slo, curve_replicates, seed, "knee"
+        a, b, rows_a, rows_b, knee, slo, curve_replicates, seed, "knee", null
     )
     slo_sig = False
     if not slo.is_empty():
         sm = slo_max_of(mode, slo)
         out.slo_max_a, out.slo_max_b, out.slo_max_shift, slo_sig = curve_estimates(
-            a, b, rows_a, rows_b, sm, slo, curve_replicates, seed + 2, "SLO-max"
+            a, b, rows_a, rows_b, sm, slo, curve_replicates, seed + 2, "SLO-max", null
         )
+    if slo_sig:
+        why = slo_support(a, b, rows_a, rows_b, out, slo, replicates, seed)
+        if why is None:
+            slo_sig = False
+            out.slo_max_shift.status = (
+                "no level around either SLO-max differs beyond run-to-run noise in its limiting "
+                "P99 (compare_runs): the shift may be the crossing's chance"
+            )
     out.verdict = _verdict(out, knee_sig, slo_sig)
     if out.forced:
         out.warnings.append("compared with --force although the sweeps are not comparable")
@@ -304,6 +454,11 @@ def _verdict(out: SweepComparison, knee_sig: bool, slo_sig: bool) -> str:
         parts.append(
             f"SLO-max {'moved' if slo_sig else 'did not move significantly'}: "
             f"{_fmt_shift(out.slo_max_shift, 'req/s' if out.mode == 'rate' else '')}"
+            + (
+                f" — {out.slo_max_shift.status}"
+                if out.slo_max_shift.status and out.slo_max_shift.value is not None
+                else ""
+            )
         )
     if out.knee_shift.value is not None:
         parts.append(
