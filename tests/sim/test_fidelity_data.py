@@ -94,3 +94,42 @@ def test_tiny_requests_are_bound_by_the_api_servers_intake() -> None:
     slow = _duration("chat", 5.0, chat_token_us=500.0)
     assert chat + 0.6 <= slow < chat + 0.9
     assert _duration("completions", 5.0, chat_token_us=500.0) == plain
+
+
+def test_each_case_runs_the_release_and_set_up_it_states() -> None:
+    fid = _fidelity()
+    cases = {c["id"]: c for c in json.loads(CASES.read_text())}
+    # async scheduling: vLLM's default after 0.11 (PR #27614), off before
+    assert [fid.async_default(v) for v in ("0.10.1.1", "0.11.0", "v0", "0.12.0", "0.19.0")] == [
+        False,
+        False,
+        False,
+        True,
+        True,
+    ]
+    kvc = cases["kvc-qwen3-06b-h100-rand512-128-n500-inf"]
+    assert fid.vllm_version_of(kvc) == "0.19.0"
+    eng, _ = fid.new_engine(kvc, fid.NEUTRAL)
+    assert eng.model.eff.async_scheduling
+    gs = cases["gs-qwen3-14b-a100-rand128-4-n1000"]
+    assert fid.vllm_version_of(gs) == "0.11.0"
+    eng, _ = fid.new_engine(gs, fid.NEUTRAL)
+    assert not eng.model.eff.async_scheduling
+    # TP over two pods: the fitted pod network, or NCCL's socket transport when no fit has it
+    pod = cases["dl-qwen2-7b-a100x2tp2-util025-rand1024-1024-n50"]
+    assert fid.pod_network(pod)
+    fitted = {**fid.NEUTRAL, "pod_fitted": 1.0}
+    eng, notes = fid.new_engine(pod, fitted)
+    assert eng.model.eff.allreduce_latency_us == fitted["pod_allreduce_latency_us"]
+    assert eng.cfg.interconnect_gb_s == fitted["pod_link_gb_s"]
+    eng, notes = fid.new_engine(pod, {**fid.NEUTRAL, "pod_fitted": 0.0})
+    prior = fid.SOCKET_PRIOR
+    assert eng.model.eff.allreduce_latency_us == prior["pod_allreduce_latency_us"]
+    assert eng.cfg.interconnect_gb_s == prior["pod_link_gb_s"]
+    assert any("socket" in n for n in notes)
+    # the workload as published: lengths, prompts, rate, endpoint
+    for c in (kvc, gs, pod):
+        w = c["workload"]
+        assert w["max_concurrency"] is None
+        assert isinstance(w["input_len"], int) and isinstance(w["output_len"], int)
+    assert fid.gpu_of(gs) == "A100-80GB" and fid.gpu_of(kvc) == "H100-SXM"
