@@ -14,7 +14,7 @@ import contextlib
 import math
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from servetune.errors import ConfigError, EngineError, ServetuneError, SimError
 from servetune.metrics.slo_spec import SloSpec, as_goodput, check
@@ -71,22 +71,60 @@ def probe_of(rate: float, result: RunResult, slos: list[SloSpec]) -> Probe:
     )
 
 
-class Backend(Protocol):
+Run = Callable[[BenchConfig, Path | None, bool], Probe]
+"""One probe against a started target: the workload for it, where its run may go, whether to
+scrape the server's metrics."""
+
+
+def probe_workload(workload: BenchConfig, rate: float, seed: int | None = None) -> BenchConfig:
+    """The workload of one probe: at RATE, drawn with SEED when given."""
+    update: dict[str, Any] = {"request_rate": rate}
+    if seed is not None:
+        update["seed"] = seed
+    return workload.model_copy(update=update)
+
+
+class Backend:
+    """Where trials run. A backend screens a configuration, predicts its SLO-max when it can,
+    and starts a target for it (:meth:`_started`: the offline simulated engine, or an engine
+    launched and warmed up); :meth:`session` is the same for every backend."""
+
+    workload: BenchConfig
+
     def screen(self, config: Mapping[str, Any]) -> str | None:
         """Why the configuration cannot start (None: it can, as far as can be told)."""
+        raise NotImplementedError
 
     def predict(self, config: Mapping[str, Any], slos: list[SloSpec]) -> float | None:
         """The simulated engine's SLO-max for it, or None when it cannot be simulated."""
+        raise NotImplementedError
 
+    def _started(
+        self, config: Mapping[str, Any], trial_dir: Path
+    ) -> contextlib.AbstractContextManager[Run]:
+        """The target running with the configuration, as the way to run one probe on it."""
+        raise NotImplementedError
+
+    @contextlib.contextmanager
     def session(
         self,
         config: Mapping[str, Any],
         trial_dir: Path,
         seed: int | None = None,
         server_metrics: bool = False,
-    ) -> contextlib.AbstractContextManager[Measure]:
-        """The engine running with the configuration; yields ``measure(rate)`` (the workload
-        drawn with ``seed`` when given)."""
+    ) -> Iterator[Measure]:
+        """The target running with the configuration; yields ``measure(rate)`` (the workload
+        drawn with ``seed`` when given), each probe's run under ``trial_dir``."""
+        probes = 0
+        with self._started(config, trial_dir) as run:
+
+            def measure(rate: float) -> Probe:
+                nonlocal probes
+                probes += 1
+                out = trial_dir / f"probe-{probes}-rate-{rate:.3g}"
+                return run(probe_workload(self.workload, rate, seed), out, server_metrics)
+
+            yield measure
 
 
 def _sim_engine_config(gpu: str, model: str, config: Mapping[str, Any]) -> Any:
@@ -110,8 +148,9 @@ def sim_screen(gpu: str, model: str, config: Mapping[str, Any]) -> str | None:
     return None
 
 
-class SimBackend:
-    """The simulated engine, offline (``servetune.sim.offline.simulate``)."""
+class SimBackend(Backend):
+    """The simulated engine, offline (``servetune.sim.offline.simulate``): nothing to start,
+    and a probe's run is not written (``out`` unused)."""
 
     def __init__(
         self, gpu: str, model: str, workload: BenchConfig, slos: list[SloSpec] | None = None
@@ -122,48 +161,41 @@ class SimBackend:
     def screen(self, config: Mapping[str, Any]) -> str | None:
         return sim_screen(self.gpu, self.model, config)
 
-    def run(
-        self,
-        config: Mapping[str, Any],
-        rate: float,
-        *,
-        seed: int | None = None,
-        server_metrics: bool = False,
-        num_prompts: int | None = None,
-    ) -> RunResult:
-        from servetune.sim.offline import simulate
+    def _runner(self, config: Mapping[str, Any], slos: list[SloSpec]) -> Run:
+        engine = _sim_engine_config(self.gpu, self.model, config)
 
-        update: dict[str, Any] = {"request_rate": rate, "base_url": None}
-        if seed is not None:
-            update["seed"] = seed
-        if num_prompts is not None:
-            update["num_prompts"] = num_prompts
-        cfg = self.workload.model_copy(update=update)
-        return simulate(
-            cfg, _sim_engine_config(self.gpu, self.model, config), server_metrics=server_metrics
-        )
+        def run(cfg: BenchConfig, out: Path | None, server_metrics: bool) -> Probe:
+            from servetune.sim.offline import simulate
+
+            result = simulate(
+                cfg.model_copy(update={"base_url": None}), engine, server_metrics=server_metrics
+            )
+            return probe_of(cfg.request_rate, result, slos)
+
+        return run
+
+    def _started(
+        self, config: Mapping[str, Any], trial_dir: Path
+    ) -> contextlib.AbstractContextManager[Run]:
+        return contextlib.nullcontext(self._runner(config, self.slos))
 
     def measurer(
         self,
         config: Mapping[str, Any],
         slos: list[SloSpec],
         *,
-        seed: int | None = None,
         num_prompts: int | None = None,
-        server_metrics: bool = False,
     ) -> Measure:
-        def measure(rate: float) -> Probe:
-            result = self.run(
-                config, rate, seed=seed, num_prompts=num_prompts, server_metrics=server_metrics
-            )
-            return probe_of(rate, result, slos)
-
-        return measure
+        """``measure(rate)`` outside a session (the prediction, the benchmarks)."""
+        run = self._runner(config, slos)
+        workload = self.workload
+        if num_prompts is not None:
+            workload = workload.model_copy(update={"num_prompts": num_prompts})
+        return lambda rate: run(probe_workload(workload, rate), None, False)
 
     def saturation(self, config: Mapping[str, Any], num_prompts: int | None = None) -> float:
         """Requests/s the configuration completes with every request sent at once."""
-        res = self.run(config, math.inf, num_prompts=num_prompts)
-        return res.summary.request_throughput
+        return self.measurer(config, [], num_prompts=num_prompts)(math.inf).throughput
 
     def predict(self, config: Mapping[str, Any], slos: list[SloSpec]) -> float | None:
         if self.screen(config) is not None:
@@ -173,18 +205,8 @@ class SimBackend:
         out = find_slo_max(self.measurer(config, slos, num_prompts=n), start, max_probes=7, tol=0.1)
         return out.slo_max if out.slo_max is not None else 0.0
 
-    @contextlib.contextmanager
-    def session(
-        self,
-        config: Mapping[str, Any],
-        trial_dir: Path,
-        seed: int | None = None,
-        server_metrics: bool = False,
-    ) -> Iterator[Measure]:
-        yield self.measurer(config, self.slos, seed=seed, server_metrics=server_metrics)
 
-
-class EngineBackend:
+class EngineBackend(Backend):
     """A real engine: launched per trial, loaded by ``servetune bench``, stopped."""
 
     def __init__(
@@ -243,55 +265,34 @@ class EngineBackend:
         )
 
     @contextlib.contextmanager
-    def session(
-        self,
-        config: Mapping[str, Any],
-        trial_dir: Path,
-        seed: int | None = None,
-        server_metrics: bool = True,
-    ) -> Iterator[Measure]:
+    def _started(self, config: Mapping[str, Any], trial_dir: Path) -> Iterator[Run]:
+        """The engine launched in its own process group and warmed up; each probe a bench
+        run against it (the server's metrics scraped); stopped on the way out."""
+        from servetune.engines.failures import last_error_line
         from servetune.engines.process import launch
+        from servetune.loadgen.bench import bench
 
         trial_dir.mkdir(parents=True, exist_ok=True)
         spec = self._spec(config)
         log = trial_dir / "engine.log"
         eng = asyncio.run(launch(spec, log, self.ready_timeout_s))
-        probes = 0
+        target = {"base_url": spec.base_url, "model": spec.served_model_name}
 
         def died() -> str | None:
             if eng.alive():
                 return None
             found = eng.failure()
-            from servetune.engines.failures import last_error_line
-
             line = found.line if found is not None else last_error_line(eng.engine_lines())
             return (
                 f"{self.engine} exited with status {eng.returncode()} under load: "
                 f"{line or 'nothing in its log'} (log: {log})"
             )
 
-        def measure(rate: float) -> Probe:
-            nonlocal probes
-            probes += 1
-            from servetune.loadgen.bench import bench
-
-            update: dict[str, Any] = {"seed": seed} if seed is not None else {}
-            cfg = self.workload.model_copy(
-                update={
-                    **update,
-                    "request_rate": rate,
-                    "base_url": spec.base_url,
-                    "model": spec.served_model_name,
-                    "goodput": as_goodput(self.slos),
-                }
-            )
+        def run(cfg: BenchConfig, out: Path | None, server_metrics: bool) -> Probe:
+            rate = cfg.request_rate
+            cfg = cfg.model_copy(update={**target, "goodput": as_goodput(self.slos)})
             try:
-                result = bench(
-                    cfg,
-                    trial_dir / f"probe-{probes}-rate-{rate:.3g}",
-                    progress=False,
-                    overwrite=True,
-                )
+                result = bench(cfg, out or trial_dir / "probe", progress=False, overwrite=True)
             except ServetuneError as exc:
                 return Probe(rate=rate, meets=False, error=died() or exc.message)
             dead = died()
@@ -301,22 +302,19 @@ class EngineBackend:
 
         try:
             if self.warmup_requests:
-                from servetune.loadgen.bench import bench
-
                 warm = self.workload.model_copy(
                     update={
+                        **target,
                         "request_rate": math.inf,
                         "max_concurrency": 4,
                         "num_prompts": self.warmup_requests,
-                        "base_url": spec.base_url,
-                        "model": spec.served_model_name,
                         "duration_s": None,
                     }
                 )
                 bench(
                     warm, trial_dir / "warmup", progress=False, overwrite=True, scrape_metrics=False
                 )
-            yield measure
+            yield run
         finally:
             eng.stop()
 
