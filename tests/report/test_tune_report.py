@@ -77,6 +77,26 @@ def test_report_command_draws_the_tune_result(
     assert main(["report", str(tune_dir / "tune.json"), "--out", str(tmp_path / "f")]) == 0
 
 
+def test_a_tune_file_from_before_baseline_reads_its_default_as_the_baseline(
+    tune_dir: Path, tmp_path: Path
+) -> None:
+    """tune.json written before --baseline had only ``default`` and ``gain_over_default``:
+    its report still states the gain over the default."""
+    d = json.loads((tune_dir / "tune.json").read_text())
+    for key in ("baseline", "gain_over_baseline"):
+        d.pop(key)
+    for key in ("baseline", "baseline_text"):
+        d["spec"].pop(key)
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "tune.json").write_text(json.dumps(d))
+    r = read_tune_result(old)
+    assert r.baseline is not None and r.baseline.number == r.default.number  # type: ignore[union-attr]
+    assert r.gain_over_baseline == r.gain_over_default is not None
+    text = _text(build_tune_report(old, tmp_path / "r", png=False).read_text())
+    assert "over the engine's default, both measured in this study" in text
+
+
 def test_a_study_that_met_nothing_still_has_a_report(tmp_path: Path) -> None:
     out = tmp_path / "t"
     code = main(

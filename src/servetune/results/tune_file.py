@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from servetune.results.jsonfile import read_model_file, write_json_atomic
 from servetune.results.schema import BenchConfig
@@ -261,6 +261,16 @@ class TuneResult(BaseModel):
     validation: list[Validation] = Field(default_factory=list)
     verdict: str = ""
     warnings: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _reference_of_older_files(self) -> TuneResult:
+        """A tune.json written before ``--baseline`` measured its gain over the engine's
+        default: that is its baseline."""
+        if self.baseline is None and self.spec.baseline is None and self.default is not None:
+            self.baseline = self.default
+            if self.gain_over_baseline is None:
+                self.gain_over_baseline = self.gain_over_default
+        return self
 
 
 def write_tune_result(out_dir: Path, result: TuneResult) -> Path:
