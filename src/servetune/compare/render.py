@@ -171,6 +171,10 @@ def render_sweep(sc: SweepComparison) -> str:
         out.append(f"SLO-max A      {estimate(sc.slo_max_a, unit)}")
         out.append(f"SLO-max B      {estimate(sc.slo_max_b, unit)}")
         out.append(f"SLO-max shift  {shift(sc.slo_max_shift, unit)}")
+    out.append(
+        "  (A's and B's intervals: within each sweep's runs, a lower bound; the shifts': "
+        "against run-to-run noise)"
+    )
     out.append("")
     out.append(f"verdict: {sc.verdict}")
     for w in sc.warnings:
