@@ -51,7 +51,23 @@ def test_search_uses_saturation_and_prunes_below_the_best() -> None:
     seen, measure = _threshold(9.0, capacity=5.0)
     out = find_slo_max(measure, 4.0, beat=6.0)  # type: ignore[arg-type]
     assert out.pruned and out.slo_max is not None and out.slo_max < 6.0
-    assert len(seen) <= 3
+    assert len(seen) <= 4  # the miss below the best measured twice before giving up
+    assert seen[-1] == seen[-2]
+
+
+def test_one_stall_below_the_best_does_not_prune() -> None:
+    """A configuration whose first probe at the best-so-far rate hit a stall of the machine
+    is measured again there; when that meets, the search goes on upward."""
+    seen: list[float] = []
+
+    def measure(rate: float) -> Probe:
+        seen.append(rate)
+        stall = len(seen) == 1
+        return Probe(rate=rate, meets=rate <= 9.0 and not stall, throughput=rate)
+
+    out = find_slo_max(measure, 4.0, beat=4.0, max_probes=10)  # type: ignore[arg-type]
+    assert not out.pruned and seen[:2] == [4.0, 4.0]
+    assert out.slo_max is not None and out.slo_max > 6.0
 
 
 def test_no_rate_meets() -> None:

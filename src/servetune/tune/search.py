@@ -10,7 +10,10 @@ Starts from a predicted rate (the simulated engine's, or the best so far), then:
 2. *bisect* geometrically between the highest rate that met and the lowest that missed,
    until they are within ``tol`` of each other or the probes run out;
 3. *stop early* when a rate at or below the rate to beat (the best configuration so far)
-   missed: this one cannot win, and more probes would only say by how much.
+   missed twice: this one cannot win, and more probes would only say by how much. The first
+   such miss is measured again before the configuration is given up — one stall of a shared
+   machine must not discard what may be the best configuration (if the second probe meets,
+   the miss does not count and the search goes on).
 
 The result is the highest rate measured to meet the SLOs (never an interpolation).
 """
@@ -63,6 +66,8 @@ def find_slo_max(
     hi: float | None = None  # lowest rate that missed
     cap = ceiling
     rate = min(max(start, floor), ceiling)
+    confirming: float | None = None  # a miss at or below the rate to beat, measured again
+    hi_before: float | None = None
 
     def run(r: float) -> Probe | None:
         p = measure(r)
@@ -87,11 +92,18 @@ def find_slo_max(
                     f"{p.offered or rate:.3g} offered"
                 )
         if p.meets:
+            if confirming == rate:  # the miss did not repeat: it does not count
+                hi = hi_before
             lo = rate if lo is None else max(lo, rate)
         else:
+            if confirming is None:
+                hi_before = hi
             hi = rate if hi is None else min(hi, rate)
             out.limiting = p.limiting
         if beat is not None and hi is not None and hi <= beat:
+            if confirming is None and len(out.probes) < max_probes:
+                confirming = rate = hi  # once: a stall of the machine is not a verdict
+                continue
             # the SLO-max lies below the rate to beat: this configuration cannot win
             out.pruned = True
             break
