@@ -10,8 +10,10 @@ The gain is structural, not luck: the baseline serves one sequence at a time
 long before 4 or 8 slots' does. The SLO is on P90 TTFT (≤ 1 s), not P99: with 40 requests a
 probe's P99 is its worst request, and one stall of this shared box (load 8 while measured)
 missed the SLO for 8 slots at 1.7 req/s in a trial run, where P90 needs four slow requests.
-Measured (load ~8, 11 min): baseline SLO-max 2.11 and 3.37 req/s over its two measurements,
-8 slots 8.64 and 7.68 — the best's lowest 2.3× the baseline's highest, +198%. Against vLLM's
+Measured in three runs (SLO-max req/s, the best's two measurements against the baseline's):
+load ~8, 11 min: 8 slots 8.64 / 7.68 vs 2.11 / 3.37 (+198%; lowest best 2.3× highest
+baseline); load ~4, 7 min: 8 slots 12.7 / 16.1 vs 3.11 / 2.19 (+445%; 4.1×); load ~2, 7.4 min:
+4 slots 7.65 / 12.2 vs 2.66 / 4.25 (+188%; 1.8×). Against vLLM's
 built-in default (hundreds of slots) the knobs here move the SLO-max by less than this box's
 noise, so that comparison is left to the simulated engine (tests/tune/test_tune_sim.py).
 """
