@@ -192,16 +192,28 @@ def _realtime_level(
     finally:
         server.stop()
     s = live.summary
+    # The virtual-clock twin of exactly these requests (same seed, count and arrivals): the
+    # sweep's level ran more of them, and near the knee a longer run builds a longer queue.
+    from servetune.sim.offline import run_offline
+
+    same = bench.model_copy(
+        update={"request_rate": rate, "num_prompts": n, "seed": live.config.seed}
+    )
+    v = run_offline(same, engine, out / "realtime-twin").summary
     _say(
-        f"   real time:    {s.request_throughput:.2f} req/s, P50 TTFT {s.ttft.p50:.0f} ms, "
+        f"   real time:     {s.request_throughput:.2f} req/s, P50 TTFT {s.ttft.p50:.0f} ms, "
         f"P50 TPOT {s.tpot.p50:.1f} ms, client p99 send lag "
         f"{live.client_health.send_lag.p99:.2f} ms"
     )
     _say(
-        f"   virtual clock: {twin.request_throughput:.2f} req/s, "
-        f"P50 TTFT {twin.ttft_p50:.0f} ms, P50 TPOT {twin.tpot_p50:.1f} ms"
+        f"   virtual clock: {v.request_throughput:.2f} req/s, P50 TTFT {v.ttft.p50:.0f} ms, "
+        f"P50 TPOT {v.tpot.p50:.1f} ms (the same {n} requests)"
+    )
+    _say(
+        f"   sweep level:   {twin.request_throughput:.2f} req/s, P50 TTFT {twin.ttft_p50:.0f} ms "
+        f"({bench.num_prompts} requests: a longer run near the knee queues longer)"
     )
     return (
-        f"{rate:g} req/s on the real-time server: P50 TTFT {s.ttft.p50:.0f} ms vs "
-        f"{twin.ttft_p50:.0f} ms on the virtual clock"
+        f"{rate:g} req/s, the same {n} requests: P50 TTFT {s.ttft.p50:.0f} ms in real time vs "
+        f"{v.ttft.p50:.0f} ms on the virtual clock"
     )
