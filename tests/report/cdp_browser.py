@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import numpy as np
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 FLAGS = (
@@ -197,3 +198,9 @@ def load_page(binary: str, path: Path, width: int = 1280) -> PageLoad:
     """Load a local HTML file in headless Chromium and report what happened."""
     with tempfile.TemporaryDirectory(prefix="servetune-chromium-") as profile:
         return asyncio.run(_load(binary, path.resolve().as_uri(), width, profile))
+
+
+def pixels_near(img: np.ndarray, rgb: tuple[int, int, int], tol: int = 14) -> int:
+    """How many pixels of a screenshot are within TOL of the colour RGB."""
+    target = np.array(rgb, dtype=float)
+    return int(np.sum(np.all(np.abs(img[:, :, :3] - target) <= tol, axis=2)))

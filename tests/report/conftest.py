@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cdp_browser import find_chromium
 
+from needs import SYSTEM_DEPS, need
 from servetune.results.schema import BenchConfig, Slo
 from servetune.results.sweep_schema import SweepConfig
 from servetune.sweep.runner import run_sweep
@@ -24,3 +26,12 @@ def sweep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     run_sweep(cfg, d, SyntheticEngine(), echo=lambda _m: None)
     return d
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """The headless Chromium the browser tests drive (scripts/ci-system-deps.sh installs it)."""
+    path = find_chromium()
+    need("headless Chromium", path, SYSTEM_DEPS)
+    assert path is not None
+    return path

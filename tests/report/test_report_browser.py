@@ -9,9 +9,8 @@ from pathlib import Path
 import matplotlib.image as mpimg
 import numpy as np
 import pytest
-from cdp_browser import PageLoad, find_chromium, load_page
+from cdp_browser import PageLoad, load_page, pixels_near
 
-from needs import SYSTEM_DEPS, need
 from servetune.report.build import build_report
 
 pytestmark = pytest.mark.browser
@@ -20,19 +19,6 @@ WIDTH = 1280
 TTFT_BLUE = (0x1F, 0x77, 0xB4)
 E2E_GREEN = (0x2C, 0xA0, 0x2C)
 KNEE_RED = (0xD6, 0x27, 0x28)
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    path = find_chromium()
-    need("headless Chromium", path, SYSTEM_DEPS)
-    assert path is not None
-    return path
-
-
-def _pixels_near(img: np.ndarray, rgb: tuple[int, int, int], tol: int = 14) -> int:
-    target = np.array(rgb, dtype=float)
-    return int(np.sum(np.all(np.abs(img[:, :, :3] - target) <= tol, axis=2)))
 
 
 def _check_clean(page: PageLoad) -> None:
@@ -63,11 +49,11 @@ def test_sweep_report_renders_in_chromium(chromium: str, sweep_dir: Path, tmp_pa
     assert img.shape[1] == WIDTH and img.shape[0] >= 2500
     # Not blank, and the plot colours are on the page: TTFT blue, E2E green, the knee red.
     assert np.mean(np.any(img < 235, axis=2)) > 0.03
-    assert _pixels_near(img, TTFT_BLUE) > 500
-    assert _pixels_near(img, E2E_GREEN) > 300
-    assert _pixels_near(img, KNEE_RED) > 300
+    assert pixels_near(img, TTFT_BLUE) > 500
+    assert pixels_near(img, E2E_GREEN) > 300
+    assert pixels_near(img, KNEE_RED) > 300
     # The top of the page carries the verdict box (its red left border).
-    assert _pixels_near(img[:300], KNEE_RED) > 100
+    assert pixels_near(img[:300], KNEE_RED) > 100
 
 
 def test_run_report_renders_in_chromium(chromium: str, sweep_dir: Path, tmp_path: Path) -> None:
@@ -79,4 +65,4 @@ def test_run_report_renders_in_chromium(chromium: str, sweep_dir: Path, tmp_path
     assert page.facts["svgs"] == 4
     assert page.facts["verdict"].startswith("One run at 12 req/s")
     img = _screenshot(page)
-    assert _pixels_near(img, TTFT_BLUE) > 300 and _pixels_near(img, E2E_GREEN) > 300
+    assert pixels_near(img, TTFT_BLUE) > 300 and pixels_near(img, E2E_GREEN) > 300

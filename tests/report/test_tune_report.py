@@ -15,9 +15,8 @@ from pathlib import Path
 import matplotlib.image as mpimg
 import numpy as np
 import pytest
-from cdp_browser import find_chromium, load_page
+from cdp_browser import load_page, pixels_near
 
-from needs import SYSTEM_DEPS, need
 from servetune.cli import main
 from servetune.compare.build import build
 from servetune.compare.html import render_html
@@ -122,19 +121,6 @@ def test_an_unreadable_tune_file_is_a_clear_error(
     assert "schema version 99" in err and "Traceback" not in err
 
 
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    path = find_chromium()
-    need("headless Chromium", path, SYSTEM_DEPS)
-    assert path is not None
-    return path
-
-
-def _pixels_near(img: np.ndarray, rgb: tuple[int, int, int], tol: int = 14) -> int:
-    target = np.array(rgb, dtype=float)
-    return int(np.sum(np.all(np.abs(img[:, :, :3] - target) <= tol, axis=2)))
-
-
 @pytest.mark.browser
 def test_tune_report_opens_in_chromium(chromium: str, tune_dir: Path, tmp_path: Path) -> None:
     html = build_tune_report(tune_dir, tmp_path, png=False)
@@ -151,8 +137,8 @@ def test_tune_report_opens_in_chromium(chromium: str, tune_dir: Path, tmp_path: 
     assert facts["tables"] >= 4  # repeats, one knob at a time, trials, probes
     img = mpimg.imread(io.BytesIO(page.screenshot), format="png")
     img = np.asarray(img[:, :, :3] * 255, dtype=float)
-    assert _pixels_near(img, PARETO_RED) > 200  # the Pareto front
-    assert _pixels_near(img, BEST_GREEN) > 200  # the best's star, the best-so-far line
+    assert pixels_near(img, PARETO_RED) > 200  # the Pareto front
+    assert pixels_near(img, BEST_GREEN) > 200  # the best's star, the best-so-far line
 
 
 @pytest.mark.browser
