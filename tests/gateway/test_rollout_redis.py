@@ -58,7 +58,7 @@ def test_rollout_shared_by_two_replicas(redis_server: RedisServer, tmp_path: Pat
                         assert r.status == 202, await r.text()
                         for _ in range(400):
                             await asyncio.sleep(0.5)
-                            st = a.rollout_state
+                            st = a.rollouts.state
                             if st is not None and st.done:
                                 break
                         else:
@@ -69,11 +69,11 @@ def test_rollout_shared_by_two_replicas(redis_server: RedisServer, tmp_path: Pat
                         for t in load:
                             with contextlib.suppress(Exception):
                                 await asyncio.wait_for(t, 30)
-                assert a.rollout_state is not None and a.rollout_state.status == "rolled_back"
-                assert b.rollout_state is not None and b.rollout_state.status == "rolled_back"
+                assert a.rollouts.state is not None and a.rollouts.state.status == "rolled_back"
+                assert b.rollouts.state is not None and b.rollouts.state.status == "rolled_back"
                 assert b.router.weights == {"baseline": 100.0, "candidate": 0.0}
                 assert "candidate" in seen_by["b"]  # b routed by the shared canary weights
-                ev = a.rollout_state.evidence or {}
+                ev = a.rollouts.state.evidence or {}
                 # observations came from both replicas: more than a's own candidate requests
                 assert ev["candidate"]["requests"] >= 30  # type: ignore[index]
 

@@ -17,9 +17,10 @@ through, in order — each step refuses with an OpenAI-shaped error and nothing 
    canary's observation recorded.
 
 ``/v1/models`` is passed through (auth only); ``/health``, ``/metrics`` (Prometheus) and the
-admin API (``/admin/state``, ``/admin/rollout``, ``/admin/weights``, ``/admin/reload``; admin
-key) are the gateway's own. SIGHUP reloads the configuration without dropping streams:
-in-flight requests finish on the objects they started with.
+admin API (:mod:`servetune.gateway.admin_api`; admin key) are the gateway's own. A rollout is
+driven by :mod:`servetune.gateway.rollout_control`; a request only reads its step and hands it
+an observation. SIGHUP reloads the configuration without dropping streams: in-flight requests
+finish on the objects they started with.
 """
 
 from __future__ import annotations
@@ -30,14 +31,14 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
 from servetune.errors import ConfigError, ServetuneError
 from servetune.gateway import quota as q
+from servetune.gateway.admin_api import AdminAPI
 from servetune.gateway.admission import LiveSignals, comfortable_concurrency
 from servetune.gateway.audit import AuditLog, config_hash
 from servetune.gateway.breaker import Breaker
@@ -48,13 +49,15 @@ from servetune.gateway.keys import KeyRing, parse_hashed, read_key_file
 from servetune.gateway.pool import Pool, QueueRefusal, Router, Slot, Upstream
 from servetune.gateway.redis_state import RedisState, replica_id
 from servetune.gateway.relay import Relay, UpstreamLost
-from servetune.gateway.requests import ENDPOINTS, BadRequest, InputCounter, parse_body
-from servetune.gateway.rollout import (
-    Hooks,
-    RolloutController,
-    RolloutState,
-    parse_steps,
+from servetune.gateway.requests import (
+    ENDPOINTS,
+    BadRequest,
+    InputCounter,
+    error_body,
+    parse_body,
+    presented_key,
 )
+from servetune.gateway.rollout_control import RolloutControl
 from servetune.gateway.upstream import ConnectionPool, fetch
 from servetune.http import Exchange, HTTPServer
 from servetune.http import Limits as HTTPLimits
@@ -77,12 +80,6 @@ class TenantRuntime:
     quota: q.Limits
     queue_timeout_s: float
     max_queued: int
-
-
-def error_body(message: str, type_: str, code: str | int | None, param: str | None = None) -> bytes:
-    return orjson.dumps(
-        {"error": {"message": message, "type": type_, "param": param, "code": code}}
-    )
 
 
 _USAGE_OPTION = b'{"stream_options":{"include_usage":true},'
@@ -136,13 +133,13 @@ class Gateway:
         else:
             self.store = q.MemoryQuota()
         self.audit = AuditLog(cfg.audit_log, self.replica)
-        self.rollout: RolloutController | None = None
-        self.rollout_task: asyncio.Task[RolloutState] | None = None
-        self.rollout_state: RolloutState | None = None
-        self._obs: list[Observation] = []
-        self._obs_pushed: list[bytes] = []
-        self._obs_read = 0
-        self._weights_version: dict[str, float] | None = None
+        self.router = Router({})
+        self.rollouts = RolloutControl(
+            self.router, self.audit, self.replica, self.redis, lambda: self.config_id
+        )
+        # per request: bound once, no lookup through self.rollouts
+        self._canary_step: Callable[[], int | None] = self.rollouts.step_now
+        self._observe: Callable[[Observation], None] = self.rollouts.observe
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping: set[asyncio.Future[None]] = set()
         self.server: HTTPServer | None = None
@@ -216,12 +213,10 @@ class Gateway:
         self.pools = pools
         self.counters = counters
         weights = {g.name: g.weight for g in cfg.groups}
-        if self.rollout_state is not None and not self.rollout_state.done:
-            weights = {**weights, **self.rollout_state.weights}
-        if not hasattr(self, "router"):
-            self.router = Router(weights)
-        else:
-            self.router.set(weights)
+        rollout = self.rollouts.state
+        if rollout is not None and not rollout.done:
+            weights = {**weights, **rollout.weights}
+        self.router.set(weights)
         self.default_counter = next(iter(counters.values()))
         self.config_id = config_hash(cfg.model_dump_json().encode())
 
@@ -287,10 +282,7 @@ class Gateway:
         router.get("/v1/models", self._models)
         router.get("/health", self._health)
         router.get("/metrics", self._metrics)
-        router.get("/admin/state", self._admin_state)
-        router.add(("GET", "POST", "DELETE"), "/admin/rollout", self._admin_rollout)
-        router.post("/admin/weights", self._admin_weights)
-        router.post("/admin/reload", self._admin_reload)
+        AdminAPI(self).register(router)
         router.prefix("/v1/", self._not_found)
         self.server = HTTPServer(
             router,
@@ -325,11 +317,7 @@ class Gateway:
             stopping.add_done_callback(self._stopping.discard)
 
     async def stop(self, drain_s: float = 10.0) -> None:
-        if self.rollout is not None:
-            self.rollout.abort()
-        if self.rollout_task is not None:
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(self.rollout_task, 5.0)
+        await self.rollouts.stop(5.0)
         if self.server is not None:
             await self.server.drain(drain_s)
         for t in self._tasks:
@@ -342,7 +330,7 @@ class Gateway:
         for pool in self.conns.values():
             pool.close()
         with contextlib.suppress(Exception):
-            await self._flush_obs()
+            await self.rollouts.flush()
         await self.store.close()
 
     # -- helpers -----------------------------------------------------------------------------
@@ -357,7 +345,7 @@ class Gateway:
         """The tenant, or None after answering 401."""
         if not self.auth:
             return self.tenants[DEFAULT_TENANT]
-        key = _presented_key(ex)
+        key = presented_key(ex)
         if key is None:
             ex.respond(
                 401,
@@ -375,18 +363,6 @@ class Gateway:
             )
             return None
         return self.tenants[entry.tenant]
-
-    def _is_admin(self, ex: Exchange) -> bool:
-        key = _presented_key(ex)
-        entry = self.keys.lookup(key) if key is not None else None
-        if entry is not None and entry.admin:
-            return True
-        if not self.cfg.admin_keys:
-            msg = "the admin API is off: configure admin_keys (servetune gateway keygen --admin)"
-        else:
-            msg = "the admin API needs an admin key"
-        ex.respond(403 if key else 401, error_body(msg, "invalid_request_error", "admin_only"))
-        return False
 
     def _refuse(
         self,
@@ -775,55 +751,14 @@ class Gateway:
             c_e2e = (now - att.sent_ns) / 1e9 if ok else None
             self._observe(Observation(group, step, c_ttft, tpot, c_e2e, not ok))
 
-    # -- canary plumbing ---------------------------------------------------------------------
-    def _canary_step(self) -> int | None:
-        st = self.rollout_state
-        if st is None or st.status != "running":
-            return None
-        return st.step_index
-
-    def _observe(self, o: Observation) -> None:
-        if self.redis is None:
-            self._obs.append(o)
-        else:
-            self._obs_pushed.append(orjson.dumps([o.group, o.step, o.ttft, o.tpot, o.e2e, o.error]))
-
-    async def _flush_obs(self) -> None:
-        st = self.rollout_state
-        if self.redis is None or not self._obs_pushed or st is None:
-            return
-        lines, self._obs_pushed = self._obs_pushed, []
-        await self.redis.push_observations(st.id, lines)
-
-    async def _take_obs(self) -> list[Observation]:
-        if self.redis is None:
-            out, self._obs = self._obs, []
-            return out
-        st = self.rollout_state
-        assert st is not None
-        await self._flush_obs()
-        raw = await self.redis.read_observations(st.id, self._obs_read)
-        self._obs_read += len(raw)
-        out = []
-        for line in raw:
-            g, s, ttft, tpot, e2e, err = orjson.loads(line)
-            out.append(Observation(g, s, ttft, tpot, e2e, bool(err)))
-        return out
-
     async def _sync_loop(self) -> None:
-        """Redis: follow the shared weights and rollout state; push observations."""
+        """Redis: follow the shared weights and rollout state, push observations (see
+        :meth:`RolloutControl.sync`); split each upstream's limit over the live replicas."""
         assert self.redis is not None
         while True:
             await asyncio.sleep(_SYNC_S)
             try:
-                await self._flush_obs()
-                weights = await self.redis.get_weights()
-                if weights and weights != self.router.weights:
-                    self.router.set({g: weights.get(g, 0.0) for g in self.router.weights})
-                if self.rollout is None:  # another replica decides: follow its state
-                    raw = await self.redis.get_json("rollout")
-                    if raw:
-                        self.rollout_state = RolloutState.model_validate_json(raw)
+                await self.rollouts.sync()
                 replicas = await self.store.live_replicas()
                 for u in self.upstreams.values():
                     share = None if u.configured is None else math.ceil(u.configured / replicas)
@@ -832,69 +767,6 @@ class Gateway:
                         u.recompute()
             except Exception as exc:
                 log.warning("gateway: Redis sync failed: %s", exc)
-
-    async def _set_weights(self, weights: dict[str, float]) -> None:
-        self.router.set({g: weights.get(g, 0.0) for g in self.router.weights})
-        if self.redis is not None:
-            await self.redis.set_weights(dict(self.router.weights))
-
-    async def _get_weights(self) -> dict[str, float]:
-        return dict(self.router.weights)
-
-    async def _publish(self, st: RolloutState) -> None:
-        self.rollout_state = st
-        if self.redis is not None:
-            await self.redis.set_json("rollout", st.model_dump_json().encode())
-
-    def start_rollout(self, candidate: str, steps: list[float]) -> RolloutState:
-        if self.rollout_task is not None and not self.rollout_task.done():
-            raise ConfigError(
-                f"a rollout is already running ({self.rollout_state and self.rollout_state.id})"
-            )
-        if candidate not in self.pools:
-            raise ConfigError(
-                f"no upstream group named {candidate!r}", hint=f"groups: {sorted(self.pools)}"
-            )
-        state = RolloutController.new(candidate, steps)
-        hold = None
-        if self.redis is not None:
-            redis = self.redis
-            owner = self.replica
-
-            async def hold_lease() -> bool:
-                return await redis.hold_lock("rollout-lock", owner, 10_000)
-
-            hold = hold_lease
-        hooks = Hooks(
-            self._get_weights,
-            self._set_weights,
-            self._take_obs,
-            self._publish,
-            lambda: self.config_id,
-            hold,
-        )
-        self._obs = []
-        self._obs_read = 0
-        self.rollout = RolloutController(state, self.cfg.canary, hooks, self.audit)
-        self.rollout_state = state
-        self.rollout_task = asyncio.create_task(self._run_rollout(self.rollout))
-        return state
-
-    async def _run_rollout(self, ctl: RolloutController) -> RolloutState:
-        try:
-            if self.redis is not None and not await self.redis.hold_lock(
-                "rollout-lock", self.replica, 10_000
-            ):
-                ctl.state.status = "aborted"
-                ctl.state.reason = "another replica is running a rollout"
-                return ctl.state
-            return await ctl.run()
-        except ServetuneError as exc:
-            ctl.state.status = "aborted"
-            ctl.state.reason = exc.message
-            return ctl.state
-        finally:
-            self.rollout = None
 
     # -- other endpoints ---------------------------------------------------------------------
     def _health(self, ex: Exchange) -> None:
@@ -936,121 +808,6 @@ class Gateway:
         ctype = next((v for k, v in headers if k == b"content-type"), b"application/json")
         ex.respond(status, body, ctype)
 
-    def state(self) -> dict[str, Any]:
-        return {
-            "replica": self.replica,
-            "store": self.store.name,
-            "config": self.config_id,
-            "auth": self.auth,
-            "weights": dict(self.router.weights),
-            "groups": {
-                name: {
-                    "queued": len(p.queue),
-                    "upstreams": [
-                        {
-                            "url": u.url,
-                            "inflight": u.inflight,
-                            "limit": u.limit,
-                            "configured": u.configured,
-                            "adaptive": u.adaptive,
-                            "share": u.share,
-                            "circuit": u.breaker.state,
-                            "signals": u.signals,
-                        }
-                        for u in p.upstreams
-                    ],
-                }
-                for name, p in self.pools.items()
-            },
-            "tenants": sorted(self.tenants),
-            "rollout": None if self.rollout_state is None else self.rollout_state.model_dump(),
-        }
-
-    def _admin_state(self, ex: Exchange) -> None:
-        if self._is_admin(ex):
-            ex.respond_json(200, self.state())
-
-    async def _admin_rollout(self, ex: Exchange) -> None:
-        if not self._is_admin(ex):
-            return
-        if ex.method == "GET":
-            if self.rollout_state is None:
-                ex.respond(404, error_body("no rollout has run", "invalid_request_error", "none"))
-            else:
-                ex.respond_json(200, self.rollout_state.model_dump())
-            return
-        if ex.method == "DELETE":
-            if self.rollout is None:
-                ex.respond(
-                    409, error_body("no rollout is running", "invalid_request_error", "none")
-                )
-                return
-            self.rollout.abort()
-            if self.rollout_task is not None:
-                await asyncio.wait([self.rollout_task], timeout=10)
-            assert self.rollout_state is not None
-            ex.respond_json(200, self.rollout_state.model_dump())
-            return
-        try:
-            req = orjson.loads(ex.body or b"{}")
-            if not isinstance(req, dict) or not isinstance(req.get("candidate"), str):
-                raise BadRequest('expected {"candidate": GROUP, "steps": [5, 25, 50, 100]}')
-            steps = parse_steps(req.get("steps") or [5, 25, 50, 100])
-            state = self.start_rollout(req["candidate"], steps)
-        except (orjson.JSONDecodeError, BadRequest, ServetuneError) as exc:
-            msg = getattr(exc, "message", None) or str(exc)
-            ex.respond(
-                400 if not isinstance(exc, ConfigError) else 409,
-                error_body(msg, "invalid_request_error", "rollout_refused"),
-            )
-            return
-        ex.respond_json(202, state.model_dump())
-
-    async def _admin_weights(self, ex: Exchange) -> None:
-        if not self._is_admin(ex):
-            return
-        try:
-            req = orjson.loads(ex.body or b"{}")
-            weights = req.get("weights") if isinstance(req, dict) else None
-            if not isinstance(weights, dict) or not all(
-                isinstance(v, int | float) and v >= 0 for v in weights.values()
-            ):
-                raise BadRequest('expected {"weights": {"GROUP": number >= 0, ...}}')
-            unknown = set(weights) - set(self.pools)
-            if unknown:
-                raise BadRequest(f"unknown groups {sorted(unknown)}")
-            new = {**self.router.weights, **{k: float(v) for k, v in weights.items()}}
-            if not any(v > 0 for v in new.values()):
-                raise BadRequest("at least one group needs a weight > 0")
-        except (orjson.JSONDecodeError, BadRequest) as exc:
-            ex.respond(
-                400, error_body(getattr(exc, "message", str(exc)), "invalid_request_error", None)
-            )
-            return
-        if self.rollout is not None:
-            ex.respond(
-                409,
-                error_body("a rollout is running: abort it first", "invalid_request_error", None),
-            )
-            return
-        old = dict(self.router.weights)
-        await self._set_weights(new)
-        await asyncio.to_thread(
-            self.audit.write,
-            "weights",
-            reason="set by the operator",
-            old_weights=old,
-            new_weights=new,
-            config=self.config_id,
-        )
-        ex.respond_json(200, {"weights": new})
-
-    async def _admin_reload(self, ex: Exchange) -> None:
-        if not self._is_admin(ex):
-            return
-        ok = await self.reload()
-        ex.respond_json(200 if ok else 409, {"reloaded": ok, "config": self.config_id})
-
     def _gauges(self) -> list[tuple[str, str, float]]:
         out: list[tuple[str, str, float]] = []
         for p in self.pools.values():
@@ -1069,23 +826,9 @@ class Gateway:
         if isinstance(self.store, q.MemoryQuota):
             for t in self.tenants:
                 out.append(("tenant_inflight", labels(tenant=t), float(self.store.inflight(t))))
-        st = self.rollout_state
+        st = self.rollouts.state
         if st is not None:
             out.append(("canary_step", labels(candidate=st.candidate), float(st.step or 0)))
             for s in ("waiting_peak", "running", "promoted", "rolled_back", "aborted"):
                 out.append(("canary_state", labels(state=s), 1.0 if st.status == s else 0.0))
         return out
-
-
-def _presented_key(ex: Exchange) -> bytes | None:
-    auth = ex.header(b"authorization")
-    if auth is not None:
-        scheme, _, value = auth.partition(b" ")
-        if scheme.lower() == b"bearer" and value.strip():
-            return value.strip()
-        return None
-    for name in (b"x-api-key", b"api-key"):
-        v = ex.header(name)
-        if v:
-            return v.strip()
-    return None

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import orjson
 
+from servetune.http import Exchange
 from servetune.workload.tokens import ApproxTokenizer, TokenCounter, load_tokenizer
 
 Endpoint = Literal["chat", "completions", "embeddings"]
@@ -38,6 +39,29 @@ class BadRequest(Exception):
         self.message = message
         self.status = status
         self.param = param
+
+
+def error_body(message: str, type_: str, code: str | int | None, param: str | None = None) -> bytes:
+    """An OpenAI-shaped error: ``{"error": {"message", "type", "param", "code"}}``."""
+    return orjson.dumps(
+        {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    )
+
+
+def presented_key(ex: Exchange) -> bytes | None:
+    """The API key the client sent: ``Authorization: Bearer KEY``, else ``x-api-key`` or
+    ``api-key``; None when there is none (or the Authorization scheme is not Bearer)."""
+    auth = ex.header(b"authorization")
+    if auth is not None:
+        scheme, _, value = auth.partition(b" ")
+        if scheme.lower() == b"bearer" and value.strip():
+            return value.strip()
+        return None
+    for name in (b"x-api-key", b"api-key"):
+        v = ex.header(name)
+        if v:
+            return v.strip()
+    return None
 
 
 @dataclass
