@@ -125,3 +125,20 @@ def test_fast_approx_count_equals_the_rule() -> None:
         "x_y9 ...",
     ]:
         assert tok.count(text) == approx_count(word_pieces(text))
+
+
+def test_ascii_fast_count_equals_the_rule_on_random_text() -> None:
+    import random
+    import string
+
+    tok = ApproxTokenizer()
+    rnd = random.Random(7)
+    alphabet = string.printable + "\x00\x01\x1c\x1f\x7f_"
+    for _ in range(3000):
+        text = "".join(
+            rnd.choice(alphabet) if rnd.random() < 0.3 else rnd.choice("abcdefghij ")
+            for _ in range(rnd.randint(0, 80))
+        )
+        assert tok.count(text) == approx_count(word_pieces(text)), repr(text)
+    for text in ["x" * 7, "x" * 8, "x" * 14, "x" * 15, "é café naïve_résumé", "ü" * 9 + ".a"]:
+        assert tok.count(text) == approx_count(word_pieces(text)), repr(text)

@@ -33,6 +33,14 @@ _WORDS = list(dict.fromkeys(_WORDS))
 
 _PIECE = re.compile(r"\w+|[^\w\s]")
 _LONG = re.compile(r"\w{8,}")
+_CLASSES = bytes(
+    (ord("w") if chr(c).isalnum() or c == 0x5F else ord(" ") if chr(c).isspace() else ord("p"))
+    if c < 128
+    else ord(" ")
+    for c in range(256)
+)
+"""ASCII byte → its class under the piece rule: ``w`` a word character (``\\w``), a space
+(``\\s``), ``p`` anything else (a punctuation mark: a piece of its own)."""
 
 
 def word_pieces(text: str) -> list[str]:
@@ -83,9 +91,14 @@ class ApproxTokenizer:
         return tuple(self._words)
 
     def count(self, text: str) -> int:
-        # = approx_count(word_pieces(text)), without a Python step per piece: every piece
-        # counts 1, and only the long words (maximal runs of 8+ word characters, the same
-        # runs as \w+ finds) add their extra (len − 1) // 7. The gateway counts every prompt.
+        # = approx_count(word_pieces(text)), without a Python step per piece (the gateway
+        # counts every prompt). ASCII text: each character mapped to its class (w, space, p)
+        # in C, the first w of each word marked x; then pieces = x's + p's, and a word of L
+        # characters is x + (L − 1) w's, holding (L − 1) // 7 runs of 7 w's: its extra.
+        if text.isascii():
+            b = b" " + text.encode("ascii").translate(_CLASSES)
+            b = b.replace(b" w", b" x").replace(b"pw", b"px")
+            return b.count(b"x") + b.count(b"p") + b.count(b"wwwwwww")
         n = len(_PIECE.findall(text))
         for word in _LONG.findall(text):
             n += (len(word) - 1) // 7
