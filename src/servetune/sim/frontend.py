@@ -18,7 +18,10 @@ interleaved intake and outputs; see docs/sim.md, fidelity.) A step's tokens reac
 ``latency`` from the engine to the client (inter-process hop, HTTP write).
 
 The constants live in ``efficiency.json`` (``host``): ``frontend_per_request_ms``,
-``frontend_per_token_us`` and ``frontend_latency_ms``.
+``frontend_per_token_us`` and ``frontend_latency_ms`` (and the chat endpoint's extras). The
+virtual-clock run (:mod:`servetune.sim.offline`) and the real-time server
+(:mod:`servetune.sim.realtime`) both put this model in front of the engine, so that
+``sim run`` and a client of ``sim serve`` see the same front end.
 """
 
 from __future__ import annotations
@@ -38,10 +41,21 @@ class ApiServer:
         self.free_at = -(1 << 62)
         """When the loop finishes the jobs it has been given."""
 
-    def accept(self, send_ns: int) -> int:
-        """A request sent at ``send_ns``: when the engine core gets it."""
-        self.free_at = max(send_ns, self.free_at) + self.per_request_ns
+    def accept(self, send_ns: int, extra_ns: int = 0) -> int:
+        """A request sent at ``send_ns``: when the engine core gets it (``extra_ns``: more
+        loop time for this one, e.g. the chat template)."""
+        self.free_at = max(send_ns, self.free_at) + self.per_request_ns + extra_ns
         return self.free_at
+
+    def deliver(self, end_ns: int, service_ns: int) -> int:
+        """The outputs of one step that ended at ``end_ns`` and cost the loop ``service_ns``:
+        when they reach the clients, latency included. Without a cost the loop is not held
+        (it only waits for what it was already given), as in :meth:`outputs`."""
+        free = end_ns if end_ns > self.free_at else self.free_at
+        if service_ns:
+            free += service_ns
+            self.free_at = free
+        return free + self.latency_ns
 
     def outputs(self, ends_ns: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """When the tokens of steps that ended at ``ends_ns`` (in order) with ``tokens``

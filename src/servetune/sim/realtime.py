@@ -13,6 +13,24 @@ frozen out of the garbage collector (O(1)), so no collection scans the whole ser
 mid-step; the full collection runs when the engine is idle. :class:`LoopStats` keeps the
 emission lag and where it comes from.
 
+vLLM's API server stands in front of the engine as in the virtual-clock run
+(:class:`~servetune.sim.frontend.ApiServer`, the same constants): a request reaches the engine
+after the server's loop has taken it in (serial, per request), and a step's tokens reach the
+clients after the loop has processed them (per token) plus the fixed latency from the engine to
+the client. The latency is applied on the way in (a request sent at ``t`` is on the engine
+after the intake and the latency; its record's arrival on the engine's clock is ``t +
+latency``), so a step's writes are due at its end unless the loop is behind with outputs — one
+write per step, no delay line. TTFT, E2E and the gaps a client sees are then those of ``sim
+run`` for the same requests. (One difference: a step's outputs are booked on the API server
+when the step is computed, so with a per-token cost a request sent during a long step but read
+after it can wait behind that step's outputs.)
+
+While the engine is busy its steps follow one another on its own clock (as in the model): the
+loop's own work between steps (writing, reading requests) does not lengthen them. A loop that
+falls behind its writes by more than :data:`CATCH_UP_S` (a loaded host, a stall) moves the
+engine's clock on by as much, so that a host too slow for the model slows the engine down
+instead of piling up a backlog.
+
 Where the bytes go is opaque here (``Stream.out``): the HTTP side
 (:mod:`servetune.sim.server`) passes its exchanges in and answers refusals.
 """
@@ -30,6 +48,7 @@ from typing import Any
 from servetune.http import Exchange
 from servetune.sim.config import ResolvedConfig
 from servetune.sim.engine import DONE, Engine, SimRequest
+from servetune.sim.frontend import ApiServer
 from servetune.sim.intake import Refusal, block_hashes, json_object, read_request
 from servetune.sim.loop_stats import LoopStats
 from servetune.sim.memory import MemoryPlan
@@ -42,6 +61,10 @@ whole milliseconds, and the loop's callbacks can run late: with 2 ms the loop th
 the step's end 1.4–3 ms late at its p99 under 128 req/s, with 4 ms 0.25–0.6 ms)."""
 INTAKE_S = 0.002
 """Take requests in for at most this long at a time between steps."""
+CATCH_UP_S = 0.005
+"""A write later than this behind its due time moves the engine's clock on by the lateness
+(below it, the steps stay back to back on the engine's clock: the loop's own work between
+steps is not the engine's)."""
 
 _SSE_HEADERS = [(b"Cache-Control", b"no-cache")]
 
@@ -58,6 +81,19 @@ class RealtimeEngine:
         self.writer = StepWriter(writer)
         self.intake: deque[tuple[Exchange, bool]] = deque()
         """Generation requests not read yet: (exchange, chat)."""
+        eff = self.eng.model.eff
+        self.api = ApiServer(
+            round(eff.frontend_per_request_ms * 1e6), 0, round(eff.frontend_per_token_us * 1e3)
+        )
+        """vLLM's API server on the wall clock (ns since :attr:`t0`); its latency is
+        :attr:`latency` (applied on the way in)."""
+        self.chat_request_ns = round(eff.frontend_chat_per_request_ms * 1e6)
+        self.chat_token_ns = round(eff.frontend_chat_per_token_us * 1e3)
+        self.latency = eff.frontend_latency_ms / 1e3
+        """Seconds from a token's step end to its client: the engine's clock runs this far
+        ahead of the wall clock."""
+        self.arriving: deque[tuple[float, SimRequest]] = deque()
+        """Requests the API server has not handed to the engine yet: (engine time, request)."""
         self.t0 = time.perf_counter()
         self._ids = itertools.count()
         self._wake: asyncio.Event | None = None
@@ -112,15 +148,19 @@ class RealtimeEngine:
         rid_n = next(self._ids)
         r = self.r
         hashes = block_hashes(ask.pieces, r.block_size) if r.enable_prefix_caching else ()
-        arrival = ex.arrival_ns / 1e9 - self.t0  # its first byte, on the engine's clock
-        req = SimRequest(rid_n, ask.prompt_len, ask.max_tokens, arrival, hashes)
+        sent_ns = ex.arrival_ns - round(self.t0 * 1e9)  # its first byte, on the wall clock
+        extra = self.chat_request_ns if chat else 0
+        at_engine = self.api.accept(sent_ns, extra) / 1e9 + self.latency
+        req = SimRequest(
+            rid_n, ask.prompt_len, ask.max_tokens, sent_ns / 1e9 + self.latency, hashes
+        )
         rid = ("chatcmpl-" if chat else "cmpl-") + f"{rid_n:x}"
         s = Stream(ex, req, rid, self.model, chat, ask.stream, ask.include_usage)
         req.tag = s
         ex.on_close = lambda: self.abort(s)  # a cycle ex -> s -> ex until the stream ends
         if ask.stream:
             ex.start(200, headers=_SSE_HEADERS)  # the head now, as vLLM sends it
-        self.eng.add(req)
+        self.arriving.append((at_engine, req))  # in order: the API server is one FIFO
         assert self._wake is not None
         self._wake.set()
 
@@ -134,20 +174,21 @@ class RealtimeEngine:
 
     # -- the loop -------------------------------------------------------------------------
     async def _loop(self) -> None:
-        """Step, then wait for the step's simulated end, then write its tokens.
+        """Step, then wait for the step's outputs to be due, then write them.
 
-        Requests are read in the wait (they join the next step, as in vLLM) or, when the
-        engine has nothing to do, at once. After each step's writes the objects alive are
-        frozen out of the garbage collector (``gc.freeze`` is O(1)), so that a collection
-        never scans the server's whole state in the middle of a step; the full collection
-        runs when the engine goes idle.
+        Requests are read in the wait (they join the step that starts after the API server
+        hands them over, as in vLLM) or, when the engine has nothing to do, at once. After
+        each step's writes the objects alive are frozen out of the garbage collector
+        (``gc.freeze`` is O(1)), so that a collection never scans the server's whole state in
+        the middle of a step; the full collection runs when the engine goes idle.
         """
-        eng, stats, writer = self.eng, self.stats, self.writer
+        eng, stats, writer, arriving = self.eng, self.stats, self.writer, self.arriving
         assert self._wake is not None
         wake = self._wake
         perf = time.perf_counter
+        t0 = self.t0
         while True:
-            if eng.idle():
+            if eng.idle() and not arriving:
                 if self.intake:
                     self.take_intake()
                     continue
@@ -162,44 +203,60 @@ class RealtimeEngine:
             if self.intake:
                 # a backlog is taken in a little at a time: the engine keeps stepping
                 self.take_intake(perf() + INTAKE_S)
-            now = perf() - self.t0
-            if eng.now < now:
-                eng.now = now
+            if eng.idle():
+                # idle until the API server hands the next request over: the engine's clock
+                # jumps there (every request that could join that step has been sent)
+                eng.now = max(eng.now, arriving[0][0])
+            while arriving and arriving[0][0] <= eng.now:
+                req = arriving.popleft()[1]
+                if req.state != DONE:  # not aborted while in the API server
+                    eng.add(req)
+            if eng.idle():
+                continue
             t = perf()
             emitted = eng.advance(collect=True)
             if eng.finished:
                 eng.finished.clear()
             # Build every write of this step while its simulated time runs, so that at the
             # step's end only the writes are left.
-            writes = self._build(emitted)
-            target = self.t0 + eng.now
-            writer.arm(writes, target)
+            writes, service_ns = self._build(emitted)
+            # the step's outputs through the API server (its clock is the wall clock's)
+            end_ns = round((eng.now - self.latency) * 1e9)
+            due = t0 + self.api.deliver(end_ns, service_ns) / 1e9 + self.latency
+            writer.arm(writes, due)
             stats.phase("step_and_build", perf() - t)
             if self.intake:
-                self.take_intake(target - SPIN_S - INTAKE_S)
-            delay = target - perf()
+                self.take_intake(due - SPIN_S - INTAKE_S)
+            delay = due - perf()
             if delay > SPIN_S:
                 await asyncio.sleep(delay - SPIN_S)
-                stats.phase("coarse_sleep_late", perf() - (target - SPIN_S))
+                stats.phase("coarse_sleep_late", perf() - (due - SPIN_S))
             if writes:
                 writer.hold_cpu()
-            rest = target - perf()
+            rest = due - perf()
             if rest > 0:
                 time.sleep(rest)
-                stats.phase("fine_sleep_late", perf() - target)
+                stats.phase("fine_sleep_late", perf() - due)
+            late = perf() - due
+            if late > CATCH_UP_S:
+                eng.now += late  # the host could not keep up: the engine waited for it
             if writes:
-                self._write(writes, target)
+                self._write(writes, due)
                 gc.freeze()
             else:
                 await asyncio.sleep(0)
 
-    def _build(self, emitted: list[SimRequest]) -> list[Write]:
-        """(exchange, bytes, kind) for every token of a step."""
+    def _build(self, emitted: list[SimRequest]) -> tuple[list[Write], int]:
+        """(exchange, bytes, kind) for every token of a step, and what the tokens cost the
+        API server's loop (ns)."""
         out: list[Write] = []
+        per_token, chat_token = self.api.per_token_ns, self.chat_token_ns
+        service = 0
         for req in emitted:
             s: Stream | None = req.tag  # type: ignore[assignment]
             if s is None or s.closed:
                 continue
+            service += per_token + chat_token if s.chat else per_token
             ex: Exchange = s.out
             last = req.state == DONE
             if not s.stream:
@@ -215,7 +272,7 @@ class RealtimeEngine:
                 self._ended(s)
             else:
                 out.append((ex, ex.frame(data), CHUNK))
-        return out
+        return out, service
 
     def _write(self, writes: list[Write], target: float) -> None:
         """Send a step's writes, end the streams they finish, note the lags."""
