@@ -8,6 +8,9 @@ import json
 import random
 from pathlib import Path
 
+import pytest
+
+from servetune.gateway import rollout
 from servetune.gateway.audit import AuditLog, read_audit
 from servetune.gateway.canary import Observation
 from servetune.gateway.config import CanaryPolicy
@@ -120,3 +123,82 @@ def test_peak_hours_hold_the_first_step(tmp_path: Path) -> None:
     st, audit = asyncio.run(main())
     assert st.status == "aborted" and st.weights["cand"] == 0
     assert [a["action"] for a in audit] == ["rollout_start", "paused_peak", "abort"]
+
+
+class FlakyGateway(FakeGateway):
+    """The shared state (Redis) fails: observations on the first ``obs_failures`` ticks,
+    weights on the first ``set_failures`` writes (all of them with -1), publishing always."""
+
+    def __init__(self, obs_failures: int = 0, set_failures: int = 0) -> None:
+        super().__init__()
+        self.obs_failures = obs_failures
+        self.set_failures = set_failures
+
+    async def obs(self) -> list[Observation]:
+        if self.obs_failures:
+            self.obs_failures -= 1
+            raise ConnectionError("Redis: connection refused")
+        return await super().obs()
+
+    async def set(self, w: dict[str, float]) -> None:
+        if self.set_failures:
+            self.set_failures -= 1
+            raise TimeoutError("Timeout reading from 127.0.0.1:6379")
+        await super().set(w)
+
+    async def publish(self, st: RolloutState) -> None:
+        self.state = st
+        raise ConnectionError("Redis: connection reset")
+
+
+def run_flaky(tmp: Path, fake: FlakyGateway) -> tuple[RolloutState, list[dict]]:
+    pol = CanaryPolicy(min_requests=30, min_batches=5, max_step_s=20, tolerance=0.5)
+    hooks = Hooks(fake.get, fake.set, fake.obs, fake.publish, lambda: "h")
+    state = RolloutController.new("cand", [10, 100])
+    fake.state = state
+    ctl = RolloutController(state, pol, hooks, AuditLog(tmp / "audit.jsonl"))
+    st = asyncio.run(asyncio.wait_for(ctl.run(), 60))
+    return st, read_audit(tmp / "audit.jsonl")
+
+
+def test_shared_state_failures_do_not_end_the_rollout(tmp_path: Path) -> None:
+    # observations unreadable for 4 ticks, two weight writes time out, publishing always
+    # fails: the rollout goes on (it used to die with its status left at 'running')
+    st, audit = run_flaky(tmp_path, FlakyGateway(obs_failures=4, set_failures=2))
+    assert st.status == "promoted" and st.weights == {"base": 0.0, "cand": 100.0}
+    assert [a["action"] for a in audit] == ["rollout_start", "step", "step_passed", "promote"]
+
+
+def test_weights_that_cannot_be_shared_end_the_rollout_visibly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(rollout, "SHARE_RETRY_S", 1.0)
+    st, audit = run_flaky(tmp_path, FlakyGateway(set_failures=-1))
+    assert st.status == "aborted" and "stopped on an error" in st.reason
+    assert "Timeout reading" in st.reason
+    assert [a["action"] for a in audit] == ["rollout_start", "abort"]
+
+
+def test_a_lost_lease_stops_the_rollout_without_touching_the_shared_state(
+    tmp_path: Path,
+) -> None:
+    fake = FakeGateway()
+    published: list[str] = []
+    holds = iter([True, True, False])
+
+    async def hold() -> bool:
+        return next(holds, False)
+
+    async def publish(st: RolloutState) -> None:
+        published.append(st.status)
+        fake.state = st
+
+    pol = CanaryPolicy(min_requests=1000, max_step_s=60)
+    hooks = Hooks(fake.get, fake.set, fake.obs, publish, lambda: "h", hold)
+    state = RolloutController.new("cand", [10, 100])
+    fake.state = state
+    ctl = RolloutController(state, pol, hooks, AuditLog(tmp_path / "audit.jsonl"))
+    st = asyncio.run(asyncio.wait_for(ctl.run(), 30))
+    assert st.status == "aborted" and "another replica holds the rollout lease" in st.reason
+    assert "aborted" not in published  # the shared state is the other replica's
+    assert [a["action"] for a in read_audit(tmp_path / "audit.jsonl")][-1] == "abort"

@@ -130,6 +130,12 @@ end
 return 0
 """
 
+# KEYS: lock   ARGV: owner   → 1 when it was the owner's and is gone now
+_UNLOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
 
 def _text(v: bytes | str) -> str:
     return v.decode() if isinstance(v, bytes) else v
@@ -164,6 +170,7 @@ class RedisState:
         self._renew = self._r.register_script(_RENEW)
         self._heartbeat = self._r.register_script(_HEARTBEAT)
         self._lock = self._r.register_script(_LOCK)
+        self._unlock = self._r.register_script(_UNLOCK)
         self._leases: dict[str, set[str]] = defaultdict(set)
         """conc key → this replica's live leases (renewed by the heartbeat)."""
         self._replicas = 1
@@ -306,6 +313,10 @@ class RedisState:
 
     async def hold_lock(self, name: str, owner: str, ms: int) -> bool:
         return bool(await self._lock(keys=[self.key(name)], args=[owner, ms]))
+
+    async def release_lock(self, name: str, owner: str) -> bool:
+        """Give the lock up if ``owner`` holds it (another owner's lock stays)."""
+        return bool(await self._unlock(keys=[self.key(name)], args=[owner]))
 
     async def push_observations(self, rollout_id: str, lines: list[bytes]) -> None:
         key = self.key(f"obs:{rollout_id}")

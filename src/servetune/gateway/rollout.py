@@ -16,6 +16,13 @@ The last step (100 %) is not judged — nothing is left to compare with — so t
 all traffic once the step before it passed (and the quality gate said pass). With Redis the
 weights and the rollout's state are shared, every replica pushes its observations, and the
 replica holding the rollout lease decides.
+
+The shared state failing (Redis away or stalled past its socket timeout) never ends a rollout
+silently with the traffic left split: a tick that cannot renew the lease or read the
+observations is skipped (the step's clock runs on, so ``max_step_s`` still bounds it); the
+weights of a decision are retried for :data:`SHARE_RETRY_S`; any other error ends the rollout
+as ``aborted`` with the error as its reason, in the audit log. A replica that finds another one
+holding the lease (it stalled for longer than the lease) stops its rollout as ``aborted``.
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ log = logging.getLogger(__name__)
 
 RolloutStatus = Literal["waiting_peak", "running", "promoted", "rolled_back", "aborted"]
 TICK_S = 0.5
+SHARE_RETRY_S = 30.0
+"""How long the weights of a decision are retried while the shared state fails."""
 
 
 class RolloutState(BaseModel):
@@ -152,6 +161,8 @@ class RolloutController:
         self._clock = clock
         self.analysis: StepAnalysis | None = None
         self._stop = asyncio.Event()
+        self._lease_lost = False
+        self._troubles = 0
 
     @staticmethod
     def new(candidate: str, steps: list[float]) -> RolloutState:
@@ -171,12 +182,39 @@ class RolloutController:
         )
 
     async def _publish(self) -> None:
+        """Share the state (best effort: followers catch up at the next publish)."""
         self.state.updated_at = time.time()
-        await self.hooks.publish(self.state)
+        try:
+            await self.hooks.publish(self.state)
+        except Exception as exc:
+            self._trouble("publishing the state", exc)
+
+    def _trouble(self, what: str, exc: BaseException) -> None:
+        """A failure of the shared state: logged (the first and every 20th)."""
+        self._troubles += 1
+        if self._troubles == 1 or self._troubles % 20 == 0:
+            log.warning(
+                "rollout %s: %s failed (%d time(s) so far): %s",
+                self.state.id,
+                what,
+                self._troubles,
+                exc or type(exc).__name__,
+            )
 
     async def _set(self, action: str, weights: dict[str, float], reason: str, **kw: Any) -> None:
         old = await self.hooks.get_weights()
-        await self.hooks.set_weights(weights)
+        t0 = self._clock()
+        pause = 0.25
+        while True:
+            try:
+                await self.hooks.set_weights(weights)
+                break
+            except Exception as exc:
+                self._trouble(f"setting the weights ({action})", exc)
+                if self._clock() - t0 + pause > SHARE_RETRY_S:
+                    raise
+            await asyncio.sleep(pause)
+            pause = min(2.0, pause * 2)
         self.state.weights = weights
         await self._audit(action, reason=reason, old_weights=old, new_weights=weights, **kw)
 
@@ -204,8 +242,18 @@ class RolloutController:
                 with contextlib.suppress(Exception):
                     await self._audit("abort", reason=st.reason)
             raise
-        finally:
+        except Exception as exc:
+            why = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+            if st.done:  # the decision stands; its weights did not reach the shared state
+                st.reason += f" (the new weights could not be shared: {why})"
+            else:
+                st.status = "aborted"
+                st.reason = f"the rollout stopped on an error: {why}"
+            log.error("rollout %s: %s", st.id, st.reason)
             with contextlib.suppress(Exception):
+                await self._audit("abort", reason=st.reason)
+        finally:
+            if not self._lease_lost:  # the shared state is another replica's rollout now
                 await self._publish()
         return st
 
@@ -266,11 +314,13 @@ class RolloutController:
                 return await self._aborted()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), TICK_S)
-            if self.hooks.hold is not None and not await self.hooks.hold():
-                log.warning("rollout %s: another replica holds the rollout lease", st.id)
-                return False
-            for o in await self.hooks.observations():
-                analysis.add(o)
+            try:
+                if self.hooks.hold is not None and not await self.hooks.hold():
+                    return await self._lost_lease()
+                for o in await self.hooks.observations():
+                    analysis.add(o)
+            except Exception as exc:  # the shared state failed: skip this tick
+                self._trouble("reading the observations", exc)
             decision, reason, evidence = analysis.decide()
             st.evidence = evidence
             gate = await self.gate.check() if self.gate.configured else None
@@ -321,6 +371,18 @@ class RolloutController:
             evidence=evidence,
         )
         log.warning("rollout %s rolled back: %s", st.id, reason)
+        return False
+
+    async def _lost_lease(self) -> bool:
+        st = self.state
+        st.status = "aborted"
+        st.reason = (
+            "another replica holds the rollout lease (this one stalled for longer than the "
+            "lease): this rollout stops here, the shared weights and state are that replica's"
+        )
+        self._lease_lost = True
+        log.warning("rollout %s: %s", st.id, st.reason)
+        await self._audit("abort", reason=st.reason)
         return False
 
     async def _aborted(self) -> bool:

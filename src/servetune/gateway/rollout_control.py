@@ -84,7 +84,11 @@ class RolloutControl:
         if self.redis is None or not self._obs_pushed or st is None:
             return
         lines, self._obs_pushed = self._obs_pushed, []
-        await self.redis.push_observations(st.id, lines)
+        try:
+            await self.redis.push_observations(st.id, lines)
+        except BaseException:
+            self._obs_pushed[:0] = lines  # kept for the next push
+            raise
 
     async def take(self) -> list[Observation]:
         """The observations not yet taken (all replicas' with Redis)."""
@@ -179,12 +183,17 @@ class RolloutControl:
 
     async def _run(self, ctl: RolloutController) -> RolloutState:
         try:
-            if self.redis is not None and not await self.redis.hold_lock(
-                LOCK, self.replica, LEASE_MS
-            ):
-                ctl.state.status = "aborted"
-                ctl.state.reason = "another replica is running a rollout"
-                return ctl.state
+            if self.redis is not None:
+                try:
+                    held = await self.redis.hold_lock(LOCK, self.replica, LEASE_MS)
+                except Exception as exc:
+                    ctl.state.status = "aborted"
+                    ctl.state.reason = f"the rollout lease could not be taken in Redis: {exc}"
+                    return ctl.state
+                if not held:
+                    ctl.state.status = "aborted"
+                    ctl.state.reason = "another replica is running a rollout"
+                    return ctl.state
             return await ctl.run()
         except ServetuneError as exc:
             ctl.state.status = "aborted"
@@ -192,6 +201,9 @@ class RolloutControl:
             return ctl.state
         finally:
             self.controller = None
+            if self.redis is not None:  # the next rollout need not wait for the lease to lapse
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.redis.release_lock(LOCK, self.replica), 5.0)
 
     def abort(self) -> None:
         if self.controller is not None:
