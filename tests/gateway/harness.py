@@ -18,6 +18,25 @@ from servetune.sim.config import EngineConfig
 from servetune.sim.embedded import EmbeddedServer, start_embedded
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
+CLIENT_TIMEOUT = aiohttp.ClientTimeout(total=120, sock_connect=10)
+"""Every test request ends (or fails) within this: aiohttp's default lets one wait 5 min."""
+
+
+def client() -> aiohttp.ClientSession:
+    """An aiohttp session whose requests are bounded by :data:`CLIENT_TIMEOUT`."""
+    return aiohttp.ClientSession(timeout=CLIENT_TIMEOUT)
+
+
+async def stop_tasks(tasks: list[asyncio.Task[Any]], timeout_s: float = 30.0) -> None:
+    """Wait at most ``timeout_s`` for all of ``tasks`` together, then cancel what is left
+    (and wait, bounded, for the cancellations); their errors are the test's to check."""
+    if not tasks:
+        return
+    _done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    for t in pending:
+        t.cancel()
+    if pending:
+        await asyncio.wait(pending, timeout=10.0)
 
 
 def sim(**knobs: Any) -> EmbeddedServer:
@@ -63,7 +82,7 @@ _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)", re.M)
 
 
 async def engine_metric(srv: EmbeddedServer, name: str, **labels: str) -> float:
-    async with aiohttp.ClientSession() as s, s.get(srv.metrics_url) as r:
+    async with client() as s, s.get(srv.metrics_url) as r:
         text = await r.text()
     total = 0.0
     for m in _SAMPLE.finditer(text):

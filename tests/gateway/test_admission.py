@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import aiohttp
 import pytest
-from harness import complete, gateway_config, running, sim
+from harness import client, complete, gateway_config, running, sim
 
 from servetune.errors import ConfigError
 from servetune.gateway.admission import comfortable_concurrency, next_limit
@@ -75,7 +74,7 @@ def test_limit_tightens_on_the_engines_waiting_queue(tmp_path: Path) -> None:
                 groups=[{"name": "g", "urls": [engine.base_url], "max_concurrency": 16}],
                 metrics_interval_s=0.2,
             )
-            async with running(cfg) as gw, aiohttp.ClientSession() as s:
+            async with running(cfg) as gw, client() as s:
                 u = gw.pools["g"].upstreams[0]
                 load = [asyncio.create_task(complete(s, gw, max_tokens=150)) for _ in range(8)]
                 lowest = u.limit

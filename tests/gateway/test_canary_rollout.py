@@ -8,8 +8,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-import aiohttp
-from harness import MODEL, gateway_config, running, sim, url
+from harness import MODEL, client, gateway_config, running, sim, url
 
 from servetune.gateway.audit import read_audit
 from servetune.gateway.keys import hash_key, new_key
@@ -20,7 +19,7 @@ PROMPT = " ".join(["the"] * 300)  # a long prompt: prefill matters
 
 async def drive(gw_url: str, stop: asyncio.Event, concurrency: int = 8) -> int:
     sent = 0
-    async with aiohttp.ClientSession() as s:
+    async with client() as s:
 
         async def worker() -> None:
             nonlocal sent
@@ -52,7 +51,7 @@ def rollout(tmp: Path, candidate_knobs: dict[str, object]) -> tuple[RolloutState
                 stop = asyncio.Event()
                 load = asyncio.create_task(drive(url(gw), stop))
                 try:
-                    async with aiohttp.ClientSession() as s:
+                    async with client() as s:
                         r = await s.post(
                             url(gw, "/admin/rollout"),
                             json={"candidate": "candidate", "steps": [25, 50, 100]},

@@ -7,10 +7,19 @@ import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
-import aiohttp
 import orjson
 import pytest
-from harness import MODEL, complete, engine_metric, gateway_config, running, sim, url, wait_until
+from harness import (
+    MODEL,
+    client,
+    complete,
+    engine_metric,
+    gateway_config,
+    running,
+    sim,
+    url,
+    wait_until,
+)
 
 from servetune.gateway.keys import hash_key, new_key
 from servetune.gateway.requests import InputCounter, parse_body
@@ -34,7 +43,7 @@ def prompt_tokens(prompt: str = PROMPT) -> int:
 def test_streams_pass_through_with_usage_stripped(engine: EmbeddedServer, tmp_path: Path) -> None:
     async def main() -> None:
         cfg = gateway_config(tmp_path, groups=[{"name": "g", "urls": [engine.base_url]}])
-        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+        async with running(cfg) as gw, client() as s:
             status, body, headers = await complete(s, gw, max_tokens=20)
             assert status == 200 and headers["X-Accel-Buffering"] == "no"
             events = [e for e in body.split(b"\n\n") if e.startswith(b"data:")]
@@ -60,7 +69,7 @@ def test_tokens_arrive_as_they_are_generated(engine: EmbeddedServer, tmp_path: P
 
     async def main() -> None:
         cfg = gateway_config(tmp_path, groups=[{"name": "g", "urls": [engine.base_url]}])
-        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+        async with running(cfg) as gw, client() as s:
             body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 200, "stream": True}
             loop = asyncio.get_running_loop()
             t0 = loop.time()
@@ -87,7 +96,7 @@ def test_keys_caps_and_clamping(engine: EmbeddedServer, tmp_path: Path) -> None:
                  "max_tokens_policy": "refuse"},
             ],
         )  # fmt: skip
-        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+        async with running(cfg) as gw, client() as s:
             status, body, _ = await complete(s, gw, key=None)
             assert status == 401 and b"missing API key" in body
             status, body, _ = await complete(s, gw, key="st-" + "x" * 40)
@@ -113,7 +122,7 @@ def test_tpm_exact_under_concurrency(engine: EmbeddedServer, tmp_path: Path) -> 
             groups=[{"name": "g", "urls": [engine.base_url]}],
             defaults={"tpm": 10 * worth},
         )
-        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+        async with running(cfg) as gw, client() as s:
             return list(await asyncio.gather(*(complete(s, gw, max_tokens=64) for _ in range(50))))
 
     results = asyncio.run(main())
@@ -131,7 +140,7 @@ def test_concurrency_cap_exact(engine: EmbeddedServer, tmp_path: Path) -> None:
             groups=[{"name": "g", "urls": [engine.base_url]}],
             defaults={"max_concurrency": 3},
         )
-        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+        async with running(cfg) as gw, client() as s:
             res = await asyncio.gather(*(complete(s, gw, max_tokens=100) for _ in range(12)))
             return [r[0] for r in res]
 
@@ -191,7 +200,7 @@ def test_fair_share_light_tenant_is_not_starved(engine: EmbeddedServer, tmp_path
             tenants=[{"name": "heavy", "keys": [hash_key(heavy)]},
                      {"name": "light", "keys": [hash_key(light)]}],
         )  # fmt: skip
-        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+        async with running(cfg) as gw, client() as s:
             loop = asyncio.get_running_loop()
             done: dict[str, list[float]] = {"heavy": [], "light": []}
             t0 = loop.time()
@@ -225,7 +234,7 @@ def test_bad_bodies_are_4xx(engine: EmbeddedServer, tmp_path: Path) -> None:
     async def main() -> None:
         cfg = gateway_config(tmp_path, groups=[{"name": "g", "urls": [engine.base_url]}],
                              max_body_bytes=4096)  # fmt: skip
-        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+        async with running(cfg) as gw, client() as s:
             for raw in [*cases, b'{"model": "m", "prompt": "' + b"x" * 5000 + b'"}']:
                 async with s.post(url(gw), data=raw) as r:
                     assert 400 <= r.status < 500, (raw[:60], r.status)

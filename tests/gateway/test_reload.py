@@ -6,8 +6,7 @@ import asyncio
 import signal
 from pathlib import Path
 
-import aiohttp
-from harness import MODEL, sim
+from harness import MODEL, client, sim
 from test_replicas_redis import start_gateway, stop
 
 from servetune.gateway.audit import read_audit
@@ -30,7 +29,7 @@ def test_sighup_reload_keeps_streams(tmp_path: Path) -> None:
     try:
 
         async def main() -> None:
-            async with aiohttp.ClientSession() as s:
+            async with client() as s:
                 base = f"http://127.0.0.1:{port}/v1/completions"
                 body = {"model": MODEL, "prompt": "x y z", "max_tokens": 400, "stream": True}
 
@@ -78,7 +77,7 @@ def test_invalid_reload_keeps_the_running_configuration(tmp_path: Path) -> None:
 
         async def main() -> int:
             await asyncio.sleep(1.0)
-            async with aiohttp.ClientSession() as s:
+            async with client() as s:
                 body = {"model": MODEL, "prompt": "x", "max_tokens": 2}
                 async with s.post(f"http://127.0.0.1:{port}/v1/completions", json=body,
                                   headers={"Authorization": f"Bearer {key}"}) as r:  # fmt: skip

@@ -6,12 +6,13 @@ import asyncio
 import re
 import subprocess
 import sys
+import threading
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
-import aiohttp
 import pytest
-from harness import MODEL, sim
+from harness import MODEL, client, sim
 
 from conftest import RedisServer
 from servetune.sim.embedded import EmbeddedServer
@@ -19,23 +20,39 @@ from servetune.sim.embedded import EmbeddedServer
 _LISTEN = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 
 
+START_S = 60.0
+"""A gateway process prints its address within this (imports on a loaded box take seconds)."""
+
+
 def start_gateway(args: list[str], tmp: Path) -> tuple[subprocess.Popen[str], int]:
+    """A ``servetune gateway`` process; its output is read to the end by a thread (a full
+    pipe would block the gateway's logging, and so its event loop)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "servetune.cli", "gateway", "--listen", "127.0.0.1:0",
          "--audit-log", str(tmp / "audit.jsonl"), "--log-level", "warning", *args],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
-    assert proc.stdout is not None
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        m = _LISTEN.search(line)
-        if m:
-            return proc, int(m.group(1))
-        if len(lines) > 50:
-            break
-    proc.kill()
-    raise RuntimeError("gateway did not start:\n" + "".join(lines))
+    lines: deque[str] = deque(maxlen=200)
+    port: list[int] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            m = _LISTEN.search(line)
+            if m and not port:
+                port.append(int(m.group(1)))
+                ready.set()
+        ready.set()  # the output ended: the process exited
+
+    threading.Thread(target=read, daemon=True).start()
+    if ready.wait(START_S) and port:
+        return proc, port[0]
+    stop(proc)
+    raise RuntimeError(
+        f"gateway did not start within {START_S:g} s (exit code {proc.poll()}):\n" + "".join(lines)
+    )
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
@@ -80,7 +97,7 @@ def replicas(
 
 
 async def spread(ports: list[int], n: int, max_tokens: int = 8) -> list[int]:
-    async with aiohttp.ClientSession() as s:
+    async with client() as s:
 
         async def one(i: int) -> int:
             body = {

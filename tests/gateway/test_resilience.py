@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from harness import gateway_config, running, url
+from harness import client, gateway_config, running, url
 
 from conftest import free_port
 
@@ -35,7 +35,7 @@ def test_dead_upstream_is_retried_around_and_its_circuit_opens(
                      "adaptive": False}],
             breaker={"failures": 2, "cooldown_s": 30},
         )  # fmt: skip
-        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+        async with running(cfg) as gw, client() as s:
             codes = [(await post(s, url(gw)))[0] for _ in range(10)]
             assert codes == [200] * 10  # the dead one fails before any byte: retried
             dead_up = next(u for u in gw.pools["g"].upstreams if u.url == dead)
@@ -61,7 +61,7 @@ def test_upstream_500_before_the_first_byte_is_retried_not_after(
                     {"name": "c", "urls": [cut.base_url], "weight": 0}],
             retries=2,
         )  # fmt: skip
-        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+        async with running(cfg) as gw, client() as s:
             for _ in range(6):
                 status, body = await post(s, url(gw))
                 assert status == 200 and body.rstrip().endswith(b"[DONE]")
@@ -80,7 +80,7 @@ def test_idle_stream_ends_with_an_error_event(scripted: Callable[..., Any], tmp_
         cfg = gateway_config(
             tmp_path, groups=[{"name": "g", "urls": [slow.base_url]}], timeouts={"idle_s": 0.5}
         )
-        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+        async with running(cfg) as gw, client() as s:
             loop = asyncio.get_running_loop()
             t0 = loop.time()
             status, body = await post(s, url(gw))
