@@ -13,7 +13,7 @@ from tests.diagnose.dx_scenarios import SCENARIOS, run_scenario
 from servetune.diagnose import Diagnosis, diagnose_path
 from servetune.diagnose.actions import apply_action
 from servetune.diagnose.evaluate import TAIL_EXPLAINED_BY, evaluate
-from servetune.diagnose.figures import Figures
+from servetune.diagnose.figure_table import Figures
 from servetune.metrics.timeline import TAIL_RATIO
 
 ScenarioDir = Callable[[str], Path]

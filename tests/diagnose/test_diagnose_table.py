@@ -10,12 +10,9 @@ from servetune.diagnose.actions import ACTIONS, build_action, engine_flags
 from servetune.diagnose.conditions import AnyOf, Cond, fmt_ms, render, template_fields
 from servetune.diagnose.doctor import DOCTOR_RULES
 from servetune.diagnose.evaluate import evaluate, evaluate_rule, needs
-from servetune.diagnose.figures import (
-    FIGURES,
-    GPU_UTIL_MISSING,
-    Figures,
-    compute_figures,
-)
+from servetune.diagnose.figure_table import FIGURES, Figures
+from servetune.diagnose.figures import compute_figures
+from servetune.diagnose.figures_server import GPU_UTIL_MISSING
 from servetune.diagnose.knobs import KnownConfig
 from servetune.diagnose.rules import RULES, Rule
 from servetune.knobs import flag as knob_flag

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from servetune.diagnose.conditions import fmt_num, fmt_value, render
-from servetune.diagnose.figures import Figures
+from servetune.diagnose.figure_table import Figures
 from servetune.diagnose.knobs import KnownConfig
 from servetune.diagnose.model import Action
 from servetune.errors import ServetuneError

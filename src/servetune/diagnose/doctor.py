@@ -29,7 +29,7 @@ from typing import Any
 from servetune.diagnose.actions import PROCEDURE, build_action, engine_flags
 from servetune.diagnose.conditions import Cond, fmt_num
 from servetune.diagnose.evaluate import evaluate_rule, rank
-from servetune.diagnose.figures import Figures
+from servetune.diagnose.figure_table import Figures
 from servetune.diagnose.knobs import from_engine_config, planner_fields
 from servetune.diagnose.model import Action, Diagnosis, Finding
 from servetune.diagnose.rules import RULES_BY_ID, Rule

@@ -9,7 +9,9 @@ from typing import Any
 from servetune.diagnose.actions import PROCEDURE, build_action
 from servetune.diagnose.conditions import Condition, fmt_ms, render, template_fields
 from servetune.diagnose.failures import gate_run
-from servetune.diagnose.figures import MIN_SAMPLES, Figures, compute_figures, read_series_tolerant
+from servetune.diagnose.figure_table import Figures
+from servetune.diagnose.figures import compute_figures
+from servetune.diagnose.figures_server import MIN_SAMPLES, read_series_tolerant
 from servetune.diagnose.knobs import KnownConfig, known_config
 from servetune.diagnose.model import KIND_ORDER, Confidence, Diagnosis, Finding, FindingKind
 from servetune.diagnose.rules import (
@@ -50,7 +52,7 @@ def needs(rule: Rule) -> list[str]:
 
 
 def _known_figures() -> set[str]:
-    from servetune.diagnose.figures import FIGURES
+    from servetune.diagnose.figure_table import FIGURES
 
     return set(FIGURES)
 

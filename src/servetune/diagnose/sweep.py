@@ -12,7 +12,7 @@ from servetune.diagnose.actions import PROCEDURE, build_action
 from servetune.diagnose.conditions import fmt_ms, fmt_num
 from servetune.diagnose.evaluate import diagnose_run, rank
 from servetune.diagnose.failures import sweep_failure_finding
-from servetune.diagnose.figures import Figures
+from servetune.diagnose.figure_table import Figures
 from servetune.diagnose.knobs import KnownConfig
 from servetune.diagnose.model import Action, Diagnosis, Finding, LevelDiagnosis
 from servetune.diagnose.rules import CAUSES, NEAR_CEILING

@@ -30,7 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from servetune.diagnose.evaluate import evaluate, run_diagnosis
-from servetune.diagnose.figures import Figures, _derived, _knobs, _server, read_series_tolerant
+from servetune.diagnose.figure_table import Figures
+from servetune.diagnose.figures_config import derived_figures, knob_figures
+from servetune.diagnose.figures_server import read_series_tolerant, server_figures
 from servetune.diagnose.knobs import KnownConfig
 from servetune.diagnose.model import Diagnosis, Finding
 from servetune.diagnose.rules import RULES, Rule
@@ -122,8 +124,8 @@ def window_figures(
         server=ServerInfo(summary=dict(server_summary or {})),
     )
     fig = Figures(config=known or KnownConfig(), label="window")
-    _knobs(fig, shim)
-    _server(fig, shim, samples, None)
+    knob_figures(fig, shim)
+    server_figures(fig, shim, samples, None)
     no_client = "no per-request records: a window of server metrics has no prompt lengths"
     fig.put("completed", completed)
     if finished:
@@ -177,7 +179,7 @@ def window_figures(
     fig.miss("served_deficit_z", "no per-request records (the in-flight trend judges instead)")
     if not math.isnan(dur):
         fig.put("duration_s", dur)
-    _derived(fig, shim)
+    derived_figures(fig, shim)
     return fig
 
 

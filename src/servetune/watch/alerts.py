@@ -23,7 +23,7 @@ import yaml
 
 from servetune.diagnose.actions import ACTIONS
 from servetune.diagnose.conditions import Cond, Condition
-from servetune.diagnose.figures import KNOB_FIGURES
+from servetune.diagnose.figures_config import KNOB_FIGURES
 from servetune.diagnose.rules import RULES, Rule
 from servetune.diagnose.window import CLIENT_RULES
 from servetune.watch.promql import BY, Promql
