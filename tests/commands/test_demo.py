@@ -43,8 +43,12 @@ def test_demo_runs_the_whole_procedure(tmp_path: Path, capsys: pytest.CaptureFix
     assert live.target.base_url.startswith("http://127.0.0.1:")
 
     # the closing lines agree with the files
-    knee = re.search(r"^knee: ≈([\d.]+) req/s offered", text, re.M)
-    assert knee is not None and float(knee.group(1)) == pytest.approx(sweep.knee.offered, abs=0.05)
+    knee = re.search(r"^knee: ≈([\d.]+) req/s served, ([\d.]+) req/s offered", text, re.M)
+    assert knee is not None and sweep.knee.throughput is not None
+    assert float(knee.group(1)) == pytest.approx(sweep.knee.throughput, abs=0.005)
+    assert float(knee.group(2)) == pytest.approx(sweep.knee.offered, abs=0.005)
+    # one figure for the knee in the whole output: the step, the diagnosis and this line
+    assert f"≈{sweep.knee.throughput:.2f} req/s" in text.split("== 6.")[0]
     assert re.search(r"^comfortable concurrency: ≈\d+ requests in flight", text, re.M)
     assert re.search(r"^diagnosis: \S", text, re.M)
     assert f"report: {(out / 'sweep' / 'report.html').resolve()}" in text

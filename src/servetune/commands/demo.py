@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     _say("\n" + "=" * 72)
     if knee is not None and knee.offered is not None:
         _say(
-            f"knee: ≈{knee.offered:.1f} req/s offered ({knee.throughput or 0:.1f} req/s served)"
+            f"knee: ≈{knee.throughput or 0:.2f} req/s served, {knee.offered:.2f} req/s offered"
             " — rate-limit there"
         )
     if conc is not None:
