@@ -45,10 +45,10 @@ from servetune.gateway.breaker import Breaker
 from servetune.gateway.canary import Observation
 from servetune.gateway.config import GatewayConfig, TenantLimits, host_port, load_config
 from servetune.gateway.exposition import GatewayMetrics, labels
+from servetune.gateway.flight import Attempt, Flight, Prepared, retry_after
 from servetune.gateway.keys import KeyRing, parse_hashed, read_key_file
-from servetune.gateway.pool import Pool, QueueRefusal, Router, Slot, Upstream
+from servetune.gateway.pool import Pool, Router, Slot, Upstream
 from servetune.gateway.redis_state import RedisState, replica_id
-from servetune.gateway.relay import Relay, UpstreamLost
 from servetune.gateway.requests import (
     ENDPOINTS,
     BadRequest,
@@ -66,7 +66,6 @@ from servetune.http import Router as HTTPRouter
 log = logging.getLogger("servetune.gateway")
 
 DEFAULT_TENANT = "default"
-_RETRY_STATUSES = (500, 502, 503, 504)
 _SYNC_S = 0.5
 _STREAM_HEADERS = [(b"Cache-Control", b"no-cache"), (b"X-Accel-Buffering", b"no")]
 
@@ -91,27 +90,6 @@ def _with_usage_option(raw: bytes) -> bytes:
     return _USAGE_OPTION + raw[raw.index(b"{") + 1 :]
 
 
-def _retry_after(seconds: float | None) -> list[tuple[bytes, bytes]]:
-    if seconds is None:
-        return []
-    return [(b"Retry-After", b"%d" % max(1, math.ceil(seconds)))]
-
-
-class _Attempt:
-    """What one request ended with (for settlement, metrics and the canary)."""
-
-    __slots__ = ("code", "error", "first_ns", "output", "prompt", "sent_ns", "usage_exact")
-
-    def __init__(self) -> None:
-        self.code = 0
-        self.error = False
-        self.first_ns = 0
-        self.sent_ns = 0
-        self.prompt = 0
-        self.output = 0
-        self.usage_exact = False
-
-
 class Gateway:
     def __init__(
         self, cfg: GatewayConfig, config_path: str | None = None, store: q.QuotaStore | None = None
@@ -132,6 +110,10 @@ class Gateway:
             self.store = self.redis
         else:
             self.store = q.MemoryQuota()
+        self._memory: q.MemoryQuota | None = (
+            self.store if isinstance(self.store, q.MemoryQuota) else None
+        )
+        """The in-memory quota, reserved and settled synchronously (None: a shared store)."""
         self.audit = AuditLog(cfg.audit_log, self.replica)
         self.router = Router({})
         self.rollouts = RolloutControl(
@@ -208,6 +190,7 @@ class Gateway:
             del self.upstreams[gone]  # in-flight requests keep their reference
         self.cfg = cfg
         self._heads: dict[tuple[Upstream, str], bytes] = {}
+        self._group_heads: dict[str, list[tuple[bytes, bytes]]] = {}
         self.keys = ring
         self.tenants = tenants
         self.pools = pools
@@ -372,29 +355,59 @@ class Gateway:
         status: int,
         message: str,
         type_: str,
-        retry_after: float | None = None,
+        retry_after_s: float | None = None,
     ) -> None:
         self.metrics.reject(tenant, reason)
         self.metrics.requests[(tenant, "", str(status))] += 1
-        ex.respond(status, error_body(message, type_, reason), headers=_retry_after(retry_after))
+        ex.respond(status, error_body(message, type_, reason), headers=retry_after(retry_after_s))
 
     # -- the generation path -----------------------------------------------------------------
     def _generate(self, ex: Exchange) -> Awaitable[None] | None:
-        """Refusals that need no body are answered here, at once (no task); the rest goes on
-        in :meth:`_admit`."""
+        """Checks, reservation and the send run here, in the server's callback; a request
+        continues on callbacks (:class:`~servetune.gateway.flight.Flight`) unless it has to
+        wait, and only then as a task."""
         tenant = self._authenticate(ex)
         if tenant is None:
             return None
-        store = self.store
-        if isinstance(store, q.MemoryQuota) and not tenant.quota.unlimited:
-            # one event loop: the same check at reservation cannot see another answer
-            refused = store.at_limit(tenant.name, tenant.quota)
+        mem = self._memory
+        if mem is not None and not tenant.quota.unlimited:
+            # refused before its body is read: a flooding tenant's 429s cost no parsing
+            refused = mem.at_limit(tenant.name, tenant.quota)
             if refused is not None:
                 self._quota_refused(ex, tenant.name, refused)
                 return None
-        return self._admit(ex, tenant)
+        prep = self._prepare(ex, tenant)
+        if prep is None:
+            return None
+        if mem is None:
+            return self._admit_shared(ex, tenant, prep)
+        res = None
+        if not tenant.quota.unlimited:
+            # one event loop: nothing can interleave between the check and the take
+            got = mem.reserve_now(tenant.name, tenant.quota, prep.reserve)
+            if isinstance(got, q.Refusal):
+                self._quota_refused(ex, tenant.name, got)
+                return None
+            res = got
+        return Flight(self, ex, tenant, prep, res, mem.settle_now).start()
 
-    async def _admit(self, ex: Exchange, tenant: TenantRuntime) -> None:
+    async def _admit_shared(self, ex: Exchange, tenant: TenantRuntime, prep: Prepared) -> None:
+        """The same with a shared store (Redis): its reservation and settlement are awaited."""
+        res = None
+        if not tenant.quota.unlimited:
+            got = await self.store.reserve(tenant.name, tenant.quota, prep.reserve)
+            if isinstance(got, q.Refusal):
+                return self._quota_refused(ex, tenant.name, got)
+            res = got
+        flight = Flight(self, ex, tenant, prep, res, None)
+        try:
+            await flight.run()
+        finally:
+            if res is not None:
+                await self.store.settle(res, flight.used)
+
+    def _prepare(self, ex: Exchange, tenant: TenantRuntime) -> Prepared | None:
+        """Body, input count and caps checked; the bytes to send. None after a refusal."""
         name = tenant.name
         lim = tenant.limits
         try:
@@ -404,12 +417,12 @@ class Gateway:
             ex.respond(
                 exc.status, error_body(exc.message, "invalid_request_error", None, exc.param)
             )
-            return
+            return None
         body = parsed.body
         n_in = self.default_counter.count(parsed)
         if lim.max_input_tokens is not None and n_in > lim.max_input_tokens:
             how = "counted" if self.default_counter.exact else "estimated"
-            return self._refuse(
+            self._refuse(
                 ex,
                 name,
                 "input_too_long",
@@ -417,6 +430,7 @@ class Gateway:
                 f"the prompt has {n_in} tokens ({how}); this key's limit is {lim.max_input_tokens}",
                 "invalid_request_error",
             )
+            return None
         headers: list[tuple[bytes, bytes]] = []
         max_tokens = parsed.max_tokens
         if (
@@ -425,7 +439,7 @@ class Gateway:
             and (max_tokens is None or max_tokens > lim.max_tokens)
         ):
             if max_tokens is not None and lim.max_tokens_policy == "refuse":
-                return self._refuse(
+                self._refuse(
                     ex,
                     name,
                     "max_tokens_over_cap",
@@ -433,6 +447,7 @@ class Gateway:
                     f"max_tokens {max_tokens} is over this key's cap of {lim.max_tokens}",
                     "invalid_request_error",
                 )
+                return None
             if max_tokens is not None:
                 headers.append((b"x-servetune-max-tokens-clamped", b"%d" % lim.max_tokens))
             max_tokens = lim.max_tokens
@@ -440,9 +455,8 @@ class Gateway:
             body.pop("max_completion_tokens", None)
             parsed.modified = True
         out_reserve = 0 if parsed.endpoint == "embeddings" else (max_tokens or 0) * parsed.choices
-        reserve_tokens = n_in + out_reserve
         if tenant.quota.tpm and parsed.endpoint != "embeddings" and max_tokens is None:
-            return self._refuse(
+            self._refuse(
                 ex,
                 name,
                 "max_tokens_required",
@@ -451,12 +465,7 @@ class Gateway:
                 "prompt + max_tokens before sending the request)",
                 "invalid_request_error",
             )
-        if not tenant.quota.unlimited:
-            res = await self.store.reserve(name, tenant.quota, reserve_tokens)
-            if isinstance(res, q.Refusal):
-                return self._quota_refused(ex, name, res)
-        else:
-            res = None
+            return None
         strip_usage = False
         payload = ex.body
         if parsed.stream and not parsed.usage_asked and parsed.endpoint != "embeddings":
@@ -469,28 +478,7 @@ class Gateway:
                 parsed.modified = True
         if parsed.modified:
             payload = orjson.dumps(body)
-        att = _Attempt()
-        group = ""
-        step = self._canary_step()
-        try:
-            group = self.router.pick(self._healthy())
-            await self._forward(
-                ex, tenant, payload, group, reserve_tokens, strip_usage, headers, att
-            )
-        finally:
-            used: int | None
-            if att.usage_exact:
-                used = att.prompt + att.output
-            elif att.sent_ns:
-                used = n_in + att.output  # no usage from the engine: counted chunks
-            else:
-                used = 0  # never reached an engine
-            if res is not None:
-                await self.store.settle(res, used)
-            fair = self.pools.get(group)
-            if fair is not None and att.sent_ns and used != reserve_tokens:
-                fair.queue.charge(name, tenant.weight, used - reserve_tokens)
-            self._record(name, group, att, ex.arrival_ns, n_in, step)
+        return Prepared(payload, n_in, n_in + out_reserve, strip_usage, headers)
 
     def _quota_refused(self, ex: Exchange, name: str, res: q.Refusal) -> None:
         if res.reason == "tpm_too_large":
@@ -505,131 +493,6 @@ class Gateway:
         if all(u.breaker.state == "closed" for p in pools.values() for u in p.upstreams):
             return None
         return {n: p.healthy() for n, p in pools.items()}
-
-    async def _forward(
-        self,
-        ex: Exchange,
-        tenant: TenantRuntime,
-        payload: bytes,
-        group: str,
-        cost: int,
-        strip_usage: bool,
-        headers: list[tuple[bytes, bytes]],
-        att: _Attempt,
-    ) -> None:
-        pool = self.pools[group]
-        qcost = float(cost)  # fair-queueing cost: the tokens reserved
-        try:
-            slot = await self._acquire(pool, tenant, qcost)
-        except QueueRefusal as exc:
-            status = 503 if exc.reason == "no_upstream" else 429
-            type_ = "server_error" if status == 503 else "requests"
-            # counted by _refuse; att.code stays 0 so that _record does not count it again
-            self._refuse(ex, tenant.name, exc.reason, status, exc.message, type_, exc.retry_after_s)
-            return
-        if slot.queued_s > 0:
-            self.metrics.observe_queue(tenant.name, slot.queued_s)
-        upstream = slot.upstream
-        tried: list[Upstream] = []
-        last_error = ""
-        attempts = 0
-        t_start = time.perf_counter()
-        while True:
-            relay, error = await self._try(ex, upstream, payload, strip_usage)
-            if (
-                relay is not None
-                and relay.status in _RETRY_STATUSES
-                and attempts < self.cfg.retries
-            ):
-                relay.conn.abort()
-                error = f"HTTP {relay.status}"
-                relay = None
-            if relay is not None:
-                break
-            # failed before the first byte: count it, free the slot, try another upstream
-            last_error = error
-            kind = "status" if error.startswith("HTTP") else "connect"
-            self.metrics.failures[(upstream.url, kind)] += 1
-            upstream.breaker.failure()
-            pool.release(upstream)
-            tried.append(upstream)
-            attempts += 1
-            if attempts > self.cfg.retries:
-                att.code = 502
-                att.error = True
-                ex.respond(
-                    502,
-                    error_body(
-                        f"upstream failed before answering ({last_error}); "
-                        f"tried {attempts} time(s)",
-                        "upstream_error",
-                        "upstream_unavailable",
-                    ),
-                )
-                return
-            self.metrics.retries[upstream.url] += 1
-            nxt = pool.try_acquire(avoid=tried)
-            if nxt is None:
-                try:
-                    nxt = (await self._acquire(pool, tenant, qcost, tried)).upstream
-                except QueueRefusal as exc:
-                    att.code = 503
-                    att.error = True
-                    ex.respond(
-                        503,
-                        error_body(
-                            f"{exc.message} (after: {last_error})", "server_error", exc.reason
-                        ),
-                        headers=_retry_after(exc.retry_after_s),
-                    )
-                    return
-            upstream = nxt
-        # committed to this upstream's answer
-        att.sent_ns = relay.last_ns or time.perf_counter_ns()
-        att.code = relay.status
-        ok = True
-        try:
-            if relay.sse:
-                relay.commit_stream(
-                    [*_STREAM_HEADERS, (b"x-servetune-group", group.encode()), *headers]
-                )
-                ok = await relay.done
-            else:
-                ok = await relay.done
-                ctype = next(
-                    (v for k, v in relay.headers if k == b"content-type"), b"application/json"
-                )
-                data = relay.body()
-                if ok:
-                    ex.respond(
-                        relay.status,
-                        data,
-                        ctype,
-                        [(b"x-servetune-group", group.encode()), *headers],
-                    )
-                    self._usage_from_json(data, att)
-                else:
-                    att.code = 502
-                    ex.respond(502, error_body(relay.end_reason, "upstream_error", "upstream_cut"))
-        except asyncio.CancelledError:
-            relay.cancel()  # the client left: the engine aborts the request
-            upstream.breaker.neutral()
-            att.code = 499
-            self._settle_stream(relay, att)
-            pool.release(upstream, time.perf_counter() - t_start)
-            raise
-        if relay.status >= 500 or not ok:
-            upstream.breaker.failure()
-            att.error = True
-        else:
-            upstream.breaker.success()
-        if relay.sse:
-            self._settle_stream(relay, att)
-        if ok and relay.conn.keep:
-            self._conns(upstream).put(relay.conn)
-        else:
-            relay.conn.abort()
-        pool.release(upstream, time.perf_counter() - t_start)
 
     def _acquire(
         self, pool: Pool, tenant: TenantRuntime, cost: float, avoid: list[Upstream] | None = None
@@ -646,43 +509,19 @@ class Gateway:
             avoid=avoid or (),
         )
 
-    async def _try(
-        self, ex: Exchange, u: Upstream, payload: bytes, strip_usage: bool
-    ) -> tuple[Relay | None, str]:
-        """Send the request; (relay with its head in, "") or (None, why it failed)."""
-        conns = self._conns(u)
-        head = self._heads.get((u, ex.path))
+    def _stream_headers(self, group: str) -> list[tuple[bytes, bytes]]:
+        """The headers a stream from ``group`` is answered with (built once per group)."""
+        h = self._group_heads.get(group)
+        if h is None:
+            h = [*_STREAM_HEADERS, (b"x-servetune-group", group.encode())]
+            self._group_heads[group] = h
+        return h
+
+    def _request_bytes(self, u: Upstream, path: str, payload: bytes) -> bytes:
+        head = self._heads.get((u, path))
         if head is None:
-            head = self._heads[(u, ex.path)] = self._request_head(u, ex.path)
-        data = b"%s%d\r\n\r\n%s" % (head, len(payload), payload)
-        for fresh_retry in (False, True):
-            try:
-                conn, reused = await conns.get()
-            except (OSError, TimeoutError) as exc:
-                return None, f"connect to {u.host}:{u.port} failed ({exc or 'timeout'})"
-            relay = Relay(ex, conn, strip_usage, self.cfg.timeouts.idle_s)
-            relay.last_ns = time.perf_counter_ns()
-            conn.send(data, relay)
-            timer = asyncio.get_running_loop().call_later(
-                self.cfg.timeouts.first_byte_s, relay.head_timeout
-            )
-            try:
-                await relay.head
-                return relay, ""
-            except UpstreamLost as exc:
-                conn.abort()
-                if reused and not fresh_retry:
-                    continue  # an idle connection the server had closed: once more, fresh
-                return None, exc.detail
-            except TimeoutError:
-                conn.abort()
-                return None, f"no response head within {self.cfg.timeouts.first_byte_s:g} s"
-            except asyncio.CancelledError:
-                conn.abort()
-                raise
-            finally:
-                timer.cancel()
-        return None, "unreachable"  # pragma: no cover
+            head = self._heads[(u, path)] = self._request_head(u, path)
+        return b"%s%d\r\n\r\n%s" % (head, len(payload), payload)
 
     def _request_head(self, u: Upstream, path: str) -> bytes:
         """The request head to ``u`` for ``path`` up to the Content-Length value (the same
@@ -697,34 +536,8 @@ class Gateway:
             head += b"Authorization: Bearer %s\r\n" % key.encode()
         return head + b"Content-Length: "
 
-    @staticmethod
-    def _settle_stream(relay: Relay, att: _Attempt) -> None:
-        att.first_ns = relay.first_token_ns
-        u = relay.usage
-        if u is not None:
-            att.prompt = int(u.get("prompt_tokens") or 0)
-            att.output = int(u.get("completion_tokens") or 0)
-            att.usage_exact = True
-        else:
-            att.output = max(0, relay.events - 1) if relay.events else 0
-
-    @staticmethod
-    def _usage_from_json(data: bytes, att: _Attempt) -> None:
-        att.first_ns = time.perf_counter_ns()
-        if b'"usage"' not in data:
-            return
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return
-        u = obj.get("usage") if isinstance(obj, dict) else None
-        if isinstance(u, dict):
-            att.prompt = int(u.get("prompt_tokens") or 0)
-            att.output = int(u.get("completion_tokens") or 0)
-            att.usage_exact = True
-
     def _record(
-        self, tenant: str, group: str, att: _Attempt, arrival_ns: int, n_in: int, step: int | None
+        self, tenant: str, group: str, att: Attempt, arrival_ns: int, n_in: int, step: int | None
     ) -> None:
         if att.code == 0 or not group:
             return

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -68,6 +68,23 @@ def _token_piece(data: bytes) -> bool:
     return b'"role"' not in data or data.count(b"data:") > 1
 
 
+class RelayOwner(Protocol):
+    """Who a relay reports to (:class:`~servetune.gateway.flight.Flight`), from inside the
+    upstream connection's callbacks."""
+
+    def head_in(self) -> None:
+        """The response head is in (``status``, ``headers``, ``sse`` are set)."""
+        ...
+
+    def head_failed(self, exc: Exception) -> None:
+        """No head: :class:`UpstreamLost` or ``TimeoutError`` (the first-byte deadline)."""
+        ...
+
+    def relay_ended(self, ok: bool) -> None:
+        """The body ended (``ok``) or was cut or idle (not called after :meth:`Relay.cancel`)."""
+        ...
+
+
 class Relay:
     __slots__ = (
         "_ending",
@@ -78,15 +95,17 @@ class Relay:
         "_timer",
         "committed",
         "conn",
-        "done",
         "end_reason",
+        "ended",
         "events",
         "ex",
         "first_token_ns",
-        "head",
+        "head_seen",
         "headers",
         "idle_s",
         "last_ns",
+        "ok",
+        "owner",
         "sse",
         "status",
         "strip_usage",
@@ -94,16 +113,23 @@ class Relay:
     )
 
     def __init__(
-        self, ex: Exchange, conn: UpstreamConnection, strip_usage: bool, idle_s: float
+        self,
+        ex: Exchange,
+        conn: UpstreamConnection,
+        strip_usage: bool,
+        idle_s: float,
+        owner: RelayOwner | None = None,
     ) -> None:
-        loop = asyncio.get_running_loop()
         self.ex = ex
         self.conn = conn
         self.strip_usage = strip_usage
         self.idle_s = idle_s
-        self.head: asyncio.Future[int] = loop.create_future()
-        self.done: asyncio.Future[bool] = loop.create_future()
-        """True: the body ended normally; False: cut (``end_reason`` says why)."""
+        self.owner = owner
+        """Told of the head (or its failure) and of the end, synchronously."""
+        self.head_seen = False
+        self.ended = False
+        self.ok = False
+        """Once ended — True: the body ended normally; False: cut (``end_reason`` says why)."""
         self.end_reason = ""
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
@@ -130,12 +156,16 @@ class Relay:
             if k == b"content-type":
                 self.sse = v.startswith(b"text/event-stream")
                 break
-        if not self.head.done():
-            self.head.set_result(status)
+        if not self.head_seen:
+            self.head_seen = True
+            if self.owner is not None:
+                self.owner.head_in()
 
     def head_timeout(self) -> None:
-        if not self.head.done():
-            self.head.set_exception(TimeoutError())
+        if not self.head_seen and not self.ended:
+            self.head_seen = True
+            if self.owner is not None:
+                self.owner.head_failed(TimeoutError())
 
     def on_body(self, data: bytes) -> None:
         if not self.committed or not self.sse:
@@ -147,8 +177,10 @@ class Relay:
         self._finish(True, "")
 
     def on_lost(self, meaning: str, error: str) -> None:
-        if not self.head.done():
-            self.head.set_exception(UpstreamLost("reset", f"{error} before the response head"))
+        if not self.head_seen:
+            self.head_seen = True
+            if self.owner is not None:
+                self.owner.head_failed(UpstreamLost("reset", f"{error} before the response head"))
             return
         if meaning == "complete":  # a body framed by the close itself
             self._finish(True, "")
@@ -165,12 +197,12 @@ class Relay:
         parts, self._parts = self._parts, []
         for p in parts:
             self._pass(p)
-        if self.done.done():
+        if self.ended:
             self._ending = True
             if self._rest and self.strip_usage:
                 self._out.append(self._rest)
                 self._rest = b""
-            if not self.done.result():
+            if not self.ok:
                 self._out.append(error_event(self.end_reason, "upstream_error", 502))
         else:
             self._arm_idle()
@@ -252,7 +284,7 @@ class Relay:
 
     def _idle_check(self) -> None:
         self._timer = None
-        if self.done.done():
+        if self.ended:
             return
         left = self.idle_s - (time.perf_counter_ns() - self.last_ns) / 1e9
         if left > 0:
@@ -262,23 +294,25 @@ class Relay:
         self._finish(False, f"the upstream sent nothing for {self.idle_s:g} s", idle=True)
 
     def _finish(self, ok: bool, reason: str, idle: bool = False) -> None:
-        if self.done.done():
+        if self.ended:
             return
         self.end_reason = reason
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self.done.set_result(ok)
-        if not (self.committed and self.sse):
-            return
-        if not ok:
-            kind = "upstream_idle_timeout" if idle else "upstream_error"
-            self._out.append(error_event(reason, kind, 504 if idle else 502))
-        elif self._rest and self.strip_usage:
-            self._out.append(self._rest)
-            self._rest = b""
-        self._ending = True
-        self.flush()
+        self.ended = True
+        self.ok = ok
+        if self.committed and self.sse:
+            if not ok:
+                kind = "upstream_idle_timeout" if idle else "upstream_error"
+                self._out.append(error_event(reason, kind, 504 if idle else 502))
+            elif self._rest and self.strip_usage:
+                self._out.append(self._rest)
+                self._rest = b""
+            self._ending = True
+            self.flush()
+        if self.owner is not None:
+            self.owner.relay_ended(ok)
 
     def body(self) -> bytes:
         parts, self._parts = self._parts, []
@@ -290,6 +324,7 @@ class Relay:
             self._timer.cancel()
             self._timer = None
         self.conn.abort()
-        if not self.done.done():
+        if not self.ended:
             self.end_reason = "the client disconnected"
-            self.done.set_result(False)
+            self.ended = True
+            self.ok = False

@@ -127,12 +127,20 @@ class ConnectionPool:
         self.idle: list[UpstreamConnection] = []
         self.open = 0
 
-    async def get(self) -> tuple[UpstreamConnection, bool]:
-        """(a connection, whether it was reused)."""
-        while self.idle:
-            conn = self.idle.pop()
+    def take(self) -> UpstreamConnection | None:
+        """An idle connection, if one is open (the most recently used)."""
+        idle = self.idle
+        while idle:
+            conn = idle.pop()
             if not conn.closed and conn.transport is not None and not conn.in_response:
-                return conn, True
+                return conn
+        return None
+
+    async def get(self) -> tuple[UpstreamConnection, bool]:
+        """(a connection, whether it was reused): an idle one, else a new one."""
+        conn = self.take()
+        if conn is not None:
+            return conn, True
         loop = asyncio.get_running_loop()
         _, proto = await asyncio.wait_for(
             loop.create_connection(lambda: UpstreamConnection(self), self.host, self.port),

@@ -1,0 +1,542 @@
+"""One generation request after its checks: a slot, the upstream, the answer, the settlement.
+
+A :class:`Flight` starts once the request has been checked and its quota reserved (see
+:mod:`servetune.gateway.app`). It runs on callbacks, not on a task, whenever nothing has to
+wait: with a free slot and an idle kept-alive connection, the request is sent from the
+client's ``data_received`` and the answer passed on from the upstream's ``data_received``
+(:class:`~servetune.gateway.relay.Relay` calls :meth:`Flight.head_in` and
+:meth:`Flight.relay_ended`) — the two wake-ups any proxy hop costs, and no event-loop round
+between them. Whatever must wait — a place in the fair queue, a new connection, a Redis round
+trip, a retry that finds no free slot — waits in a task (the HTTP server's for the request, or
+the flight's own for a retry) and hands back to the same callbacks. So there is one path,
+whichever way a request gets through:
+
+1. **slot** — ``Pool.try_acquire`` (charged to the fair queue), else a wait in the queue
+   (429/503 past its deadline or bound: nothing was sent, the reservation is given back);
+2. **send** — on an idle connection, else a new one; the first-byte deadline is a timer;
+3. **head** — a 500/502/503/504, a reset, a connect error or the deadline before the head
+   count against the upstream's circuit and are retried elsewhere (``retries``), never after;
+   a reused connection that the server had closed is replaced once by a fresh one, which is
+   not a failure;
+4. **answer** — a stream is committed at once and passed through as it arrives; a whole body
+   is answered when it is in;
+5. **end** — the breaker told, the connection back to the pool (kept alive) or closed, the
+   slot freed, the reservation settled to the engine's usage, the fair queue charged the
+   difference, metrics and the canary's observation recorded — exactly once, also when the
+   client leaves (the upstream request is then closed so the engine aborts it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from servetune.gateway.pool import QueueRefusal, Upstream
+from servetune.gateway.relay import Relay, UpstreamLost
+from servetune.gateway.requests import error_body
+from servetune.gateway.upstream import UpstreamConnection
+from servetune.http import Exchange
+
+if TYPE_CHECKING:
+    from servetune.gateway.app import Gateway, TenantRuntime
+    from servetune.gateway.pool import Pool
+    from servetune.gateway.quota import Reservation
+
+log = logging.getLogger("servetune.gateway")
+
+RETRY_STATUSES = (500, 502, 503, 504)
+
+
+def retry_after(seconds: float | None) -> list[tuple[bytes, bytes]]:
+    if seconds is None:
+        return []
+    return [(b"Retry-After", b"%d" % max(1, math.ceil(seconds)))]
+
+
+class Prepared:
+    """A checked request: what goes upstream and what it reserves."""
+
+    __slots__ = ("headers", "n_in", "payload", "reserve", "strip_usage")
+
+    def __init__(
+        self,
+        payload: bytes,
+        n_in: int,
+        reserve: int,
+        strip_usage: bool,
+        headers: list[tuple[bytes, bytes]],
+    ) -> None:
+        self.payload = payload
+        self.n_in = n_in
+        """Input tokens, counted or estimated."""
+        self.reserve = reserve
+        """Tokens reserved: input + max_tokens × choices (the fair queue's cost too)."""
+        self.strip_usage = strip_usage
+        """The gateway asked for the usage chunk: remove it from the client's stream."""
+        self.headers = headers
+        """Extra response headers (a clamp notice)."""
+
+
+class Attempt:
+    """What one request ended with (for settlement, metrics and the canary)."""
+
+    __slots__ = ("code", "error", "first_ns", "output", "prompt", "sent_ns", "usage_exact")
+
+    def __init__(self) -> None:
+        self.code = 0
+        self.error = False
+        self.first_ns = 0
+        self.sent_ns = 0
+        self.prompt = 0
+        self.output = 0
+        self.usage_exact = False
+
+
+class Flight:
+    __slots__ = (
+        "_finished",
+        "_fresh_retried",
+        "_holding",
+        "_last_error",
+        "_reused",
+        "_task",
+        "_timer",
+        "att",
+        "attempts",
+        "ended",
+        "ex",
+        "group",
+        "gw",
+        "pool",
+        "prep",
+        "relay",
+        "res",
+        "settle_now",
+        "step",
+        "t_start",
+        "tenant",
+        "tried",
+        "upstream",
+        "used",
+    )
+
+    def __init__(
+        self,
+        gw: Gateway,
+        ex: Exchange,
+        tenant: TenantRuntime,
+        prep: Prepared,
+        res: Reservation | None,
+        settle_now: Callable[[Reservation, int | None], None] | None,
+    ) -> None:
+        self.gw = gw
+        self.ex = ex
+        self.tenant = tenant
+        self.prep = prep
+        self.res = res
+        self.settle_now = settle_now
+        """Settles the reservation at the end (in-memory quota); None: the caller awaits the
+        store's settle with :attr:`used` (Redis)."""
+        self.att = Attempt()
+        self.step = gw._canary_step()
+        self.group = ""
+        self.pool: Pool | None = None
+        self.upstream: Upstream | None = None
+        self.relay: Relay | None = None
+        self.attempts = 0
+        self.tried: list[Upstream] = []
+        self.t_start = 0.0
+        self.ended = False
+        self.used = 0
+        self._holding: Upstream | None = None
+        """The upstream whose slot this request holds (to free exactly once)."""
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._finished: asyncio.Future[None] | None = None
+        self._reused = False
+        self._fresh_retried = False
+        self._last_error = ""
+
+    # -- starting ----------------------------------------------------------------------------
+    def start(self) -> Awaitable[None] | None:
+        """Send now (None: the flight goes on by callbacks) or return the coroutine that waits
+        for a slot or a connection first (the HTTP server runs it as the request's task)."""
+        try:
+            return self._start()
+        except Exception:
+            log.exception("gateway: request failed")
+            self._crash()
+            return None
+
+    def _start(self) -> Awaitable[None] | None:
+        gw = self.gw
+        self.group = gw.router.pick(gw._healthy())
+        pool = self.pool = gw.pools[self.group]
+        u = pool.try_acquire()
+        if u is None:
+            return self._wait_then_send(None)
+        pool.queue.charge(self.tenant.name, self.tenant.weight, float(self.prep.reserve))
+        self._holding = u
+        self.t_start = time.perf_counter()
+        conn = gw._conns(u).take()
+        if conn is None:
+            return self._wait_then_send(u)
+        self._send(u, conn, True)
+        return None
+
+    async def run(self) -> None:
+        """The whole flight inside the caller's task (a Redis-backed gateway awaits its
+        reservation first, and its settlement after)."""
+        waits = self.start()
+        try:
+            if waits is not None:
+                await waits
+            else:
+                await self._until_ended()
+        except asyncio.CancelledError:
+            self.client_left()
+            raise
+
+    async def _wait_then_send(self, u: Upstream | None) -> None:
+        try:
+            if u is None:
+                u = await self._first_slot()
+                if u is None:
+                    return
+            await self._connect_send(u)
+            await self._until_ended()
+        except asyncio.CancelledError:
+            self.client_left()
+            raise
+
+    async def _first_slot(self) -> Upstream | None:
+        gw, tenant = self.gw, self.tenant
+        assert self.pool is not None
+        try:
+            slot = await gw._acquire(self.pool, tenant, float(self.prep.reserve))
+        except QueueRefusal as exc:
+            status = 503 if exc.reason == "no_upstream" else 429
+            type_ = "server_error" if status == 503 else "requests"
+            # counted by _refuse; att.code stays 0 so that _record does not count it again
+            gw._refuse(
+                self.ex, tenant.name, exc.reason, status, exc.message, type_, exc.retry_after_s
+            )
+            self._end()
+            return None
+        self._holding = slot.upstream
+        self.t_start = time.perf_counter()
+        if slot.queued_s > 0:
+            gw.metrics.observe_queue(tenant.name, slot.queued_s)
+        return slot.upstream
+
+    async def _connect_send(self, u: Upstream) -> None:
+        """A connection to ``u`` (an idle one, else a new one), then the send."""
+        try:
+            conn, reused = await self.gw._conns(u).get()
+        except (OSError, TimeoutError) as exc:
+            self.upstream = u
+            self._failed(f"connect to {u.host}:{u.port} failed ({exc or 'timeout'})")
+            return
+        if self.ended:
+            conn.abort()
+            return
+        self._send(u, conn, reused)
+
+    async def _until_ended(self) -> None:
+        if self.ended:
+            return
+        if self._finished is None:
+            self._finished = asyncio.get_running_loop().create_future()
+        await self._finished
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Wait in a task of the flight's own (a retry after the request was sent)."""
+
+        async def guarded() -> None:
+            try:
+                await coro
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("gateway: request failed")
+                self._crash()
+            finally:
+                self._task = None
+
+        self._task = asyncio.get_running_loop().create_task(guarded())
+
+    # -- sending -----------------------------------------------------------------------------
+    def _send(self, u: Upstream, conn: UpstreamConnection, reused: bool) -> None:
+        gw = self.gw
+        self.upstream = u
+        self._reused = reused
+        relay = self.relay = Relay(
+            self.ex, conn, self.prep.strip_usage, gw.cfg.timeouts.idle_s, self
+        )
+        self.ex.on_close = self.client_left
+        relay.last_ns = time.perf_counter_ns()
+        conn.send(gw._request_bytes(u, self.ex.path, self.prep.payload), relay)
+        self._timer = asyncio.get_running_loop().call_later(
+            gw.cfg.timeouts.first_byte_s, relay.head_timeout
+        )
+
+    # -- the relay's callbacks ---------------------------------------------------------------
+    def head_in(self) -> None:
+        """The upstream's response head: retry elsewhere (a 5xx with tries left) or commit."""
+        try:
+            self._head_in()
+        except Exception:
+            log.exception("gateway: request failed")
+            self._crash()
+
+    def _head_in(self) -> None:
+        relay = self.relay
+        assert relay is not None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if relay.status in RETRY_STATUSES and self.attempts < self.gw.cfg.retries:
+            relay.conn.abort()
+            self._failed(f"HTTP {relay.status}")
+            return
+        # committed to this upstream's answer
+        att = self.att
+        att.sent_ns = relay.last_ns or time.perf_counter_ns()
+        att.code = relay.status
+        if relay.sse:
+            head = self.gw._stream_headers(self.group)
+            relay.commit_stream(head + self.prep.headers if self.prep.headers else head)
+
+    def head_failed(self, exc: Exception) -> None:
+        """No head: the connection was lost (or answered garbage) or the deadline passed."""
+        try:
+            self._head_failed(exc)
+        except Exception:
+            log.exception("gateway: request failed")
+            self._crash()
+
+    def _head_failed(self, exc: Exception) -> None:
+        relay = self.relay
+        assert relay is not None and self.upstream is not None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        relay.conn.abort()
+        if isinstance(exc, UpstreamLost):
+            if self._reused and not self._fresh_retried:
+                # an idle connection the server had closed: once more, fresh (not a failure)
+                self._fresh_retried = True
+                self.relay = None
+                u = self.upstream
+                conn = self.gw._conns(u).take()
+                if conn is not None:
+                    self._send(u, conn, True)
+                else:
+                    self._spawn(self._connect_send(u))
+                return
+            self._failed(exc.detail)
+        else:
+            self._failed(f"no response head within {self.gw.cfg.timeouts.first_byte_s:g} s")
+
+    def _failed(self, error: str) -> None:
+        """Failed before the first byte: count it, free the slot, try another upstream."""
+        gw, u, pool = self.gw, self.upstream, self.pool
+        assert u is not None and pool is not None
+        self.relay = None
+        self._last_error = error
+        kind = "status" if error.startswith("HTTP") else "connect"
+        gw.metrics.failures[(u.url, kind)] += 1
+        u.breaker.failure()
+        self._release()
+        self.tried.append(u)
+        self.attempts += 1
+        if self.attempts > gw.cfg.retries:
+            self.att.code = 502
+            self.att.error = True
+            self.ex.respond(
+                502,
+                error_body(
+                    f"upstream failed before answering ({error}); tried {self.attempts} time(s)",
+                    "upstream_error",
+                    "upstream_unavailable",
+                ),
+            )
+            self._end()
+            return
+        gw.metrics.retries[u.url] += 1
+        self._fresh_retried = False
+        nxt = pool.try_acquire(avoid=self.tried)
+        if nxt is None:
+            self._spawn(self._retry_slot())
+            return
+        self._holding = nxt
+        conn = gw._conns(nxt).take()
+        if conn is None:
+            self._spawn(self._connect_send(nxt))
+        else:
+            self._send(nxt, conn, True)
+
+    async def _retry_slot(self) -> None:
+        assert self.pool is not None
+        try:
+            slot = await self.gw._acquire(
+                self.pool, self.tenant, float(self.prep.reserve), self.tried
+            )
+        except QueueRefusal as exc:
+            self.att.code = 503
+            self.att.error = True
+            self.ex.respond(
+                503,
+                error_body(
+                    f"{exc.message} (after: {self._last_error})", "server_error", exc.reason
+                ),
+                headers=retry_after(exc.retry_after_s),
+            )
+            self._end()
+            return
+        self._holding = slot.upstream
+        await self._connect_send(slot.upstream)
+
+    def relay_ended(self, ok: bool) -> None:
+        """The committed answer is complete (ok) or was cut, timed out idle."""
+        try:
+            self._relay_ended(ok)
+        except Exception:
+            log.exception("gateway: request failed")
+            self._crash()
+
+    def _relay_ended(self, ok: bool) -> None:
+        relay, u, att, ex = self.relay, self.upstream, self.att, self.ex
+        assert relay is not None and u is not None
+        if not relay.sse:
+            if ok:
+                ctype = next(
+                    (v for k, v in relay.headers if k == b"content-type"), b"application/json"
+                )
+                data = relay.body()
+                ex.respond(
+                    relay.status,
+                    data,
+                    ctype,
+                    [(b"x-servetune-group", self.group.encode()), *self.prep.headers],
+                )
+                _usage_from_json(data, att)
+            else:
+                att.code = 502
+                ex.respond(502, error_body(relay.end_reason, "upstream_error", "upstream_cut"))
+        if relay.status >= 500 or not ok:
+            u.breaker.failure()
+            att.error = True
+        else:
+            u.breaker.success()
+        if relay.sse:
+            _settle_stream(relay, att)
+        if ok and relay.conn.keep:
+            self.gw._conns(u).put(relay.conn)
+        else:
+            relay.conn.abort()
+        self._release(time.perf_counter() - self.t_start)
+        self._end()
+
+    # -- the client leaves, the end --------------------------------------------------------
+    def client_left(self) -> None:
+        """The client went away: close the upstream request (the engine aborts it)."""
+        if self.ended:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        task = self._task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+        relay = self.relay
+        if relay is not None:
+            relay.cancel()
+            assert self.upstream is not None
+            self.upstream.breaker.neutral()
+            if self.att.sent_ns:  # its answer had begun
+                self.att.code = 499
+                _settle_stream(relay, self.att)
+                self._release(time.perf_counter() - self.t_start)
+            else:
+                self._release()
+        else:
+            self._release()
+        self._end()
+
+    def _crash(self) -> None:
+        """A bug in the gateway: answer 500 (or cut the stream), free everything."""
+        if self.ended:
+            return
+        ex = self.ex
+        if not ex.responded:
+            ex.respond(500, error_body("internal gateway error", "server_error", None))
+        elif not ex.finished:
+            ex.abort()
+        if self.relay is not None:
+            self.relay.cancel()
+        self.att.error = True
+        self._release()
+        self._end()
+
+    def _release(self, service_s: float | None = None) -> None:
+        u, self._holding = self._holding, None
+        if u is not None and self.pool is not None:
+            self.pool.release(u, service_s)
+
+    def _end(self) -> None:
+        """Settle and record, exactly once."""
+        if self.ended:
+            return
+        self.ended = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        att, prep, tenant = self.att, self.prep, self.tenant
+        if att.usage_exact:
+            used = att.prompt + att.output
+        elif att.sent_ns:
+            used = prep.n_in + att.output  # no usage from the engine: counted chunks
+        else:
+            used = 0  # never reached an engine
+        self.used = used
+        if self.res is not None and self.settle_now is not None:
+            self.settle_now(self.res, used)
+        if self.pool is not None and att.sent_ns and used != prep.reserve:
+            self.pool.queue.charge(tenant.name, tenant.weight, used - prep.reserve)
+        self.gw._record(tenant.name, self.group, att, self.ex.arrival_ns, prep.n_in, self.step)
+        fut = self._finished
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+
+def _settle_stream(relay: Relay, att: Attempt) -> None:
+    att.first_ns = relay.first_token_ns
+    u = relay.usage
+    if u is not None:
+        att.prompt = int(u.get("prompt_tokens") or 0)
+        att.output = int(u.get("completion_tokens") or 0)
+        att.usage_exact = True
+    else:
+        att.output = max(0, relay.events - 1) if relay.events else 0
+
+
+def _usage_from_json(data: bytes, att: Attempt) -> None:
+    att.first_ns = time.perf_counter_ns()
+    if b'"usage"' not in data:
+        return
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return
+    u = obj.get("usage") if isinstance(obj, dict) else None
+    if isinstance(u, dict):
+        att.prompt = int(u.get("prompt_tokens") or 0)
+        att.output = int(u.get("completion_tokens") or 0)
+        att.usage_exact = True
