@@ -91,3 +91,32 @@ def test_idle_stream_ends_with_an_error_event(scripted: Callable[..., Any], tmp_
         status == 200 and b'"upstream_idle_timeout"' in body and body.rstrip().endswith(b"[DONE]")
     )
     assert took < 2.5
+
+
+def test_client_leaving_before_the_head_frees_its_slot_and_quota(
+    scripted: Callable[..., Any], tmp_path: Path
+) -> None:
+    slow = scripted({"model": MODEL, "ttft_ms": 3000, "one_write": True})  # a late head
+
+    async def main() -> None:
+        cfg = gateway_config(
+            tmp_path,
+            groups=[{"name": "g", "urls": [slow.base_url], "max_concurrency": 2,
+                     "adaptive": False}],
+            defaults={"max_concurrency": 2},
+        )  # fmt: skip
+        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+            for _ in range(3):  # more than the slots: a leak would leave them all taken
+                try:
+                    await asyncio.wait_for(post(s, url(gw)), 0.3)
+                except TimeoutError:
+                    pass
+            up = gw.pools["g"].upstreams[0]
+            for _ in range(100):  # the disconnects reach the gateway
+                if up.inflight == 0 and gw.store.inflight("default") == 0:  # type: ignore[attr-defined]
+                    break
+                await asyncio.sleep(0.05)
+            assert up.inflight == 0
+            assert gw.store.inflight("default") == 0  # type: ignore[attr-defined]
+
+    asyncio.run(main())
