@@ -32,7 +32,6 @@ import math
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 import orjson
 
@@ -45,7 +44,7 @@ from servetune.gateway.breaker import Breaker
 from servetune.gateway.canary import Observation
 from servetune.gateway.config import GatewayConfig, TenantLimits, host_port, load_config
 from servetune.gateway.exposition import GatewayMetrics, labels
-from servetune.gateway.flight import Attempt, Flight, Prepared, retry_after
+from servetune.gateway.flight import Attempt, Flight, Prepared, TenantRuntime, retry_after
 from servetune.gateway.keys import KeyRing, parse_hashed, read_key_file
 from servetune.gateway.pool import Pool, Router, Slot, Upstream
 from servetune.gateway.redis_state import RedisState, replica_id
@@ -68,17 +67,6 @@ log = logging.getLogger("servetune.gateway")
 DEFAULT_TENANT = "default"
 _SYNC_S = 0.5
 _STREAM_HEADERS = [(b"Cache-Control", b"no-cache"), (b"X-Accel-Buffering", b"no")]
-
-
-@dataclass
-class TenantRuntime:
-    name: str
-    weight: float
-    priority: int
-    limits: TenantLimits
-    quota: q.Limits
-    queue_timeout_s: float
-    max_queued: int
 
 
 _USAGE_OPTION = b'{"stream_options":{"include_usage":true},'

@@ -33,20 +33,19 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import orjson
 
-from servetune.gateway.pool import QueueRefusal, Upstream
+from servetune.gateway import quota as q
+from servetune.gateway.config import GatewayConfig, TenantLimits
+from servetune.gateway.exposition import GatewayMetrics
+from servetune.gateway.pool import Pool, QueueRefusal, Router, Slot, Upstream
 from servetune.gateway.relay import Relay, UpstreamLost
 from servetune.gateway.requests import error_body
-from servetune.gateway.upstream import UpstreamConnection
+from servetune.gateway.upstream import ConnectionPool, UpstreamConnection
 from servetune.http import Exchange
-
-if TYPE_CHECKING:
-    from servetune.gateway.app import Gateway, TenantRuntime
-    from servetune.gateway.pool import Pool
-    from servetune.gateway.quota import Reservation
 
 log = logging.getLogger("servetune.gateway")
 
@@ -57,6 +56,54 @@ def retry_after(seconds: float | None) -> list[tuple[bytes, bytes]]:
     if seconds is None:
         return []
     return [(b"Retry-After", b"%d" % max(1, math.ceil(seconds)))]
+
+
+@dataclass
+class TenantRuntime:
+    name: str
+    weight: float
+    priority: int
+    limits: TenantLimits
+    quota: q.Limits
+    queue_timeout_s: float
+    max_queued: int
+
+
+class Host(Protocol):
+    """What a flight uses of its gateway (:class:`~servetune.gateway.app.Gateway`)."""
+
+    cfg: GatewayConfig
+    metrics: GatewayMetrics
+    router: Router
+    pools: dict[str, Pool]
+    _canary_step: Callable[[], int | None]
+
+    def _healthy(self) -> dict[str, bool] | None: ...
+
+    def _conns(self, u: Upstream) -> ConnectionPool: ...
+
+    def _acquire(
+        self, pool: Pool, tenant: TenantRuntime, cost: float, avoid: list[Upstream] | None = None
+    ) -> Awaitable[Slot]: ...
+
+    def _refuse(
+        self,
+        ex: Exchange,
+        tenant: str,
+        reason: str,
+        status: int,
+        message: str,
+        type_: str,
+        retry_after_s: float | None = None,
+    ) -> None: ...
+
+    def _record(
+        self, tenant: str, group: str, att: Attempt, arrival_ns: int, n_in: int, step: int | None
+    ) -> None: ...
+
+    def _request_bytes(self, u: Upstream, path: str, payload: bytes) -> bytes: ...
+
+    def _stream_headers(self, group: str) -> list[tuple[bytes, bytes]]: ...
 
 
 class Prepared:
@@ -128,12 +175,12 @@ class Flight:
 
     def __init__(
         self,
-        gw: Gateway,
+        gw: Host,
         ex: Exchange,
         tenant: TenantRuntime,
         prep: Prepared,
-        res: Reservation | None,
-        settle_now: Callable[[Reservation, int | None], None] | None,
+        res: q.Reservation | None,
+        settle_now: Callable[[q.Reservation, int | None], None] | None,
     ) -> None:
         self.gw = gw
         self.ex = ex
