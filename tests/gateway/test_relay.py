@@ -142,3 +142,26 @@ def test_ascii_fast_count_equals_the_rule_on_random_text() -> None:
         assert tok.count(text) == approx_count(word_pieces(text)), repr(text)
     for text in ["x" * 7, "x" * 8, "x" * 14, "x" * 15, "é café naïve_résumé", "ü" * 9 + ".a"]:
         assert tok.count(text) == approx_count(word_pieces(text)), repr(text)
+
+
+def test_event_ends_found_like_a_plain_search() -> None:
+    import random
+
+    from servetune.gateway.relay import _event_end, _last_event_end
+
+    def last_end(buf: bytes) -> int:
+        ends = [k + 2 for k in range(len(buf)) if buf.startswith(b"\n\n", k)]
+        ends += [k + 3 for k in range(len(buf)) if buf.startswith(b"\n\r\n", k)]
+        return max(ends, default=-1)
+
+    def end_after(buf: bytes, at: int) -> int:
+        ends = [k + 2 for k in range(at, len(buf)) if buf.startswith(b"\n\n", k)]
+        ends += [k + 3 for k in range(at, len(buf)) if buf.startswith(b"\n\r\n", k)]
+        return min(ends, default=-1)
+
+    rnd = random.Random(5)
+    for _ in range(3000):
+        buf = bytes(rnd.choice(b"ab\n\r") for _ in range(rnd.randint(0, 24)))
+        assert _last_event_end(buf) == last_end(buf), buf
+        at = rnd.randint(0, len(buf))
+        assert _event_end(buf, at) == end_after(buf, at), (buf, at)

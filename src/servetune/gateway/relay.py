@@ -33,20 +33,24 @@ _HIGH_WATER = 256 * 1024
 
 
 def _last_event_end(buf: bytes) -> int:
-    """Index just past the last blank line that ends an SSE event (-1: none)."""
+    """Index just past the last blank line that ends an SSE event (-1: none). A CRLF ending
+    is looked for only after the last LF one (one that ends later starts at or after it)."""
     i = buf.rfind(b"\n\n")
-    j = buf.rfind(b"\n\r\n")
-    if i < 0 and j < 0:
-        return -1
-    return max(i + 2 if i >= 0 else -1, j + 3 if j >= 0 else -1)
+    j = buf.rfind(b"\n\r\n", max(i, 0))
+    if j >= 0:
+        return max(i + 2, j + 3)
+    return i + 2 if i >= 0 else -1
 
 
 def _event_end(buf: bytes, at: int) -> int:
-    """Index just past the blank line ending the event that holds position ``at``."""
+    """Index just past the blank line ending the event that holds position ``at``. A CRLF
+    ending is looked for only before the first LF one (one that ends sooner starts before)."""
     i = buf.find(b"\n\n", at)
-    j = buf.find(b"\n\r\n", at)
-    cands = [x for x in (i + 2 if i >= 0 else -1, j + 3 if j >= 0 else -1) if x >= 0]
-    return min(cands) if cands else -1
+    if i < 0:
+        j = buf.find(b"\n\r\n", at)
+        return j + 3 if j >= 0 else -1
+    j = buf.find(b"\n\r\n", at, i + 2)
+    return j + 3 if j >= 0 else i + 2
 
 
 class UpstreamLost(Exception):
@@ -204,12 +208,17 @@ class Relay:
                 self._rest = b""
             if not self.ok:
                 self._out.append(error_event(self.end_reason, "upstream_error", 502))
-        else:
-            self._arm_idle()
-        self.flush()
+        self._write()
 
     def flush(self) -> None:
-        """Write what the last upstream read produced (and the end, if it came with it)."""
+        """The upstream read is over: write what it produced (and the end, if it came with
+        it); a stream still open gets its idle clock (not armed for an answer that ended in
+        the read that brought it)."""
+        self._write()
+        if self._timer is None and self.committed and self.sse and not self.ended:
+            self._arm_idle()
+
+    def _write(self) -> None:
         out = self._out
         if not out:
             if self._ending and not self.ex.finished:
@@ -229,25 +238,28 @@ class Relay:
     def _pass(self, data: bytes) -> None:
         now = time.perf_counter_ns()
         self.last_ns = now
-        if self.strip_usage or self._rest or b'"usage"' in data:
-            data = self._scan(data)  # whole events only when stripping
+        at = data.find(b'"usage"')
+        if self.strip_usage or self._rest or at >= 0:
+            data = self._scan(data, at)  # whole events only when stripping
         if data:
             if not self.first_token_ns and b"data:" in data and _token_piece(data):
                 self.first_token_ns = now
             self.events += data.count(b"data: {")
             self._out.append(data)
 
-    def _scan(self, data: bytes) -> bytes:
+    def _scan(self, data: bytes, at: int) -> bytes:
         """Read ``usage`` from whole events; with ``strip_usage`` hold back a split event and
-        drop the usage-only chunk. Returns the bytes to forward. Only finds in C: no step
-        per event."""
-        buf = self._rest + data if self._rest else data
+        drop the usage-only chunk. Returns the bytes to forward. ``at``: where ``data`` holds
+        ``"usage"`` (-1: nowhere). Only finds in C: no step per event."""
+        rest = self._rest
+        buf = rest + data if rest else data
         cut = _last_event_end(buf)
         if cut < 0:
             self._rest = buf
             return b"" if self.strip_usage else data
         whole, self._rest = (buf, b"") if cut == len(buf) else (buf[:cut], buf[cut:])
-        at = whole.find(b'"usage"')
+        if rest or at >= cut:  # the split event's part, or past the whole events
+            at = whole.find(b'"usage"')
         while at >= 0:
             start = whole.rfind(b"data:", 0, at)
             end = _event_end(whole, at)
@@ -310,7 +322,7 @@ class Relay:
                 self._out.append(self._rest)
                 self._rest = b""
             self._ending = True
-            self.flush()
+            self._write()
         if self.owner is not None:
             self.owner.relay_ended(ok)
 
