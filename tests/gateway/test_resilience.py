@@ -120,3 +120,38 @@ def test_client_leaving_before_the_head_frees_its_slot_and_quota(
             assert gw.store.inflight("default") == 0  # type: ignore[attr-defined]
 
     asyncio.run(main())
+
+
+def test_finished_requests_leave_no_reference_cycles(
+    scripted: Callable[..., Any], tmp_path: Path
+) -> None:
+    """A request's objects are freed by reference counting as it ends: cycles left to the
+    cyclic collector cost a pause of ~10 ms every few hundred requests at 500 req/s."""
+    import gc
+
+    from servetune.gateway.flight import Flight
+    from servetune.gateway.relay import Relay
+
+    up = scripted({"model": MODEL, "one_write": True})
+
+    async def main() -> None:
+        cfg = gateway_config(
+            tmp_path,
+            groups=[{"name": "g", "urls": [up.base_url], "adaptive": False}],
+            defaults={"max_concurrency": 4, "tpm": 1_000_000},
+        )  # fmt: skip
+        async with running(cfg) as gw, aiohttp.ClientSession() as s:
+            for _ in range(5):
+                assert (await post(s, url(gw)))[0] == 200
+            gc.collect()
+            gc.disable()
+            try:
+                for _ in range(20):
+                    assert (await post(s, url(gw)))[0] == 200
+                await asyncio.sleep(0.1)
+                left = [o for o in gc.get_objects() if isinstance(o, Flight | Relay)]
+            finally:
+                gc.enable()
+            assert left == []
+
+    asyncio.run(main())

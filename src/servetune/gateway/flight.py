@@ -545,6 +545,12 @@ class Flight:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        # no reference cycle left behind (flight <-> relay, flight <-> exchange): freed by
+        # reference counting, not by the cyclic collector (a pause of ~10 ms every few
+        # hundred requests when they were left)
+        self.ex.on_close = None
+        if self.relay is not None:
+            self.relay.owner = None
         att, prep, tenant = self.att, self.prep, self.tenant
         if att.usage_exact:
             used = att.prompt + att.output
