@@ -23,12 +23,12 @@ upstream's signals are in the gateway's ``/admin/state``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import math
 from pathlib import Path
 
+from servetune.aio import cancel_requested, stop_task
 from servetune.errors import ConfigError, ResultError
 from servetune.gateway.pool import Pool, Upstream
 from servetune.gateway.upstream import ConnectionPool, fetch
@@ -100,19 +100,20 @@ class LiveSignals:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            if not await stop_task(self._task):
+                log.warning("upstream %s: /metrics task did not stop in 5 s", self.upstream.url)
             self._task = None
         self.conns.close()
 
     async def _loop(self) -> None:
-        while True:
+        while not cancel_requested():
             try:
                 await self.read_once()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # an odd page never stops the gateway
+                if cancel_requested():
+                    return  # a cancellation that came out as an error: stop
                 self._report(f"{type(exc).__name__}: {exc}")
             await asyncio.sleep(self.interval_s)
 

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 
+from servetune.aio import cancel_requested, stop_task
 from servetune.errors import ConfigError, ServetuneError
 from servetune.gateway import quota as q
 from servetune.gateway.admin_api import AdminAPI
@@ -292,10 +293,8 @@ class Gateway:
         if self.server is not None:
             await self.server.drain(drain_s)
         for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+            if not await stop_task(t):
+                log.warning("gateway: task %s did not stop within 5 s", t.get_name())
         for sig in self.signals.values():
             await sig.stop()
         for pool in self.conns.values():
@@ -556,7 +555,7 @@ class Gateway:
         """Redis: follow the shared weights and rollout state, push observations (see
         :meth:`RolloutControl.sync`); split each upstream's limit over the live replicas."""
         assert self.redis is not None
-        while True:
+        while not cancel_requested():
             await asyncio.sleep(_SYNC_S)
             try:
                 await self.rollouts.sync()
@@ -567,6 +566,8 @@ class Gateway:
                         u.share = share
                         u.recompute()
             except Exception as exc:
+                if cancel_requested():
+                    return  # a cancellation that came out as an error: stop
                 log.warning("gateway: Redis sync failed: %s", exc)
 
     # -- other endpoints ---------------------------------------------------------------------

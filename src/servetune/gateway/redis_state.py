@@ -31,6 +31,7 @@ import socket
 from collections import defaultdict
 from typing import Any
 
+from servetune.aio import cancel_requested, stop_task
 from servetune.errors import ConfigError
 from servetune.gateway.quota import Limits, Refusal, Reservation, new_lease_id, too_large
 
@@ -201,9 +202,8 @@ class RedisState:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            if not await stop_task(self._task):
+                log.warning("gateway: the Redis lease task did not stop within 5 s")
             self._task = None
         with contextlib.suppress(Exception):
             await self._r.zrem(self.key("replicas"), self.replica)
@@ -212,11 +212,13 @@ class RedisState:
 
     async def _loop(self) -> None:
         period = self.lease_ms / 3000.0
-        while True:
+        while not cancel_requested():
             await asyncio.sleep(period)
             try:
                 await self._beat()
             except Exception as exc:  # Redis away for a while: keep trying, say so once
+                if cancel_requested():
+                    return  # a cancellation that came out as an error: stop
                 log.warning("gateway: cannot renew leases in Redis: %s", exc)
 
     async def _beat(self) -> None:

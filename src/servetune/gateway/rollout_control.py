@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Collection
 
 import orjson
 
+from servetune.aio import stop_task
 from servetune.errors import ConfigError, ServetuneError
 from servetune.gateway.audit import AuditLog
 from servetune.gateway.canary import Observation
@@ -29,6 +31,8 @@ from servetune.gateway.config import CanaryPolicy
 from servetune.gateway.pool import Router
 from servetune.gateway.redis_state import RedisState
 from servetune.gateway.rollout import Hooks, RolloutController, RolloutState
+
+log = logging.getLogger(__name__)
 
 LOCK = "rollout-lock"
 LEASE_MS = 10_000
@@ -215,8 +219,11 @@ class RolloutControl:
             await asyncio.wait([self.task], timeout=timeout_s)
 
     async def stop(self, timeout_s: float = 5.0) -> None:
-        """Abort a running rollout and wait (bounded) for it to write its end down."""
+        """Abort a running rollout and wait (bounded) for it to write its end down; past
+        ``timeout_s`` it is cancelled (and waited for, bounded too)."""
         self.abort()
-        if self.task is not None:
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(self.task, timeout_s)
+        if self.task is None or self.task.done():
+            return
+        await asyncio.wait([self.task], timeout=timeout_s)
+        if not await stop_task(self.task):
+            log.warning("rollout: the rollout task did not stop within %g s", timeout_s + 5)
