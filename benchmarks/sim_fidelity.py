@@ -919,6 +919,25 @@ class Evaluator:
         return [_CACHE[k] for k in keys]
 
 
+FIT_TOL = 1e-3
+"""A fit stops when a step changes the cost, or every constant, by less than 0.1%: the
+result is the optimum, not where an iteration count ran out."""
+FIT_LOG: list[str] = []
+"""How each fit ended (evaluations used, converged or stopped at the limit)."""
+
+
+def measured_priors() -> dict[str, tuple[float, float]]:
+    """Constants with a measurement independent of the published runs (``efficiency.json``,
+    ``priors``): name -> (measured value, σ of its log). The fit adds one residual per such
+    constant, (ln value − ln measured)/σ: where the runs pin the constant they outweigh it,
+    where they cannot (a fold whose runs are all CPU-, front-end- or compute-bound leaves the
+    bandwidth efficiency flat) the measurement decides instead of the iteration count."""
+    table = json.loads(EFFICIENCY_JSON.read_text())
+    return {
+        n: (float(v["value"]), float(v["sigma_log"])) for n, v in table.get("priors", {}).items()
+    }
+
+
 def fit(
     cases: list[dict[str, Any]],
     start: dict[str, float],
@@ -934,6 +953,7 @@ def fit(
     from scipy.optimize import least_squares
 
     bounds = {n: (lo, hi) for n, lo, hi in PARAMS}
+    priors = measured_priors()
     ids = [c["id"] for c in cases]
     calls = [0]
     groups = [(g, relevant_params([c for c in cases if c["id"] in g])) for g in session_groups(ids)]
@@ -966,12 +986,22 @@ def fit(
             reqs += [(p, g, names) for g, names in groups]
         got = ev.results(reqs)
         out = []
-        for i in range(len(xs)):
+        for i, x in enumerate(xs):
             res: dict[str, CaseResult] = {}
             for r in got[i * len(groups) : (i + 1) * len(groups)]:
                 res.update(r)
-            out.append(vector(res))
+            out.append(np.concatenate([vector(res), prior_terms(x)]))
         return out
+
+    def prior_terms(x: Any) -> Any:
+        """A measured constant's prior: (ln value − ln measured) / σ, one residual each."""
+        return np.array(
+            [
+                math.log(float(v) / priors[n][0]) / priors[n][1]
+                for n, v in zip(free, x, strict=True)
+                if n in priors
+            ]
+        )
 
     with Evaluator(cases, jobs) as ev:
 
@@ -1011,8 +1041,42 @@ def fit(
             max_nfev=max_nfev,
             loss="soft_l1",
             f_scale=0.3,
+            ftol=FIT_TOL,
+            xtol=FIT_TOL,
         )
+    FIT_LOG.append(f"{sol.nfev} evaluations, {'converged' if sol.status > 0 else 'stopped'}")
     return params(sol.x)
+
+
+def tells(
+    cases: list[dict[str, Any]], p: dict[str, float], name: str, jobs: int = 1, rel: float = 0.2
+) -> bool:
+    """Can these runs tell constant ``name``? Only when their results move both ways, by ≥ 1%
+    on some fitted metric, as the constant moves ±``rel`` around ``p``: a constant the runs
+    bound from one side only (e.g. the compute efficiency of a GPU whose runs are CPU- or
+    bandwidth-bound: any value above the one that would make them compute-bound fits them
+    equally) is not fitted from them — a fit would leave it wherever its iterations stop."""
+    ids = [c["id"] for c in cases]
+    if not ids:
+        return False
+    groups = [(g, relevant_params([c for c in cases if c["id"] in g])) for g in session_groups(ids)]
+    variants = [p, {**p, name: p[name] * (1 + rel)}, {**p, name: p[name] * (1 - rel)}]
+    with Evaluator(cases, jobs) as ev:
+        got = ev.results([(q, g, names) for q in variants for g, names in groups])
+    res: list[dict[str, CaseResult]] = [{}, {}, {}]
+    for i, r in enumerate(got):
+        res[i // len(groups)].update(r)
+
+    def moved(a: dict[str, CaseResult], b: dict[str, CaseResult]) -> float:
+        out = 0.0
+        for cid in ids:
+            for k in FIT_KEYS:
+                x, y = a[cid].sim.get(k), b[cid].sim.get(k)
+                if x and y and x > 0 and y > 0:
+                    out = max(out, abs(math.log(x / y)))
+        return out
+
+    return moved(res[0], res[1]) >= 0.01 and moved(res[0], res[2]) >= 0.01
 
 
 def loso(
@@ -1025,8 +1089,9 @@ def loso(
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     """Leave one source out: for every source, fit the constants on the other sources' cases
     only, then predict the left-out source's cases. What the left-out runs alone could tell
-    is not used: a GPU generation with no case among the other sources takes the compute
-    efficiency of the generation that has one, the chat endpoint's extra intake is 0 when no
+    is not used: a GPU generation with no case among the other sources, or whose cases there
+    cannot tell its compute efficiency (:func:`tells`), takes the compute efficiency of the
+    generation whose cases can, the chat endpoint's extra intake is 0 when no
     other source sent chat requests, and TP over a Kubernetes pod network (the dennislee22
     runs) takes NCCL's socket-transport cost (:data:`SOCKET_PRIOR`) when no other source has such
     runs. Starts each
@@ -1045,7 +1110,14 @@ def loso(
         train = [c for c in mine if source_of(c) != name]
         if not train:
             continue
-        fams = {family(gpu_of(c)) for c in train}
+        start = dict(NEUTRAL)
+        start["pod_fitted"] = 1.0 if any(pod_network(c) for c in train) else 0.0
+        fams = {
+            f
+            for f in {family(gpu_of(c)) for c in train}
+            if f is not None
+            and tells([c for c in train if family(gpu_of(c)) == f], start, f"{f}_mfu", jobs)
+        }
         free = [
             n
             for n in PARAM_NAMES
@@ -1061,8 +1133,12 @@ def loso(
         pod = any(pod_network(c) for c in train)
         if pod:
             free += ["pod_allreduce_latency_us", "pod_link_gb_s"]
-        start = dict(NEUTRAL)
-        start["pod_fitted"] = 1.0 if pod else 0.0
+        if not quiet:
+            told = ", ".join(sorted(fams)) or "none"
+            print(
+                f"  left out {name}: compute efficiency told by the rest for {told}",
+                file=sys.stderr,
+            )
         t = time.perf_counter()
         q = fit(train, start, free=tuple(free), max_nfev=max_nfev, quiet=True, jobs=jobs)
         for fam, other in (("ampere", "hopper"), ("hopper", "ampere")):
@@ -1085,7 +1161,7 @@ def loso(
             print(
                 f"  left out {name} ({len(held)} cases): fitted on {len(train)} cases of "
                 f"{', '.join(sorted({source_of(c) for c in train}))} in "
-                f"{time.perf_counter() - t:.0f} s; "
+                f"{time.perf_counter() - t:.0f} s ({FIT_LOG[-1]}); "
                 + ", ".join(
                     f"{lab} {v:.1f}%" for k, lab in METRICS if (v := src_meds[k][0]) is not None
                 ),
@@ -1256,9 +1332,10 @@ def main() -> int:
     ap.add_argument(
         "--fit-evals",
         type=int,
-        default=12,
+        default=None,
         help="least-squares iterations per fit (--calibrate, each leave-one-source-out fold; "
-        "each iteration simulates one Jacobian column per free constant)",
+        "each iteration simulates one Jacobian column per free constant); default 12, "
+        "--quick 6",
     )
     ap.add_argument("--jobs", type=int, default=2, help="worker processes for a fit's simulations")
     ap.add_argument(
@@ -1285,15 +1362,15 @@ def main() -> int:
     if args.quick:
         t = time.perf_counter()
         held_q, folds_q = loso(
-            cases, p, max_nfev=min(args.fit_evals, 6), jobs=args.jobs, only=folds_wanted
+            cases, p, max_nfev=args.fit_evals or 6, jobs=args.jobs, only=folds_wanted
         )
         print_unseen(cases, held_q, folds_q)
         print(f"\n({time.perf_counter() - t:.0f} s)")
         return 0
     if args.calibrate:
         t = time.perf_counter()
-        q = fit(in_scope_workload(cases), p, max_nfev=args.fit_evals, jobs=args.jobs)
-        print(f"fitted in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+        q = fit(in_scope_workload(cases), p, max_nfev=args.fit_evals or 12, jobs=args.jobs)
+        print(f"fitted in {time.perf_counter() - t:.0f} s ({FIT_LOG[-1]})", file=sys.stderr)
         print(json.dumps(q, indent=2))
         if args.write:
             write_params(q)
@@ -1316,7 +1393,12 @@ def main() -> int:
     if not args.no_held_out and args.warm == "logs":
         print("\n(leave-one-source-out refits: one fit per source, from neutral constants)")
         held, folds = loso(
-            cases, p, quiet=args.quiet, max_nfev=args.fit_evals, jobs=args.jobs, only=folds_wanted
+            cases,
+            p,
+            quiet=args.quiet,
+            max_nfev=args.fit_evals or 12,
+            jobs=args.jobs,
+            only=folds_wanted,
         )
     print()
     if not args.quiet:

@@ -90,3 +90,51 @@ def test_cuda_graph_capture_sizes_follow_vllm() -> None:
     sizes = capture_sizes(256)
     assert sizes[:4] == (1, 2, 4, 8) and sizes[-1] == 512 and 264 not in sizes and 272 in sizes
     assert capture_sizes(16)[-1] == 32
+
+
+def test_shared_intake_serves_a_burst_together_and_a_lone_request_at_once() -> None:
+    from servetune.sim.frontend import SharedIntake
+
+    s = SharedIntake(per_request_ns=10 * MS)
+    for _ in range(4):
+        s.arrive(0)
+    # four requests share the loop: none is done before all four are (4 × 10 ms)
+    assert s.next_departure() == 40 * MS
+    assert s.depart_until(39 * MS) == []
+    assert s.depart_until(40 * MS) == [40 * MS] * 4
+    # alone, a request takes its own 10 ms
+    s.arrive(100 * MS)
+    assert s.depart_until(200 * MS) == [110 * MS]
+    # one that comes half-way through another's share: the first has 5 ms left, shared by two
+    s.arrive(300 * MS)
+    s.arrive(305 * MS)
+    assert s.depart_until(400 * MS) == [315 * MS, 320 * MS]
+
+
+def test_a_chat_burst_has_its_templates_rendered_before_any_request_reaches_the_engine() -> None:
+    r = EngineConfig(max_model_len=4096).resolve()
+    mem = plan_memory(r)
+    eff = efficiency(r.gpu).model_copy(
+        update={
+            "frontend_per_request_ms": 1.0,
+            "frontend_chat_per_request_ms": 10.0,
+            "frontend_latency_ms": 0.0,
+        }
+    )
+    chat = OfflineRun(
+        burst(100, 128, 4),
+        BenchConfig(endpoint="chat"),
+        r,
+        mem,
+        engine=Engine(r, mem, StepModel(r, eff)),
+    )
+    chat.run()
+    first = sorted(x.ttft_ms or 0.0 for x in chat.records)
+    # 100 templates × 10 ms shared: the first request reaches the engine after 1 s, not 11 ms
+    assert first[0] >= 100 * 10 + 1
+    # completions: the same burst without the rendering stage is taken in one by one
+    done = OfflineRun(
+        burst(100, 128, 4), BenchConfig(), r, mem, engine=Engine(r, mem, StepModel(r, eff))
+    )
+    done.run()
+    assert min(x.ttft_ms or 0.0 for x in done.records) < 100 * 10 / 2

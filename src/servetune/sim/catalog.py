@@ -61,7 +61,9 @@ class Efficiency(BaseModel):
     """Time of the API server's event loop per request (parsing, tokenising, handing it to the
     engine core), serial; tokens wait while it is busy (:mod:`servetune.sim.frontend`)."""
     frontend_chat_per_request_ms: float = 0.0
-    """Extra loop time per request of the chat endpoint (the messages, the chat template)."""
+    """Extra loop time per request of the chat endpoint (the messages, the chat template),
+    shared by a burst before any of its requests goes on
+    (:class:`servetune.sim.frontend.SharedIntake`)."""
     frontend_per_token_us: float = 0.0
     """Time of the API server's event loop per output token (detokenising, building and
     writing the stream chunk), serial with the intake (:mod:`servetune.sim.frontend`)."""

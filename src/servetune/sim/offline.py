@@ -50,7 +50,7 @@ from servetune.results.server_series import Histogram, ServerSample
 from servetune.sim.config import EngineConfig, ResolvedConfig
 from servetune.sim.engine import Engine, SimRequest
 from servetune.sim.exposition import cache_config_labels
-from servetune.sim.frontend import ApiServer
+from servetune.sim.frontend import ApiServer, SharedIntake
 from servetune.sim.memory import MemoryPlan, plan_memory
 from servetune.workload.arrivals import arrival_offsets
 from servetune.workload.plan import Plan, make_plan, plan_size, validate_config
@@ -264,11 +264,12 @@ class OfflineRun:
         base = self.id_base
         eff = eng.model.eff
         chat = self.cfg.endpoint == "chat"
+        # the chat template is rendered for the whole burst first (shared), then the intake
+        # proper takes the requests one by one (servetune.sim.frontend)
+        render_ns = round(eff.frontend_chat_per_request_ms * 1e6) if chat else 0
+        render = SharedIntake(render_ns)
         api = self.api = ApiServer(
-            round(
-                (eff.frontend_per_request_ms + (eff.frontend_chat_per_request_ms if chat else 0.0))
-                * 1e6
-            ),
+            round(eff.frontend_per_request_ms * 1e6),
             round(eff.frontend_latency_ms * 1e6),
             round(
                 (eff.frontend_per_token_us + (eff.frontend_chat_per_token_us if chat else 0.0))
@@ -339,14 +340,25 @@ class OfflineRun:
                 base + idx, spec.input_len, spec.output_len, (t0_ns + at_ns) / NS, hashes, idx
             )
             self._drain(t0_ns + at_ns)  # outputs of steps that ended before it come first
-            at_engine = api.accept(t0_ns + at_ns) - t0_ns
+            if render_ns:
+                api.reserve(t0_ns + at_ns, render_ns)
+                render.arrive(max(t0_ns + at_ns, render.now_ns))
+                rendering.append(req)
+            else:
+                take_in(req, t0_ns + at_ns)
+            inflight += 1
+
+        def take_in(req: SimRequest, at_ns: int) -> None:
+            """The intake proper (one by one) from ``at_ns`` (engine ns)."""
+            at_engine = api.accept(at_ns) - t0_ns
             if at_engine > round(eng.now * NS) - t0_ns:
                 arriving.append((at_engine, req))
             else:
                 eng.add(req)
-            inflight += 1
 
         arriving: deque[tuple[int, SimRequest]] = deque()
+        rendering: deque[SimRequest] = deque()
+        """Chat requests whose template is being rendered, oldest first (they leave in order)."""
         while True:
             now_ns = round(eng.now * NS) - t0_ns
             while i < n and offsets[i] <= now_ns + 1:  # +1 ns: float round trip
@@ -355,6 +367,9 @@ class OfflineRun:
                 else:
                     submit(i, offsets[i])
                 i += 1
+            if rendering:
+                for d in render.depart_until(t0_ns + now_ns + 1):
+                    take_in(rendering.popleft(), d)
             while arriving and arriving[0][0] <= now_ns + 1:
                 eng.add(arriving.popleft()[1])
             while next_sample <= eng.now - t0:
@@ -364,6 +379,10 @@ class OfflineRun:
             if eng.idle():
                 if arriving:
                     eng.now = max(eng.now, (t0_ns + arriving[0][0]) / NS)
+                    continue
+                nd = render.next_departure() if rendering else None
+                if nd is not None:
+                    eng.now = max(eng.now, nd / NS)
                     continue
                 if pending:
                     submit(pending.popleft(), now_ns)
@@ -377,6 +396,9 @@ class OfflineRun:
                 t_next = offsets[i]
             if arriving:
                 t_next = min(t_next, arriving[0][0])
+            nd = render.next_departure() if rendering else None
+            if nd is not None:
+                t_next = min(t_next, nd - t0_ns)
             eng.advance(min(t0 + t_next / NS, t0 + next_sample))
             if eng.finished:
                 # a client slot frees when the last token reaches the client
