@@ -38,7 +38,9 @@ fitted):
 * A run at a finite ``--request-rate`` (kvcached, 16 req/s) gets Poisson arrivals from the
   simulator's own generator: the same process, not vLLM's draws.
 * Runs sent to ``/v1/chat/completions`` (gpustack) cost the API server more per request (the
-  messages and the chat template) and per streamed token (a chat chunk): two fitted constants.
+  chat template, rendered for a whole burst before any of its requests goes on:
+  ``servetune.sim.frontend.SharedIntake``) and per streamed token (a chat chunk): two fitted
+  constants.
 * Knobs a case does not state take vLLM's defaults, except ``gpu_memory_utilization`` where
   a case logs its KV-cache GiB: then the utilisation is solved from that figure.
 * The dennislee22 TP=2 runs are two Kubernetes pods on one node: TP=2 scaled no better than
@@ -50,7 +52,11 @@ mean TPOT and mean TTFT of the in-scope cases, each within bounds a real server 
 the compute efficiency of each GPU generation (Ampere, Hopper), one memory-bandwidth
 efficiency for every GPU, the step and per-request CPU costs, the API server's intake time
 per request, its extras per chat request and per streamed chat token, its token latency,
-the pod network's all-reduce latency and bandwidth — 11 numbers (:data:`PARAMS`).
+the pod network's all-reduce latency and bandwidth — 11 numbers (:data:`PARAMS`). The
+bandwidth efficiency also has a measured prior (``efficiency.json``, ``priors``;
+:func:`measured_priors`); every fit runs until a step changes the cost or every constant by
+less than :data:`FIT_TOL` and says whether it got there; a fold fits a GPU generation's compute
+efficiency only from training runs that can tell it (:func:`tells`).
 
 The step model knows vLLM's async scheduling (on by default after 0.11: a step's CPU work
 overlaps the GPU's, :func:`async_default`); TP across Kubernetes pods with no pod runs to fit

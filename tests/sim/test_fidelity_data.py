@@ -133,3 +133,18 @@ def test_each_case_runs_the_release_and_set_up_it_states() -> None:
         assert w["max_concurrency"] is None
         assert isinstance(w["input_len"], int) and isinstance(w["output_len"], int)
     assert fid.gpu_of(gs) == "A100-80GB" and fid.gpu_of(kvc) == "H100-SXM"
+
+
+def test_a_fold_fits_a_compute_efficiency_only_from_runs_that_can_tell_it() -> None:
+    fid = _fidelity()
+    cases = {c["id"]: c for c in json.loads(CASES.read_text())}
+    # the kvcached H100 runs are CPU-bound: ±20% of the H100's compute efficiency moves
+    # nothing, so a fold trained on them takes the other generation's instead of drifting
+    kvc = [c for cid, c in cases.items() if cid.startswith("kvc-")]
+    assert not fid.tells(kvc, fid.NEUTRAL, "hopper_mfu")
+    # a burst of 1,000 prompts on an A100 is compute-bound: it tells
+    gs = [cases["gs-qwen3-14b-a100-rand128-4-n1000"]]
+    assert fid.tells(gs, fid.NEUTRAL, "ampere_mfu")
+    # the bandwidth efficiency's prior is a measurement with its source, not a fitted value
+    priors = fid.measured_priors()
+    assert set(priors) == {"mbu"} and 0.8 < priors["mbu"][0] < 0.92
