@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 
 from servetune.errors import SimError
@@ -19,7 +20,8 @@ from servetune.sim.config import EngineConfig
 from servetune.sim.memory import plan_memory
 from servetune.sim.step_writer import writer_mode
 
-_READY_TIMEOUT_S = 30.0
+_READY_TIMEOUT_S = 60.0
+"""It answers in ~1 s; the bound is for a loaded 2-core box."""
 
 
 class EmbeddedServer:
@@ -95,6 +97,8 @@ def start_embedded(
     )
     assert proc.stdout is not None
     result: list[str] = []
+    before: deque[str] = deque(maxlen=20)
+    """What the process printed before its READY/ERROR line (a traceback when it died)."""
 
     def first_line() -> None:
         assert proc.stdout is not None
@@ -102,16 +106,27 @@ def start_embedded(
             if line.startswith(("READY", "ERROR")):
                 result.append(line.strip())
                 return
+            before.append(line.rstrip())
 
+    t0 = time.monotonic()
     t = threading.Thread(target=first_line, daemon=True)
     t.start()
     t.join(_READY_TIMEOUT_S)
     if not result or result[0].startswith("ERROR"):
         if proc.poll() is None:
             proc.kill()
-        proc.wait(5)
-        why = result[0][6:] if result else f"no READY line within {_READY_TIMEOUT_S:.0f} s"
-        raise SimError(f"the simulated server did not start: {why}")
+        code = proc.wait(5)
+        if result:
+            why = result[0][6:]
+        elif t.is_alive():
+            why = f"no READY line within {_READY_TIMEOUT_S:.0f} s"
+        else:
+            why = f"it exited with code {code} after {time.monotonic() - t0:.1f} s"
+        tail = "\n".join(before)
+        raise SimError(
+            f"the simulated server did not start: {why}"
+            + (f"; its output:\n{tail}" if tail else "")
+        )
     return EmbeddedServer(proc, int(result[0].split()[1]), engine_cfg)
 
 
