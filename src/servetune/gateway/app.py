@@ -371,7 +371,7 @@ class Gateway:
         res = None
         if not tenant.quota.unlimited:
             # one event loop: nothing can interleave between the check and the take
-            got = mem.reserve_now(tenant.name, tenant.quota, prep.reserve)
+            got = mem.reserve_now(tenant.name, tenant.quota, prep.reserve, checked=True)
             if isinstance(got, q.Refusal):
                 self._quota_refused(ex, tenant.name, got)
                 return None

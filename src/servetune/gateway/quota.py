@@ -153,11 +153,15 @@ class MemoryQuota:
                 )
         return None
 
-    def reserve_now(self, tenant: str, limits: Limits, tokens: int) -> Reservation | Refusal:
-        """Synchronous form (one event loop: nothing can interleave)."""
-        refused = self.at_limit(tenant, limits)
-        if refused is not None:
-            return refused
+    def reserve_now(
+        self, tenant: str, limits: Limits, tokens: int, checked: bool = False
+    ) -> Reservation | Refusal:
+        """Synchronous form (one event loop: nothing can interleave). ``checked``: the caller
+        has just asked :meth:`at_limit`, in the same callback, and got None."""
+        if not checked:
+            refused = self.at_limit(tenant, limits)
+            if refused is not None:
+                return refused
         now = self._now()
         rb = tb = None
         if limits.rpm:

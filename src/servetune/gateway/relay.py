@@ -69,7 +69,9 @@ def error_event(message: str, type_: str, code: int) -> bytes:
 
 def _token_piece(data: bytes) -> bool:
     # A chat stream opens with a role-only chunk; any other piece with an event carries output.
-    return b'"role"' not in data or data.count(b"data:") > 1
+    if b'"role"' not in data:
+        return True
+    return data.find(b"data:", data.find(b"data:") + 5) >= 0  # a second event (no full count)
 
 
 class RelayOwner(Protocol):
@@ -244,7 +246,8 @@ class Relay:
         if data:
             if not self.first_token_ns and b"data:" in data and _token_piece(data):
                 self.first_token_ns = now
-            self.events += data.count(b"data: {")
+            if self.usage is None:  # the fallback count: not needed once usage is in
+                self.events += data.count(b"data: {")
             self._out.append(data)
 
     def _scan(self, data: bytes, at: int) -> bytes:
