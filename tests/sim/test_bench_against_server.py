@@ -201,3 +201,37 @@ def test_real_time_server_and_virtual_clock_agree_on_the_same_requests(
     assert rt >= vt - 5.0, report
     assert rt <= vt * 1.15 + 15.0, report
     assert vp * 0.95 - 0.5 <= rp <= vp * 1.15 + 1.0, report
+
+
+def test_a_chat_burst_shares_the_template_stage_on_both_clocks(tmp_path: Path) -> None:
+    """40 chat requests at once: vLLM's API server renders every template of the burst before
+    any request goes on (``SharedIntake``), on the virtual clock and in real time alike. Taken
+    one by one in real time (as before), the burst's P99 TTFT was 25% and its median E2E 18%
+    below the virtual clock's. A fresh server: a burst after other runs would hit the prefix
+    cache."""
+    engine = EngineConfig(max_model_len=4096)
+    srv = start_embedded(engine)
+    try:
+        cfg = BenchConfig(
+            base_url=srv.base_url,
+            endpoint="chat",
+            random_input_len=256,
+            random_output_len=32,
+            num_prompts=40,
+            request_rate=float("inf"),
+            seed=5,
+            request_timeout_s=60.0,
+        )
+        real = bench(cfg, tmp_path / "real", progress=False).summary
+    finally:
+        srv.stop()
+    virtual = run_offline(
+        cfg.model_copy(update={"base_url": None}), engine, tmp_path / "virtual"
+    ).summary
+    assert (real.completed, real.failed) == (40, 0), real.errors
+    rt, vt = real.ttft.p99, virtual.ttft.p99
+    re_, ve = real.e2el.p50, virtual.e2el.p50
+    assert rt is not None and vt is not None and re_ is not None and ve is not None
+    report = f"P99 TTFT real {rt:.0f} / virtual {vt:.0f} ms; P50 E2E {re_:.0f} / {ve:.0f} ms"
+    assert vt * 0.9 <= rt <= vt * 1.15 + 30.0, report
+    assert ve * 0.9 <= re_ <= ve * 1.15 + 30.0, report

@@ -38,9 +38,9 @@ The constants live in ``efficiency.json`` (``host``): ``frontend_per_request_ms`
 ``frontend_chat_per_request_ms``, ``frontend_per_token_us``, ``frontend_chat_per_token_us`` and
 ``frontend_latency_ms``. The virtual-clock run (:mod:`servetune.sim.offline`) and the real-time
 server (:mod:`servetune.sim.realtime`) both put this model in front of the engine, so that
-``sim run`` and a client of ``sim serve`` see the same front end (the real-time server takes a
-chat request's template time one by one, with its intake: the shared stage is the offline
-run's).
+``sim run`` and a client of ``sim serve`` see the same front end, the burst-shared template
+stage included. Both take the loop's jobs in time order: a step's outputs before an intake
+that comes after the step's end.
 """
 
 from __future__ import annotations

@@ -349,7 +349,9 @@ class OfflineRun:
             inflight += 1
 
         def take_in(req: SimRequest, at_ns: int) -> None:
-            """The intake proper (one by one) from ``at_ns`` (engine ns)."""
+            """The intake proper (one by one) from ``at_ns`` (engine ns), after the outputs of
+            the steps that ended before it (the loop's jobs in time order)."""
+            self._drain(at_ns)
             at_engine = api.accept(at_ns) - t0_ns
             if at_engine > round(eng.now * NS) - t0_ns:
                 arriving.append((at_engine, req))

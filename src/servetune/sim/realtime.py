@@ -38,6 +38,7 @@ Where the bytes go is opaque here (``Stream.out``): the HTTP side
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import itertools
 import math
@@ -48,7 +49,7 @@ from typing import Any
 from servetune.http import Exchange
 from servetune.sim.config import ResolvedConfig
 from servetune.sim.engine import DONE, Engine, SimRequest
-from servetune.sim.frontend import ApiServer
+from servetune.sim.frontend import ApiServer, SharedIntake
 from servetune.sim.intake import Refusal, block_hashes, json_object, read_request
 from servetune.sim.loop_stats import LoopStats
 from servetune.sim.memory import MemoryPlan
@@ -87,7 +88,10 @@ class RealtimeEngine:
         )
         """vLLM's API server on the wall clock (ns since :attr:`t0`); its latency is
         :attr:`latency` (applied on the way in)."""
-        self.chat_request_ns = round(eff.frontend_chat_per_request_ms * 1e6)
+        self.render = SharedIntake(round(eff.frontend_chat_per_request_ms * 1e6))
+        """The chat template stage a burst shares (wall clock ns since :attr:`t0`)."""
+        self.rendering: deque[SimRequest] = deque()
+        """Chat requests in :attr:`render`, oldest first (they leave in order)."""
         self.chat_token_ns = round(eff.frontend_chat_per_token_us * 1e3)
         self.latency = eff.frontend_latency_ms / 1e3
         """Seconds from a token's step end to its client: the engine's clock runs this far
@@ -149,8 +153,6 @@ class RealtimeEngine:
         r = self.r
         hashes = block_hashes(ask.pieces, r.block_size) if r.enable_prefix_caching else ()
         sent_ns = ex.arrival_ns - round(self.t0 * 1e9)  # its first byte, on the wall clock
-        extra = self.chat_request_ns if chat else 0
-        at_engine = self.api.accept(sent_ns, extra) / 1e9 + self.latency
         req = SimRequest(
             rid_n, ask.prompt_len, ask.max_tokens, sent_ns / 1e9 + self.latency, hashes
         )
@@ -160,9 +162,28 @@ class RealtimeEngine:
         ex.on_close = lambda: self.abort(s)  # a cycle ex -> s -> ex until the stream ends
         if ask.stream:
             ex.start(200, headers=_SSE_HEADERS)  # the head now, as vLLM sends it
-        self.arriving.append((at_engine, req))  # in order: the API server is one FIFO
+        render = self.render
+        if chat and render.per_request_ns:
+            # the template first, shared by the burst; the intake when it leaves (_rendered)
+            self.api.reserve(sent_ns, render.per_request_ns)
+            render.arrive(max(sent_ns, render.now_ns))
+            self.rendering.append(req)
+        else:
+            self._take_in(req, sent_ns)
         assert self._wake is not None
         self._wake.set()
+
+    def _take_in(self, req: SimRequest, at_ns: int) -> None:
+        """The API server's intake proper (one by one) from ``at_ns`` (wall clock ns)."""
+        at_engine = self.api.accept(at_ns) / 1e9 + self.latency
+        self.arriving.append((at_engine, req))  # in order: the intake is one FIFO
+
+    def _rendered(self, upto_ns: int) -> None:
+        """Chat requests whose template was rendered by ``upto_ns`` go on to the intake (only
+        up to the wall clock: a later arrival would still share the stage)."""
+        now_ns = round((time.perf_counter() - self.t0) * 1e9)
+        for d in self.render.depart_until(min(upto_ns, now_ns)):
+            self._take_in(self.rendering.popleft(), d)
 
     def abort(self, s: Stream) -> None:
         """The client went away: the request leaves the engine (``finished_reason=abort``)."""
@@ -192,6 +213,20 @@ class RealtimeEngine:
                 if self.intake:
                     self.take_intake()
                     continue
+                if self.rendering:
+                    # wait for the first template to be rendered (a new request wakes us:
+                    # it shares the stage, so the departure moves)
+                    nd = self.render.next_departure()
+                    assert nd is not None
+                    delay = t0 + nd / 1e9 - perf()
+                    if delay > 0:
+                        wake.clear()
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(wake.wait(), delay)
+                    else:  # the wall clock is past it: it leaves (+1 ns: rounding)
+                        for d in self.render.depart_until(nd + 1):
+                            self._take_in(self.rendering.popleft(), d)
+                    continue
                 stats.idle_gc = True
                 gc.unfreeze()
                 gc.collect()
@@ -203,6 +238,10 @@ class RealtimeEngine:
             if self.intake:
                 # a backlog is taken in a little at a time: the engine keeps stepping
                 self.take_intake(perf() + INTAKE_S)
+            if self.rendering:
+                self._rendered(round((eng.now - self.latency) * 1e9))
+            if eng.idle() and not arriving:
+                continue
             if eng.idle():
                 # idle until the API server hands the next request over: the engine's clock
                 # jumps there (every request that could join that step has been sent)
@@ -220,8 +259,11 @@ class RealtimeEngine:
             # Build every write of this step while its simulated time runs, so that at the
             # step's end only the writes are left.
             writes, service_ns = self._build(emitted)
-            # the step's outputs through the API server (its clock is the wall clock's)
+            # the step's outputs through the API server (its clock is the wall clock's), after
+            # the templates rendered before the step's end (the loop's jobs in time order)
             end_ns = round((eng.now - self.latency) * 1e9)
+            if self.rendering:
+                self._rendered(end_ns)
             due = t0 + self.api.deliver(end_ns, service_ns) / 1e9 + self.latency
             writer.arm(writes, due)
             stats.phase("step_and_build", perf() - t)
