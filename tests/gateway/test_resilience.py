@@ -93,6 +93,63 @@ def test_idle_stream_ends_with_an_error_event(scripted: Callable[..., Any], tmp_
     assert took < 2.5
 
 
+def test_whole_answer_stalled_after_its_head_is_ended_and_its_slot_freed(tmp_path: Path) -> None:
+    """A non-streamed answer whose upstream sends the head and then nothing: after idle_s the
+    client gets a 502 and the upstream's only slot is free again (before: both waited for as
+    long as the upstream kept the connection open)."""
+
+    async def stalling(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                await reader.readexactly(length)
+                if head.startswith(b"GET"):
+                    body = (
+                        b'{"object":"list","data":[{"id":"%s","object":"model"}]}' % MODEL.encode()
+                    )
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+                    continue
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: 200\r\n\r\n{")  # fmt: skip
+                await asyncio.sleep(30)
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def main() -> tuple[list[int], float]:
+        server = await asyncio.start_server(stalling, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            cfg = gateway_config(
+                tmp_path,
+                groups=[{"name": "g", "urls": [f"http://127.0.0.1:{port}/v1"],
+                         "max_concurrency": 1, "adaptive": False}],
+                timeouts={"idle_s": 0.5},
+            )  # fmt: skip
+            async with running(cfg) as gw, client() as s:
+                loop = asyncio.get_running_loop()
+                t0 = loop.time()
+                codes = []
+                for _ in range(2):  # the second needs the slot the first held
+                    body = {"model": MODEL, "prompt": "a b c", "max_tokens": 5}
+                    async with s.post(url(gw), json=body) as r:
+                        codes.append(r.status)
+                        await r.read()
+                return codes, loop.time() - t0
+        finally:
+            server.close()
+
+    codes, took = asyncio.run(main())
+    assert codes == [502, 502]
+    assert took < 10.0
+
+
 def test_client_leaving_before_the_head_frees_its_slot_and_quota(
     scripted: Callable[..., Any], tmp_path: Path
 ) -> None:

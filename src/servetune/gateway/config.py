@@ -143,7 +143,8 @@ class Timeouts(_Strict):
     first_byte_s: float = Field(default=600.0, gt=0)
     """Longest wait for the upstream's response head (an engine queue can be long)."""
     idle_s: float = Field(default=60.0, gt=0)
-    """A stream that sends nothing for this long ends with a terminal error event."""
+    """A stream that sends nothing for this long ends with a terminal error event; a whole
+    (non-streamed) answer whose body stops this long after its head is answered 502."""
     client_body_s: float = Field(default=30.0, gt=0)
 
 

@@ -215,9 +215,15 @@ class Relay:
     def flush(self) -> None:
         """The upstream read is over: write what it produced (and the end, if it came with
         it); a stream still open gets its idle clock (not armed for an answer that ended in
-        the read that brought it)."""
+        the read that brought it), and so does a whole answer whose body is still to come
+        (an upstream that sent the head and stalled would hold the client and the slot)."""
         self._write()
-        if self._timer is None and self.committed and self.sse and not self.ended:
+        if (
+            self._timer is None
+            and not self.ended
+            and self.head_seen
+            and (self.committed or not self.sse)
+        ):
             self._arm_idle()
 
     def _write(self) -> None:
