@@ -125,18 +125,24 @@ class StampedSocket:
         if n == 0:
             self._drop(None)  # the server closed its side
             return
-        now = time.perf_counter_ns()
         if anc and len(anc[0][2]) >= _TIMESPEC.size:
             # Age of the bytes by the wall clock the kernel stamped them with, moved onto
-            # the monotonic clock the run is timed on.
+            # the monotonic clock the run is timed on. The wall clock is read first: if the
+            # process is taken off the CPU between the two reads, the stamp comes out late
+            # by that time — never early, never before the server wrote the bytes (read the
+            # other way round, a preemption on a loaded CI box once put a first token more
+            # than 0.5 ms before the server wrote it).
+            wall = time.time_ns()
+            now = time.perf_counter_ns()
             sec, nsec = _TIMESPEC.unpack_from(anc[0][2])
-            age = time.time_ns() - (sec * 1_000_000_000 + nsec)
+            age = wall - (sec * 1_000_000_000 + nsec)
             if 0 <= age < _MAX_STAMP_AGE_NS:
                 now -= age
                 reads.kernel += 1
             else:
                 reads.user += 1
         else:
+            now = time.perf_counter_ns()
             reads.user += 1
         # The shared buffer itself: the parser reads it in place and copies out only the
         # body pieces (the next read reuses the buffer, so nothing may keep this view).
