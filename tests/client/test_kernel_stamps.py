@@ -253,3 +253,61 @@ def test_refused_connection_is_a_clear_error() -> None:
     err = asyncio.run(go())
     pool.close()
     assert isinstance(err, HTTPError) and "cannot connect" in str(err)
+
+
+class _PreemptedClocks:
+    """``time`` as the stamping code sees it, with the process taken off the CPU for 5 ms
+    before each clock read (what a loaded box does at random)."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def _preempt(self) -> None:
+        self.reads += 1
+        time.sleep(0.005)
+
+    def time_ns(self) -> int:
+        self._preempt()
+        return time.time_ns()
+
+    def perf_counter_ns(self) -> int:
+        self._preempt()
+        return time.perf_counter_ns()
+
+
+def test_a_preemption_between_the_clock_reads_makes_a_stamp_late_never_early(
+    server: Callable[[Handler], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel stamp is on the wall clock and moved onto the monotonic one with two clock
+    reads; time lost between them must land after the arrival, not before the server's send
+    (read in the other order, a stamp came out 5 ms before the bytes were sent)."""
+    from servetune.client import stamped
+
+    before_send: list[int] = []
+
+    def handler(c: socket.socket) -> None:
+        _read_request(c)
+        before_send.append(time.perf_counter_ns())
+        c.sendall(_chunked(b"data: first\n\n"))
+        c.recv(1)
+
+    url = server(handler)
+    clocks = _PreemptedClocks()
+    monkeypatch.setattr(stamped, "time", clocks)
+
+    async def go() -> tuple[int, Pool]:
+        pool = Pool(url)
+        stamps: list[int] = []
+        resp = await asyncio.wait_for(pool.request(_request(), lambda b, t: stamps.append(t)), 10)
+        assert resp.status == 200
+        pool.close()
+        return stamps[0], pool
+
+    for _ in range(3):  # the kernel turns stamping on lazily
+        before_send.clear()
+        stamp, pool = asyncio.run(go())
+        if pool.kernel_reads:
+            break
+    assert pool.kernel_reads >= 1 and clocks.reads >= 2
+    # never before the server started sending (0.5 ms covers the clock conversion itself)
+    assert stamp >= before_send[0] - 500_000, (stamp - before_send[0]) / 1e6
