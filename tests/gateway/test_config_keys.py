@@ -55,6 +55,21 @@ audit_log: logs/audit.jsonl
     lim = cfg.limits_of(cfg.tenants[0])
     assert (lim.max_tokens, lim.rpm, lim.tpm) == (512, 60, 10000)
     assert cfg.audit_log == str(tmp_path / "logs/audit.jsonl")
+    assert cfg.queue.priority_headroom == 1  # the default: one slot kept for a higher class
+    assert config_from_flags(["http://x"], priority_headroom=0).queue.priority_headroom == 0
+
+
+def test_priority_headroom_reaches_every_pool_and_survives_a_reload(tmp_path: Path) -> None:
+    from servetune.gateway.app import Gateway
+
+    text = "groups:\n  - name: a\n    urls: [http://127.0.0.1:9]\n    max_concurrency: 4\n"
+    path = write(tmp_path, text + "queue: {priority_headroom: 2}\n")
+    gw = Gateway(load_config(path), str(path))
+    pool = gw.pools["a"]
+    assert pool.headroom == 2 and pool.running == [0, 0, 0]
+    pool.running[0] = 1  # an interactive request in flight when the file is re-read
+    gw._apply(load_config(write(tmp_path, text)))
+    assert gw.pools["a"].headroom == 1 and gw.pools["a"].running is pool.running
 
 
 @pytest.mark.parametrize(
@@ -68,6 +83,10 @@ audit_log: logs/audit.jsonl
             "priority 'vip'",
         ),
         ("groups:\n  - name: a\n    urls: [http://x]\n    weight: 0", "weight 0"),
+        (
+            "groups:\n  - name: a\n    urls: [http://x]\nqueue: {priority_headroom: -1}",
+            "queue.priority_headroom",
+        ),
         ("groups: [\n", "not valid YAML"),
         ("- 1\n- 2", "mapping"),
         ("", "empty"),

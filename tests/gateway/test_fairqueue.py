@@ -9,7 +9,7 @@ import pytest
 
 from servetune.gateway.breaker import Breaker
 from servetune.gateway.fairqueue import FairQueue, Waiter
-from servetune.gateway.pool import Pool, QueueRefusal, Router, Upstream
+from servetune.gateway.pool import Pool, QueueRefusal, Router, Slot, Upstream
 
 
 def run(coro):  # type: ignore[no-untyped-def]
@@ -97,14 +97,14 @@ def test_pool_queues_then_hands_slots_in_fair_order() -> None:
             slot = await pool.acquire(tenant, 1.0, 1, cost, 5.0, 100, 100)
             got.append(tenant)
             await asyncio.sleep(0)
-            pool.release(slot.upstream)
+            pool.release(slot.upstream, 1)
 
         tasks = [asyncio.create_task(one("heavy", 1000.0)) for _ in range(3)]
         await asyncio.sleep(0)
         tasks += [asyncio.create_task(one("light", 10.0)) for _ in range(3)]
         await asyncio.sleep(0)
         assert len(pool.queue) == 6
-        pool.release(first.upstream)
+        pool.release(first.upstream, 1)
         await asyncio.gather(*tasks)
         return got
 
@@ -142,7 +142,7 @@ def test_cancelled_waiter_leaves_the_queue_and_an_assigned_slot_is_returned() ->
         # a slot handed over in the same turn as the cancel goes back to the pool
         t2 = asyncio.create_task(pool.acquire("c", 1.0, 1, 1.0, 5.0, 100, 100))
         await asyncio.sleep(0)
-        pool.release(held.upstream)  # hands the slot to c
+        pool.release(held.upstream, 1)  # hands the slot to c
         t2.cancel()
         with pytest.raises(asyncio.CancelledError):
             await t2
@@ -161,7 +161,7 @@ def test_pool_avoids_open_circuits_and_prefers_least_loaded() -> None:
         for _ in range(5):
             b.breaker.failure()
         assert b.breaker.state == "open"
-        pool.release(s2.upstream)
+        pool.release(s2.upstream, 1)
         s3 = await pool.acquire("t", 1.0, 1, 1.0, 1.0, 10, 10)
         assert s3.upstream is a
         for _ in range(5):
@@ -200,3 +200,96 @@ def test_router_exact_shares() -> None:
     assert {r.pick() for _ in range(10)} == {"candidate"}
     r.set({"baseline": 50, "candidate": 50})
     assert {r.pick(healthy={"candidate": False}) for _ in range(10)} == {"baseline"}
+
+
+INTERACTIVE, STANDARD, BATCH = 0, 1, 2
+
+
+def _acq(pool: Pool, tenant: str, priority: int) -> asyncio.Task[Slot]:
+    return asyncio.create_task(pool.acquire(tenant, 1.0, priority, 1.0, 5.0, 100, 100))
+
+
+def test_headroom_keeps_the_last_slot_for_an_active_interactive_class() -> None:
+    async def main() -> None:
+        pool = Pool("g", [Upstream("http://127.0.0.1:9000/v1", "g", 4, Breaker())], 3, 1)
+        u = pool.upstreams[0]
+        i1 = await pool.acquire("chat", 1.0, INTERACTIVE, 1.0, 5.0, 100, 100)
+        for _ in range(2):  # slots 2 and 3: more than the headroom is free
+            s = await pool.acquire("bulk", 1.0, STANDARD, 1.0, 5.0, 100, 100)
+            assert s.queued_s == 0.0
+        s3 = _acq(pool, "bulk", STANDARD)
+        await asyncio.sleep(0.01)
+        # the last free slot is kept while an interactive request runs: bulk waits
+        assert not s3.done() and len(pool.queue) == 1 and u.inflight == 3
+        # an interactive request takes it at once, past the waiting standard one
+        i2 = await pool.acquire("chat", 1.0, INTERACTIVE, 1.0, 5.0, 100, 100)
+        assert i2.queued_s == 0.0 and u.inflight == 4
+        pool.release(i1.upstream, INTERACTIVE)
+        await asyncio.sleep(0.01)
+        assert not s3.done(), "one interactive request still runs: the freed slot is kept"
+        pool.release(i2.upstream, INTERACTIVE)
+        await asyncio.wait_for(s3, 5.0)  # no interactive request left: bulk may take it
+        assert u.inflight == 3 and pool.running == [0, 3, 0]
+        # with no interactive request active, a standard one takes the very last slot
+        s4 = await pool.acquire("bulk", 1.0, STANDARD, 1.0, 5.0, 100, 100)
+        assert s4.queued_s == 0.0 and u.inflight == 4 and len(pool.queue) == 0
+
+    run(main())
+
+
+def test_headroom_two_and_its_timeout_is_a_queue_refusal() -> None:
+    async def main() -> None:
+        pool = Pool("g", [Upstream("http://127.0.0.1:9000/v1", "g", 4, Breaker())], 3, 2)
+        i1 = await pool.acquire("chat", 1.0, INTERACTIVE, 1.0, 5.0, 100, 100)
+        await pool.acquire("bulk", 1.0, STANDARD, 1.0, 5.0, 100, 100)  # 3 free -> 2 left
+        with pytest.raises(QueueRefusal) as exc:  # 2 free = the headroom: it waits, then 429
+            await pool.acquire("bulk", 1.0, STANDARD, 1.0, 0.05, 100, 100)
+        assert exc.value.reason == "queue_timeout" and len(pool.queue) == 0
+        pool.release(i1.upstream, INTERACTIVE)
+        s = await pool.acquire("bulk", 1.0, STANDARD, 1.0, 0.05, 100, 100)
+        assert s.queued_s == 0.0 and pool.running == [0, 2, 0]
+
+    run(main())
+
+
+def test_headroom_protects_every_higher_class_and_zero_turns_it_off() -> None:
+    async def main() -> None:
+        pool = Pool("g", [Upstream("http://127.0.0.1:9000/v1", "g", 2, Breaker())], 3, 1)
+        s1 = await pool.acquire("std", 1.0, STANDARD, 1.0, 5.0, 100, 100)
+        b = _acq(pool, "batch", BATCH)
+        await asyncio.sleep(0.01)
+        assert not b.done()  # a standard request runs: batch may not take the last slot
+        pool.release(s1.upstream, STANDARD)
+        await asyncio.wait_for(b, 5.0)
+        # headroom 0: the last slot goes to whoever asks (the behaviour without it)
+        off = Pool("g", [Upstream("http://127.0.0.1:9001/v1", "g", 2, Breaker())], 3, 0)
+        await off.acquire("chat", 1.0, INTERACTIVE, 1.0, 5.0, 100, 100)
+        s = await off.acquire("bulk", 1.0, STANDARD, 1.0, 5.0, 100, 100)
+        assert s.queued_s == 0.0 and off.upstreams[0].inflight == 2
+
+    run(main())
+
+
+def test_a_waiting_higher_class_goes_before_a_headroom_held_lower_one() -> None:
+    async def main() -> None:
+        # two upstreams of 1 slot each, headroom 1: while a standard request is active, batch
+        # may take no slot at all; a standard *waiter* counts as active too
+        ups = [Upstream(f"http://127.0.0.1:{9000 + i}/v1", "g", 1, Breaker()) for i in range(2)]
+        pool = Pool("g", ups, 3, 1)
+        s1 = await pool.acquire("std", 1.0, STANDARD, 1.0, 5.0, 100, 100)
+        b = _acq(pool, "batch", BATCH)
+        await asyncio.sleep(0.01)
+        assert not b.done()
+        s2 = await pool.acquire("std", 1.0, STANDARD, 1.0, 5.0, 100, 100)  # the free slot
+        waiting_std = _acq(pool, "std", STANDARD)
+        await asyncio.sleep(0.01)
+        assert len(pool.queue) == 2
+        pool.release(s1.upstream, STANDARD)  # goes to the standard waiter, not to batch
+        got = await asyncio.wait_for(waiting_std, 5.0)
+        assert not b.done()
+        for slot in (s2, got):
+            pool.release(slot.upstream, STANDARD)
+        await asyncio.wait_for(b, 5.0)
+        assert pool.running == [0, 0, 1]
+
+    run(main())

@@ -28,7 +28,8 @@ def test_keygen_hash_key_and_check(tmp_path: Path) -> None:
     )
     c = cli("gateway", "check", "--config", str(cfg))
     assert c.returncode == 0, c.stderr
-    assert "tenant search" in c.stdout and "tpm 1000" in c.stdout and "limits 8" in c.stdout
+    assert "tenant search: standard" in c.stdout and "tpm 1000" in c.stdout
+    assert "limits 8" in c.stdout and "1 slot(s) per upstream kept" in c.stdout
     assert key not in c.stdout + c.stderr  # the plain key is never printed back
 
 
@@ -39,6 +40,11 @@ def test_errors_are_messages_not_tracebacks(tmp_path: Path) -> None:
     bad.write_text("groups:\n  - name: a\n    urls: [http://x]\n    max_concurency: 3\n")
     r = cli("gateway", "--config", str(bad))
     assert r.returncode == 2 and "unknown field" in r.stderr and "Traceback" not in r.stderr
+    good = tmp_path / "ok.yaml"
+    good.write_text("groups:\n  - name: a\n    urls: [http://127.0.0.1:9/v1]\n")
+    r = cli("gateway", "--config", str(good), "--priority-headroom", "-1")
+    assert r.returncode == 2 and "--priority-headroom -1" in r.stderr
+    assert "Traceback" not in r.stderr
     r = cli("gateway", "hash-key", stdin="short\n")
     assert r.returncode == 2 and "at least" in r.stderr
     r = cli("rollout", "--gateway", "http://127.0.0.1:9", "--candidate", "c")

@@ -221,6 +221,48 @@ def test_fair_share_light_tenant_is_not_starved(engine: EmbeddedServer, tmp_path
     assert max(light_t) < sorted(heavy_t)[2], (heavy_t, light_t)
 
 
+def test_priority_headroom_keeps_a_slot_for_the_interactive_tenant(
+    engine: EmbeddedServer, tmp_path: Path
+) -> None:
+    """Two upstream slots, headroom 1: while an interactive request runs, a standard tenant
+    waits rather than take the last free slot, which the next interactive request gets at
+    once; with no interactive request active the standard tenant uses both slots."""
+    chat, bulk = new_key(), new_key()
+
+    async def main() -> None:
+        cfg = gateway_config(
+            tmp_path,
+            groups=[{"name": "g", "urls": [engine.base_url], "max_concurrency": 2,
+                     "adaptive": False}],
+            tenants=[{"name": "chat", "keys": [hash_key(chat)], "priority": "interactive"},
+                     {"name": "bulk", "keys": [hash_key(bulk)]}],
+            queue={"priority_headroom": 1},
+        )  # fmt: skip
+        async with running(cfg) as gw, client() as s:
+            pool = gw.pools["g"]
+            up = pool.upstreams[0]
+            body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 2000, "stream": True}
+            long = await s.post(url(gw), json=body, headers={"Authorization": f"Bearer {chat}"})
+            assert long.status == 200
+            await long.content.readany()  # its first bytes: an interactive request runs
+            held = asyncio.create_task(complete(s, gw, key=bulk, max_tokens=4, stream=False))
+            await wait_until(lambda: _true(len(pool.queue) == 1), what="bulk waiting")
+            assert up.inflight == 1  # a free slot, kept for the interactive class
+            status, _b, _h = await complete(s, gw, key=chat, max_tokens=4, stream=False)
+            assert status == 200 and not held.done()
+            long.close()  # the interactive stream ends (the engine aborts it): bulk may go
+            status, _b, _h = await asyncio.wait_for(held, 60)
+            assert status == 200 and gw.metrics.queue["bulk"].n == 1
+            two = await asyncio.gather(
+                *(complete(s, gw, key=bulk, max_tokens=4, stream=False) for _ in range(2))
+            )
+            assert [t[0] for t in two] == [200, 200]
+            assert gw.metrics.queue["bulk"].n == 1, "no interactive request: both sent at once"
+            assert pool.running == [0, 0, 0] and up.inflight == 0
+
+    asyncio.run(main())
+
+
 def test_bad_bodies_are_4xx(engine: EmbeddedServer, tmp_path: Path) -> None:
     cases = [
         b"", b"not json", b'"a string"', b"[1, 2]", b"42", b"null", b"{}",

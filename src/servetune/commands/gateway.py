@@ -46,6 +46,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--from-sweep", metavar="DIR", help="take the limit from a sweep's comfortable concurrency"
     )
     up.add_argument("--tokenizer", help="the served model's tokenizer (exact input counts)")
+    up.add_argument(
+        "--priority-headroom",
+        type=int,
+        metavar="N",
+        help="free slots of each upstream kept for a higher priority class while one of its "
+        "requests runs or waits (default 1; with --config it overrides queue.priority_headroom)",
+    )
     p.add_argument("--redis", help="redis://host:port/db: replicas share counters exactly")
     p.add_argument("--audit-log", help="decisions log (default gateway-audit.jsonl)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -125,7 +132,15 @@ def _check(path: str) -> int:
             )
             if v is not None
         ]
-        print(f"  tenant {t.name}: weight {t.weight:g}, {', '.join(parts) or 'unlimited'}")
+        print(
+            f"  tenant {t.name}: {cfg.queue.priorities[t.priority]}, weight {t.weight:g}, "
+            f"{', '.join(parts) or 'unlimited'}"
+        )
+    print(
+        f"  queue: priorities {', '.join(cfg.queue.priorities)} (highest first); "
+        f"{cfg.queue.priority_headroom} slot(s) per upstream kept for a higher class while "
+        "one is active"
+    )
     print(f"  auth: {'API keys' if gw.auth else 'none (everyone is tenant default)'}")
     print(f"  state: {'redis ' + cfg.redis if cfg.redis else 'in memory (one replica)'}")
     return 0
@@ -151,6 +166,8 @@ def _serve(args: argparse.Namespace) -> int:
             cfg.redis = args.redis
         if args.audit_log:
             cfg.audit_log = args.audit_log
+        if args.priority_headroom is not None:
+            cfg.queue.priority_headroom = _headroom(args.priority_headroom)
     else:
         if not args.upstream:
             raise ConfigError(
@@ -171,8 +188,17 @@ def _serve(args: argparse.Namespace) -> int:
             from_sweep=args.from_sweep,
             tokenizer=args.tokenizer,
             audit_log=args.audit_log,
+            priority_headroom=args.priority_headroom,
         )
     return aio.run(_main(cfg, args.config))
+
+
+def _headroom(n: int) -> int:
+    if n < 0:
+        from servetune.errors import ConfigError
+
+        raise ConfigError(f"--priority-headroom {n}: give 0 or more slots")
+    return n
 
 
 async def _main(cfg: object, path: str | None) -> int:

@@ -168,10 +168,13 @@ class Gateway:
                         u.recompute()
                 ups.append(u)
             old = getattr(self, "pools", {}).get(g.name)
-            pool = Pool(g.name, ups, classes)
+            pool = Pool(g.name, ups, classes, cfg.queue.priority_headroom)
             if old is not None:  # keep the waiters and the fairness counters
                 pool.queue = old.queue
                 pool.service_ewma_s = old.service_ewma_s
+                # in-flight requests release into the pool they started on: one count for both
+                old.running.extend([0] * (classes - len(old.running)))
+                pool.running = old.running
             pools[g.name] = pool
             counters[g.name] = InputCounter(g.tokenizer)
         live = {(g.name, url) for g in cfg.groups for url in g.urls}

@@ -15,6 +15,8 @@ A configuration names upstream *groups* (a baseline and, during a rollout, a can
       - name: candidate
         urls: [http://10.0.0.6:8000/v1]
         weight: 0                           # traffic share; `servetune rollout` moves it
+    queue:
+      priority_headroom: 1                  # slots per upstream kept for a higher class
     tenants:
       - name: search
         keys: [sha256:2c26b4...]
@@ -134,6 +136,10 @@ class QueuePolicy(_Strict):
     """Longest wait for an upstream slot before a 429."""
     priorities: list[str] = Field(default_factory=lambda: list(DEFAULT_PRIORITIES))
     """Priority classes, highest first."""
+    priority_headroom: int = Field(default=1, ge=0)
+    """Free slots of each upstream that a request may not take while a request of a higher
+    priority class is running or waiting in its group (kept for that class; 0: none). With no
+    higher-class request active, every slot is open to all (see :mod:`servetune.gateway.pool`)."""
     output_weight: float = Field(default=1.0, ge=0)
     """Fair-queueing cost of an output token relative to an input token."""
 
@@ -348,6 +354,7 @@ def config_from_flags(
     from_sweep: str | None = None,
     tokenizer: str | None = None,
     audit_log: str | None = None,
+    priority_headroom: int | None = None,
 ) -> GatewayConfig:
     """The first-run configuration: one group of ``upstreams``; the limits apply per key (each
     key its own tenant) or, without keys, to everyone together."""
@@ -379,6 +386,8 @@ def config_from_flags(
     }
     if audit_log:
         data["audit_log"] = audit_log
+    if priority_headroom is not None:
+        data["queue"] = {"priority_headroom": priority_headroom}
     return parse_config(data, "command-line flags")
 
 

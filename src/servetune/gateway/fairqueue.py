@@ -55,6 +55,14 @@ class FairQueue:
     def waiting(self, tenant: str) -> int:
         return self._per_tenant.get(tenant, 0)
 
+    def head_class(self) -> int:
+        """The highest priority class (lowest index) with anyone waiting; the number of
+        classes when nobody waits."""
+        for i, cls in enumerate(self._classes):
+            if cls:
+                return i
+        return len(self._classes)
+
     def push(self, w: Waiter) -> None:
         cls = self._classes[min(w.priority, len(self._classes) - 1)]
         q = cls.get(w.tenant)

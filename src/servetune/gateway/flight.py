@@ -225,7 +225,7 @@ class Flight:
         gw = self.gw
         self.group = gw.router.pick(gw._healthy())
         pool = self.pool = gw.pools[self.group]
-        u = pool.try_acquire()
+        u = pool.try_acquire(self.tenant.priority)
         if u is None:
             return self._wait_then_send(None)
         pool.queue.charge(self.tenant.name, self.tenant.weight, float(self.prep.reserve))
@@ -418,7 +418,7 @@ class Flight:
             return
         gw.metrics.retries[u.url] += 1
         self._fresh_retried = False
-        nxt = pool.try_acquire(avoid=self.tried)
+        nxt = pool.try_acquire(self.tenant.priority, self.tried)
         if nxt is None:
             self._spawn(self._retry_slot())
             return
@@ -535,7 +535,7 @@ class Flight:
     def _release(self, service_s: float | None = None) -> None:
         u, self._holding = self._holding, None
         if u is not None and self.pool is not None:
-            self.pool.release(u, service_s)
+            self.pool.release(u, self.tenant.priority, service_s)
 
     def _end(self) -> None:
         """Settle and record, exactly once."""

@@ -11,7 +11,20 @@ its limit of requests at once — the lowest of
 
 A request takes the least-loaded upstream with a free slot whose circuit is not open. When
 none has one it waits in the group's :class:`~servetune.gateway.fairqueue.FairQueue` until a
-slot frees (in fair order) or its deadline passes. :class:`Router` spreads requests over the
+slot frees (in fair order) or its deadline passes.
+
+**Headroom for the higher priority classes** (``queue.priority_headroom``, *h*): while a
+request of a higher class than its own is running in the group or waiting in its queue, a
+request may take a slot of an upstream only if more than *h* of its slots are free — the last
+*h* free slots of each upstream are kept for the higher classes. When no higher-class request
+is active the lower classes use every slot (nothing is held back from an idle class). A slot
+held back this way is not a refusal: the request waits in the queue like any other, and is
+sent as soon as a slot beyond the headroom frees or the higher classes fall idle. Why: fair
+queueing orders *waiting* requests, but cannot take back a slot a bulk request already holds;
+an interactive tenant arriving in a burst then waits for its own earlier requests even though
+the bulk tenant is within its quota (the M/D/c arithmetic in ``benchmarks/gateway_overhead.py``).
+The headroom makes those waits rare at the cost of up to *h* slots per upstream for the lower
+classes, and only while a higher class is active. :class:`Router` spreads requests over the
 groups by weight (smooth weighted round robin: exact shares, no randomness), which is how a
 canary gets its 5 % of traffic.
 """
@@ -79,21 +92,30 @@ class Slot:
 class Pool:
     """One group: its upstreams and the fair queue in front of them."""
 
-    def __init__(self, name: str, upstreams: list[Upstream], classes: int) -> None:
+    def __init__(
+        self, name: str, upstreams: list[Upstream], classes: int, headroom: int = 0
+    ) -> None:
         self.name = name
         self.upstreams = upstreams
         self.queue = FairQueue(classes)
+        self.headroom = headroom
+        """Slots of each upstream kept for the higher priority classes while one is active."""
+        self.running = [0] * max(1, classes)
+        """Requests holding a slot in this group, per priority class."""
         self.service_ewma_s = 1.0
         self._wake: asyncio.TimerHandle | None = None
 
     # -- choosing ----------------------------------------------------------------------------
-    def _free(self, avoid: Iterable[Upstream] = ()) -> Upstream | None:
+    def _free(self, avoid: Iterable[Upstream] = (), keep: int = 0) -> Upstream | None:
+        """The least-loaded upstream with more than ``keep`` free slots and a circuit that
+        lets a request through (one in ``avoid`` only when there is no other)."""
         best: Upstream | None = None
         best_load = math.inf
         avoided = tuple(avoid)
         fallback: Upstream | None = None
         for u in self.upstreams:
-            if not u.has_slot() or not u.breaker.would_allow():
+            lim = u.limit
+            if (lim is not None and u.inflight + keep >= lim) or not u.breaker.would_allow():
                 continue
             load = u.inflight / u.limit if u.limit else u.inflight * 1e-9
             if u in avoided:
@@ -113,14 +135,26 @@ class Pool:
     def inflight(self) -> int:
         return sum(u.inflight for u in self.upstreams)
 
-    def try_acquire(self, avoid: Iterable[Upstream] = ()) -> Upstream | None:
-        """A slot now, if one is free and nobody waits (a waiting request goes first)."""
-        if len(self.queue):
+    def _keep(self, priority: int) -> int:
+        """Free slots a request of class ``priority`` must leave on an upstream: the headroom
+        while a higher class has a request running or waiting, else none."""
+        if not priority or not self.headroom:
+            return 0
+        running = self.running
+        if any(running[:priority]) or self.queue.head_class() < priority:
+            return self.headroom
+        return 0
+
+    def try_acquire(self, priority: int, avoid: Iterable[Upstream] = ()) -> Upstream | None:
+        """A slot now for a request of class ``priority``, if one is free to it (see the
+        headroom above) and no request of its class or a higher one waits (they go first)."""
+        if len(self.queue) and self.queue.head_class() <= priority:
             return None
-        u = self._free(avoid)
+        u = self._free(avoid, self._keep(priority))
         if u is None or not u.breaker.allows():
             return None
         u.inflight += 1
+        self.running[priority] += 1
         return u
 
     async def acquire(
@@ -137,7 +171,7 @@ class Pool:
         """A slot on one upstream, at once or after waiting in fair order; raises
         :class:`QueueRefusal` when the queue is full, the deadline passes or no upstream is
         healthy."""
-        u = self.try_acquire(avoid)
+        u = self.try_acquire(priority, avoid)
         if u is not None:
             self.queue.charge(tenant, weight, cost)
             return Slot(u, 0.0)
@@ -165,9 +199,9 @@ class Pool:
             up: Upstream = await w.fut
         except asyncio.CancelledError:
             if w.fut.done() and not w.fut.cancelled() and w.fut.exception() is None:
-                self.release(w.fut.result())
-            else:
-                self.queue.remove(w)
+                self.release(w.fut.result(), priority)
+            elif self.queue.remove(w) and len(self.queue):
+                self.dispatch()  # a higher class may have gone idle: lower ones may go
             raise
         finally:
             handle.cancel()
@@ -176,6 +210,8 @@ class Pool:
     def _expire(self, w: Waiter, timeout_s: float) -> None:
         if w.fut.done() or not self.queue.remove(w):
             return
+        if len(self.queue):
+            self.dispatch()  # a higher class may have gone idle: lower ones may go
         if not self.healthy():
             w.fut.set_exception(
                 QueueRefusal(
@@ -219,26 +255,30 @@ class Pool:
         return max(1.0, math.ceil((len(self.queue) + 1) / slots * self.service_ewma_s))
 
     # -- releasing ---------------------------------------------------------------------------
-    def release(self, u: Upstream, service_s: float | None = None) -> None:
+    def release(self, u: Upstream, priority: int, service_s: float | None = None) -> None:
         u.inflight -= 1
+        self.running[priority] -= 1
         if service_s is not None:
             self.service_ewma_s += 0.05 * (service_s - self.service_ewma_s)
         if len(self.queue):
             self.dispatch()
 
     def dispatch(self) -> None:
-        """Hand free slots to waiters, in fair order."""
-        while len(self.queue):
-            u = self._free()
+        """Hand free slots to waiters, in fair order (a class held back by the headroom holds
+        back the classes below it too: strict priority)."""
+        queue = self.queue
+        while len(queue):
+            u = self._free(keep=self._keep(queue.head_class()))
             if u is None or not u.breaker.allows():
                 self._arm_wake()
                 return
-            w = self.queue.pop()
+            w = queue.pop()
             if w is None:
                 return
             if w.fut.done():
                 continue
             u.inflight += 1
+            self.running[w.priority] += 1
             w.fut.set_result(u)
 
 
