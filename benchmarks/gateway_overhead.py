@@ -29,6 +29,11 @@ completions, no /metrics scraping) for every target:
    (M/D/c), so its P99 moves from ~38 to ~80 ms — about 2× by capacity, not unfairness. At
    5 req/s: 0.2 % and 1.4 % (P99 ~20 → ~29 ms). The gateway's ``queue_seconds{tenant}``
    is printed for both rounds: light waits only for a slot, never behind the flood's queue.
+   The gateway keeps ``queue.priority_headroom`` slots for the interactive class while it is
+   active (``--headroom``; default: light's P99 concurrency, 3 — the sizing rule in
+   docs/gateway.md), so the flood's one slot is taken only when light has nothing running.
+   The unloaded P99 is the lower of the pooled quiet P99 and the median of the quiet rounds'
+   P99s: a noisy quiet round cannot raise the denominator and flatter the ratio.
 
 servetune's gateway runs with keys, a tpm quota and a concurrency cap on; LiteLLM's proxy with
 the equivalent it offers without a database (a master key, the model's ``tpm``/``rpm`` and
@@ -52,6 +57,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import re
 import subprocess
@@ -535,6 +541,12 @@ def main() -> int:
         "(e.g. git archive REV src | tar -x -C /tmp/before)",
     )
     ap.add_argument("--parts", default="1,2,3,4", help="which parts to run (default all)")
+    ap.add_argument(
+        "--headroom",
+        type=int,
+        default=HEADROOM,
+        help="part 4: the gateway's queue.priority_headroom (default: light's P99 concurrency)",
+    )
     ap.add_argument("--relay", type=int, help=argparse.SUPPRESS)  # the control's process
     args = ap.parse_args()
     if args.relay:
@@ -682,7 +694,7 @@ def main() -> int:
 
         if 4 in parts:
             print(f"\n4. overload: 10x the upstream's capacity from one tenant (load {loadavg()})")
-            overload(tmp, procs, secs)
+            overload(tmp, procs, secs, args.headroom)
     finally:
         for p in reversed(procs):
             p.stop()
@@ -793,9 +805,39 @@ OVERLOAD_ROUNDS = 5
 both kinds alike); samples are pooled per kind."""
 LIGHT_RATE = 5
 """Light's rate: an eighth of the upstream's capacity (see the module docstring)."""
+LIGHT_SERVICE_S = 0.13
+"""How long a light request holds its upstream slot here: the scripted upstream's 20 ms + 19 ×
+4 ms, plus the client's and the gateway's share of this box (~130 ms measured)."""
 
 
-def overload(tmp: Path, procs: list[Proc], secs: int) -> None:
+def poisson_quantile(mean: float, q: float) -> int:
+    """The smallest k with P(N <= k) >= q for N ~ Poisson(mean)."""
+    k, term = 0, math.exp(-mean)
+    total = term
+    while total < q:
+        k += 1
+        term *= mean / k
+        total += term
+    return k
+
+
+HEADROOM = poisson_quantile(LIGHT_RATE * LIGHT_SERVICE_S, 0.99)
+"""The gateway's ``queue.priority_headroom`` in the overload part, sized by the rule in
+docs/gateway.md: the interactive tenant's requests in flight at its 99th percentile (Poisson
+arrivals at LIGHT_RATE, each holding a slot LIGHT_SERVICE_S: 0.65 on average, 3 at P99)."""
+
+
+def unloaded_p99(rounds: list[list[float]]) -> tuple[float, float, float]:
+    """(unloaded P99, pooled P99, median of the rounds' P99s): the unloaded value is the lower
+    of the two, so that one noisy quiet round cannot raise the denominator and flatter the
+    ratio (it can only make the target harder than the pooled figure alone)."""
+    pooled = pct(sorted(x for r in rounds for x in r), 0.99)
+    per = sorted(pct(sorted(r), 0.99) for r in rounds if r)
+    med = per[len(per) // 2] if per else float("nan")
+    return min(pooled, med), pooled, med
+
+
+def overload(tmp: Path, procs: list[Proc], secs: int, headroom: int = HEADROOM) -> None:
     from servetune.gateway.keys import hash_key
 
     light, flood = "st-light-" + "l" * 40, "st-flood-" + "f" * 40
@@ -818,6 +860,11 @@ def overload(tmp: Path, procs: list[Proc], secs: int) -> None:
                 "priority": "standard",
             },
         ],
+        queue={"priority_headroom": headroom},
+    )
+    print(
+        f"   light interactive, flood standard; queue.priority_headroom {headroom} (light's "
+        f"P99 concurrency: Poisson {LIGHT_RATE} req/s x {LIGHT_SERVICE_S} s -> {HEADROOM})"
     )
     gw, port = servetune_gateway(tmp / "gw-over.yaml")
     procs.append(gw)
@@ -883,18 +930,20 @@ def overload(tmp: Path, procs: list[Proc], secs: int) -> None:
         flood_proc.wait(180)
         dirs["flood"].append(fd)
     witness.stop()
-    quiet, loaded, fl = samples(dirs["quiet"]), samples(dirs["flooded"]), samples(dirs["flood"])
-    q99, l99 = pct(quiet["ttft"], 0.99), pct(loaded["ttft"], 0.99)
+    loaded, fl = samples(dirs["flooded"]), samples(dirs["flood"])
+    q99, q_pooled, q_med = unloaded_p99([samples([d])["ttft"] for d in dirs["quiet"]])
+    l99 = pct(loaded["ttft"], 0.99)
     print(
-        f"   all light requests: p99 TTFT unloaded {q99:.1f} ms, under flood {l99:.1f} ms = "
+        f"   all light requests: p99 TTFT unloaded {q99:.1f} ms (pooled {q_pooled:.1f}, "
+        f"rounds' median {q_med:.1f}), under flood {l99:.1f} ms (pooled) = "
         f"{l99 / max(1e-9, q99):.2f}x; light ok/failed {loaded['ok']}/{loaded['failed']} "
-        f"({OVERLOAD_ROUNDS} rounds pooled)"
+        f"({OVERLOAD_ROUNDS} rounds)"
     )
-    (qk, qhit), (lk, lhit) = (
-        split_by_stalls(dirs["quiet"], witness),
-        split_by_stalls(dirs["flooded"], witness),
-    )
-    q99s, l99s = pct(qk, 0.99), pct(lk, 0.99)
+    quiet_kept = [split_by_stalls([d], witness) for d in dirs["quiet"]]
+    lk, lhit = split_by_stalls(dirs["flooded"], witness)
+    qhit = sum(h for _k, h in quiet_kept)
+    q99s, q_pooled_s, q_med_s = unloaded_p99([k for k, _h in quiet_kept])
+    l99s = pct(lk, 0.99)
     ratio = l99s / max(1e-9, q99s)
     print(
         f"   the machine stalled (a {StallWitness.STALL_MS:g} ms+ late wake-up of a witness "
@@ -902,8 +951,10 @@ def overload(tmp: Path, procs: list[Proc], secs: int) -> None:
         "light requests; without those:"
     )
     print(
-        f"   light p99 TTFT unloaded {q99s:.1f} ms, under flood {l99s:.1f} ms = {ratio:.2f}x "
-        f"(target <= 2x) -> {'MET' if ratio <= 2 else 'MISSED'}"
+        f"   light p99 TTFT unloaded {q99s:.1f} ms (the lower of pooled {q_pooled_s:.1f} and "
+        f"the rounds' median {q_med_s:.1f}), under flood {l99s:.1f} ms (pooled) = "
+        f"{ratio:.2f}x (target <= 2x) -> {'MET' if ratio <= 2 else 'MISSED'} "
+        f"(with the pooled unloaded P99 alone: {l99s / max(1e-9, q_pooled_s):.2f}x)"
     )
     for kind in ("quiet", "flooded"):
         n, total = waits[kind]
