@@ -150,6 +150,48 @@ def test_whole_answer_stalled_after_its_head_is_ended_and_its_slot_freed(tmp_pat
     assert took < 10.0
 
 
+def test_no_head_within_first_byte_s_is_retried_elsewhere_then_a_502(
+    scripted: Callable[..., Any], tmp_path: Path
+) -> None:
+    """An upstream that sends no response head within timeouts.first_byte_s counts as failed
+    before the first byte: retried on another upstream, a 502 when none is left; the late
+    upstream's slot is freed either way (the deadlines share one timer)."""
+    late = scripted({"model": MODEL, "ttft_ms": 20000, "one_write": True})
+    good = scripted({"model": MODEL, "one_write": True})
+
+    async def main() -> tuple[list[int], list[float], bytes]:
+        cfg = gateway_config(
+            tmp_path,
+            groups=[{"name": "g", "urls": [late.base_url], "max_concurrency": 1,
+                     "adaptive": False},
+                    {"name": "two", "urls": [late.base_url, good.base_url],
+                     "max_concurrency": 1, "adaptive": False, "weight": 0}],
+            timeouts={"first_byte_s": 0.5},
+            retries=1,
+        )  # fmt: skip
+        async with running(cfg) as gw, client() as s:
+            loop = asyncio.get_running_loop()
+            codes, took = [], []
+            body = b""
+            for _ in range(2):  # the second needs the slot the first held
+                t0 = loop.time()
+                status, body = await post(s, url(gw))
+                codes.append(status)
+                took.append(loop.time() - t0)
+            assert gw.pools["g"].upstreams[0].inflight == 0
+            gw.router.set({"g": 0, "two": 100})
+            for _ in range(2):  # least loaded first: the late one is tried and failed over
+                status, _b = await post(s, url(gw))
+                codes.append(status)
+            assert len(gw.head_deadlines) == 0
+            return codes, took, body
+
+    codes, took, body = asyncio.run(main())
+    assert codes == [502, 502, 200, 200]
+    assert b"no response head within 0.5 s" in body
+    assert all(0.45 < t < 10.0 for t in took), took
+
+
 def test_client_leaving_before_the_head_frees_its_slot_and_quota(
     scripted: Callable[..., Any], tmp_path: Path
 ) -> None:

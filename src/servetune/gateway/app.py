@@ -44,6 +44,7 @@ from servetune.gateway.audit import AuditLog, config_hash
 from servetune.gateway.breaker import Breaker
 from servetune.gateway.canary import Observation
 from servetune.gateway.config import GatewayConfig, TenantLimits, host_port, load_config
+from servetune.gateway.deadlines import HeadDeadlines
 from servetune.gateway.exposition import GatewayMetrics, labels
 from servetune.gateway.flight import Attempt, Flight, Prepared, TenantRuntime, retry_after
 from servetune.gateway.keys import KeyRing, parse_hashed, read_key_file
@@ -115,6 +116,7 @@ class Gateway:
         self._stopping: set[asyncio.Future[None]] = set()
         self.server: HTTPServer | None = None
         self.port = 0
+        self.head_deadlines = HeadDeadlines(cfg.timeouts.first_byte_s)
         self._apply(cfg)
 
     # -- configuration -----------------------------------------------------------------------
@@ -181,6 +183,7 @@ class Gateway:
         for gone in [k for k in self.upstreams if k not in live]:
             del self.upstreams[gone]  # in-flight requests keep their reference
         self.cfg = cfg
+        self.head_deadlines.timeout_s = cfg.timeouts.first_byte_s
         self._heads: dict[tuple[Upstream, str], bytes] = {}
         self._group_heads: dict[str, list[tuple[bytes, bytes]]] = {}
         self.keys = ring
@@ -302,6 +305,7 @@ class Gateway:
             await sig.stop()
         for pool in self.conns.values():
             pool.close()
+        self.head_deadlines.close()
         with contextlib.suppress(Exception):
             await self.rollouts.flush()
         await self.store.close()

@@ -13,7 +13,8 @@ whichever way a request gets through:
 
 1. **slot** — ``Pool.try_acquire`` (charged to the fair queue), else a wait in the queue
    (429/503 past its deadline or bound: nothing was sent, the reservation is given back);
-2. **send** — on an idle connection, else a new one; the first-byte deadline is a timer;
+2. **send** — on an idle connection, else a new one; the first-byte deadline is watched by
+   the gateway's one timer for all requests (:mod:`servetune.gateway.deadlines`);
 3. **head** — a 500/502/503/504, a reset, a connect error or the deadline before the head
    count against the upstream's circuit and are retried elsewhere (``retries``), never after;
    a reused connection that the server had closed is replaced once by a fresh one, which is
@@ -40,6 +41,7 @@ import orjson
 
 from servetune.gateway import quota as q
 from servetune.gateway.config import GatewayConfig, TenantLimits
+from servetune.gateway.deadlines import HeadDeadlines
 from servetune.gateway.exposition import GatewayMetrics
 from servetune.gateway.pool import Pool, QueueRefusal, Router, Slot, Upstream
 from servetune.gateway.relay import Relay, UpstreamLost
@@ -74,6 +76,7 @@ class Host(Protocol):
 
     cfg: GatewayConfig
     metrics: GatewayMetrics
+    head_deadlines: HeadDeadlines
     router: Router
     pools: dict[str, Pool]
     _canary_step: Callable[[], int | None]
@@ -153,7 +156,6 @@ class Flight:
         "_last_error",
         "_reused",
         "_task",
-        "_timer",
         "att",
         "attempts",
         "ended",
@@ -203,7 +205,6 @@ class Flight:
         self.used = 0
         self._holding: Upstream | None = None
         """The upstream whose slot this request holds (to free exactly once)."""
-        self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
         self._finished: asyncio.Future[None] | None = None
         self._reused = False
@@ -329,9 +330,7 @@ class Flight:
         self.ex.on_close = self.client_left
         relay.last_ns = time.perf_counter_ns()
         conn.send(gw._request_bytes(u, self.ex.path, self.prep.payload), relay)
-        self._timer = asyncio.get_running_loop().call_later(
-            gw.cfg.timeouts.first_byte_s, relay.head_timeout
-        )
+        gw.head_deadlines.add(relay)
 
     # -- the relay's callbacks ---------------------------------------------------------------
     def head_in(self) -> None:
@@ -345,9 +344,7 @@ class Flight:
     def _head_in(self) -> None:
         relay = self.relay
         assert relay is not None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self.gw.head_deadlines.discard(relay)
         if relay.status in RETRY_STATUSES and self.attempts < self.gw.cfg.retries:
             relay.conn.abort()
             self._failed(f"HTTP {relay.status}")
@@ -371,9 +368,7 @@ class Flight:
     def _head_failed(self, exc: Exception) -> None:
         relay = self.relay
         assert relay is not None and self.upstream is not None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self.gw.head_deadlines.discard(relay)
         relay.conn.abort()
         if isinstance(exc, UpstreamLost):
             if self._reused and not self._fresh_retried:
@@ -496,14 +491,12 @@ class Flight:
         """The client went away: close the upstream request (the engine aborts it)."""
         if self.ended:
             return
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         task = self._task
         if task is not None and task is not asyncio.current_task():
             task.cancel()
         relay = self.relay
         if relay is not None:
+            self.gw.head_deadlines.discard(relay)
             relay.cancel()
             assert self.upstream is not None
             self.upstream.breaker.neutral()
@@ -542,14 +535,12 @@ class Flight:
         if self.ended:
             return
         self.ended = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         # no reference cycle left behind (flight <-> relay, flight <-> exchange): freed by
         # reference counting, not by the cyclic collector (a pause of ~10 ms every few
         # hundred requests when they were left)
         self.ex.on_close = None
         if self.relay is not None:
+            self.gw.head_deadlines.discard(self.relay)
             self.relay.owner = None
         att, prep, tenant = self.att, self.prep, self.tenant
         if att.usage_exact:
