@@ -77,6 +77,20 @@ def test_usage_only_chunk_is_removed_however_split(split: int | None) -> None:
     assert r.first_token_ns > 0
 
 
+@pytest.mark.parametrize("split", [None, 7, 1])
+def test_usage_read_after_the_write_when_the_client_asked_however_split(
+    split: int | None,
+) -> None:
+    stream = b"".join(TOKENS) + USAGE + DONE
+    pieces = (
+        [stream] if split is None else [stream[i : i + split] for i in range(0, len(stream), split)]
+    )
+    r, out, ex = relay_through(pieces, strip=False)
+    assert out == stream + b"<end>"  # unchanged, one write per read
+    assert len(ex.writes) == len(pieces) + 1
+    assert r.usage == {"prompt_tokens": 4, "completion_tokens": 3} and not r._later
+
+
 def test_usage_kept_when_the_client_asked_and_crlf_events() -> None:
     crlf = [
         ev('{"choices":[{"text":" x"}]}', True),

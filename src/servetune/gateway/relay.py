@@ -12,7 +12,8 @@ While passing an event stream it also
 - reads the engine's ``usage`` from the stream (the gateway asks for it with
   ``stream_options.include_usage`` and, when the client did not, removes the usage-only chunk
   vLLM sends, so the client gets exactly the stream it asked for); a piece is only scanned
-  when it holds ``"usage"`` (or an event split across reads is pending);
+  when it holds ``"usage"`` (or an event split across reads is pending), and when the client
+  asked for usage itself (nothing to remove) only after the piece has been written;
 - counts data events, the fallback output count when a stream ends without usage;
 - ends an idle stream (nothing for ``idle_s``) with a terminal error event inside the 200.
 """
@@ -51,6 +52,11 @@ def _event_end(buf: bytes, at: int) -> int:
         return j + 3 if j >= 0 else -1
     j = buf.find(b"\n\r\n", at, i + 2)
     return j + 3 if j >= 0 else i + 2
+
+
+def _ends_event(piece: bytes) -> bool:
+    """Does ``piece`` end with the blank line that ends an SSE event?"""
+    return piece.endswith(b"\n\n") or piece.endswith(b"\n\r\n")
 
 
 class UpstreamLost(Exception):
@@ -94,6 +100,7 @@ class RelayOwner(Protocol):
 class Relay:
     __slots__ = (
         "_ending",
+        "_later",
         "_out",
         "_parts",
         "_rest",
@@ -146,6 +153,10 @@ class Relay:
         """Bytes for the client from the current upstream read, written at once by
         :meth:`flush` (one write per read; the stream's end in the same write)."""
         self._ending = False
+        self._later: list[bytes] = []
+        """Pieces already passed on unchanged, still to be read for ``usage`` (without
+        ``strip_usage`` that reading waits until the piece has been written: not in the
+        answer's way)."""
         self._rest = b""
         self.first_token_ns = 0
         self.last_ns = 0
@@ -228,27 +239,41 @@ class Relay:
 
     def _write(self) -> None:
         out = self._out
-        if not out:
-            if self._ending and not self.ex.finished:
-                self.ex.end()
-            return
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
         ex = self.ex
-        if self._ending:
-            if not ex.finished:
-                ex.end(data)
-            return
-        ex.send(data)
-        if ex.conn.buffered > _HIGH_WATER:
-            self._backpressure()
+        if out:
+            data = out[0] if len(out) == 1 else b"".join(out)
+            out.clear()
+            if self._ending:
+                if not ex.finished:
+                    ex.end(data)
+            else:
+                ex.send(data)
+                if ex.conn.buffered > _HIGH_WATER:
+                    self._backpressure()
+        elif self._ending and not ex.finished:
+            ex.end()
+        if self._later:
+            self._read_usage_later()
+
+    def _read_usage_later(self) -> None:
+        """Read ``usage`` from the pieces written unchanged, in order (as :meth:`_pass` would
+        have, had it not left them until after the write)."""
+        later, self._later = self._later, []
+        for piece in later:
+            at = piece.find(b'"usage"')
+            if self._rest or at >= 0 or not _ends_event(piece):
+                self._scan(piece, at)
 
     def _pass(self, data: bytes) -> None:
         now = time.perf_counter_ns()
         self.last_ns = now
         at = data.find(b'"usage"')
-        if self.strip_usage or self._rest or at >= 0:
-            data = self._scan(data, at)  # whole events only when stripping
+        if self.strip_usage:
+            data = self._scan(data, at)  # whole events only: the usage chunk may be cut
+        elif self._later or self._rest or at >= 0 or not _ends_event(data):
+            # goes out unchanged: read for usage once written (a piece that ends inside an
+            # event is read too: the usage may begin in it)
+            self._later.append(data)
         if data:
             if not self.first_token_ns and b"data:" in data and _token_piece(data):
                 self.first_token_ns = now
