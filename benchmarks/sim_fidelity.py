@@ -56,7 +56,9 @@ the pod network's all-reduce latency and bandwidth — 11 numbers (:data:`PARAMS
 bandwidth efficiency also has a measured prior (``efficiency.json``, ``priors``;
 :func:`measured_priors`); every fit runs until a step changes the cost or every constant by
 less than :data:`FIT_TOL` and says whether it got there; a fold fits a GPU generation's compute
-efficiency only from training runs that can tell it (:func:`tells`).
+efficiency only from training runs that can tell it (:func:`tells`); what a fold's training
+runs cannot tell comes from measurements of the mechanism (``efficiency.json``, ``untold``;
+:func:`untold`): the GEMM's reach per GPU generation, the chat path's extra API-server cost.
 
 The step model knows vLLM's async scheduling (on by default after 0.11: a step's CPU work
 overlaps the GPU's, :func:`async_default`); TP across Kubernetes pods with no pod runs to fit
@@ -944,6 +946,28 @@ def measured_priors() -> dict[str, tuple[float, float]]:
     }
 
 
+def untold() -> dict[str, Any]:
+    """What a fold uses for a constant its training runs cannot tell (``efficiency.json``,
+    ``untold``): measurements of the mechanism made apart from the published runs. The
+    compute-efficiency shares of peak that a GEMM reaches per generation (``mamf_efficiency``:
+    a generation the training runs cannot tell takes the other's fitted value times the ratio
+    of these shares) and the chat endpoint's extra API-server cost per request and per
+    streamed token (``benchmarks/chat_intake_cost.py``), taken when no training run sent chat
+    requests."""
+    table = json.loads(EFFICIENCY_JSON.read_text())
+    u = table.get("untold", {})
+    mamf = u.get("mamf_efficiency", {})
+    return {
+        "mamf": {f: float(mamf[f]) for f in ("ampere", "hopper") if f in mamf},
+        "frontend_chat_per_request_ms": float(
+            u.get("frontend_chat_per_request_ms", {}).get("value", 0.0)
+        ),
+        "frontend_chat_per_token_us": float(
+            u.get("frontend_chat_per_token_us", {}).get("value", 0.0)
+        ),
+    }
+
+
 def fit(
     cases: list[dict[str, Any]],
     start: dict[str, float],
@@ -1097,8 +1121,10 @@ def loso(
     only, then predict the left-out source's cases. What the left-out runs alone could tell
     is not used: a GPU generation with no case among the other sources, or whose cases there
     cannot tell its compute efficiency (:func:`tells`), takes the compute efficiency of the
-    generation whose cases can, the chat endpoint's extra intake is 0 when no
-    other source sent chat requests, and TP over a Kubernetes pod network (the dennislee22
+    generation whose cases can, scaled by the GEMM's measured reach on each chip
+    (:func:`untold`, ``mamf``), the chat endpoint's extras are the ones measured on vLLM
+    (:func:`untold`, ``benchmarks/chat_intake_cost.py``) when no other source sent chat
+    requests, and TP over a Kubernetes pod network (the dennislee22
     runs) takes NCCL's socket-transport cost (:data:`SOCKET_PRIOR`) when no other source has such
     runs. Starts each
     fit from neutral constants, not from the full fit. ``only``: these sources' folds.
@@ -1118,6 +1144,7 @@ def loso(
             continue
         start = dict(NEUTRAL)
         start["pod_fitted"] = 1.0 if any(pod_network(c) for c in train) else 0.0
+        measured = untold()
         fams = {
             f
             for f in {family(gpu_of(c)) for c in train}
@@ -1131,8 +1158,11 @@ def loso(
             and not n.startswith("pod")
             and not n.startswith("frontend_chat")
         ]
+        chat_names = ("frontend_chat_per_request_ms", "frontend_chat_per_token_us")
         if any("chat" in str((c.get("workload") or {}).get("endpoint", "")) for c in train):
-            free += ["frontend_chat_per_request_ms", "frontend_chat_per_token_us"]
+            free += list(chat_names)
+        else:  # no training run sent chat: the chat path's cost as measured on vLLM itself
+            start.update({n: measured[n] for n in chat_names})
         for fam in ("ampere", "hopper"):
             if fam in fams:
                 free.append(f"{fam}_mfu")
@@ -1148,8 +1178,11 @@ def loso(
         t = time.perf_counter()
         q = fit(train, start, free=tuple(free), max_nfev=max_nfev, quiet=True, jobs=jobs)
         for fam, other in (("ampere", "hopper"), ("hopper", "ampere")):
-            if fam not in fams and other in fams:  # transfer: the other generation's
-                q[f"{fam}_mfu"] = q[f"{other}_mfu"]
+            if fam not in fams and other in fams:  # transfer: the other generation's,
+                # scaled by the GEMM's measured reach on each chip (MAMF share of peak)
+                mamf = measured["mamf"]
+                ratio = mamf[fam] / mamf[other] if fam in mamf and other in mamf else 1.0
+                q[f"{fam}_mfu"] = q[f"{other}_mfu"] * ratio
         if not pod:  # what new_engine uses for the left-out pod runs: shown as such
             q.update(SOCKET_PRIOR)
         fold_params[name] = q
