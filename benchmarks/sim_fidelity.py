@@ -968,6 +968,15 @@ def untold() -> dict[str, Any]:
     }
 
 
+def transferred_mfu(p: dict[str, float], fam: str, other: str) -> float:
+    """The compute efficiency of generation ``fam`` that its runs cannot tell, from
+    ``other``'s fitted one: times the ratio of the shares of peak a BF16 GEMM reaches on each
+    (:func:`untold`, ``mamf``; 1 where either is not measured)."""
+    mamf = untold()["mamf"]
+    ratio = mamf[fam] / mamf[other] if fam in mamf and other in mamf else 1.0
+    return p[f"{other}_mfu"] * ratio
+
+
 def fit(
     cases: list[dict[str, Any]],
     start: dict[str, float],
@@ -1178,11 +1187,8 @@ def loso(
         t = time.perf_counter()
         q = fit(train, start, free=tuple(free), max_nfev=max_nfev, quiet=True, jobs=jobs)
         for fam, other in (("ampere", "hopper"), ("hopper", "ampere")):
-            if fam not in fams and other in fams:  # transfer: the other generation's,
-                # scaled by the GEMM's measured reach on each chip (MAMF share of peak)
-                mamf = measured["mamf"]
-                ratio = mamf[fam] / mamf[other] if fam in mamf and other in mamf else 1.0
-                q[f"{fam}_mfu"] = q[f"{other}_mfu"] * ratio
+            if fam not in fams and other in fams:  # transfer: the other generation's
+                q[f"{fam}_mfu"] = transferred_mfu(q, fam, other)
         if not pod:  # what new_engine uses for the left-out pod runs: shown as such
             q.update(SOCKET_PRIOR)
         fold_params[name] = q

@@ -148,3 +148,23 @@ def test_a_fold_fits_a_compute_efficiency_only_from_runs_that_can_tell_it() -> N
     # the bandwidth efficiency's prior is a measurement with its source, not a fitted value
     priors = fid.measured_priors()
     assert set(priors) == {"mbu"} and 0.8 < priors["mbu"][0] < 0.92
+
+
+def test_what_a_fold_cannot_tell_comes_from_measurements_of_the_mechanism() -> None:
+    fid = _fidelity()
+    u = fid.untold()
+    # the GEMM's measured reach (MAMF share of the BF16 peak): A100 SXM 86.9%, H100 SXM 80.3%
+    assert u["mamf"] == {"ampere": 0.869, "hopper": 0.803}
+    p = {**fid.NEUTRAL, "ampere_mfu": 0.56}
+    assert abs(fid.transferred_mfu(p, "hopper", "ampere") - 0.56 * 0.803 / 0.869) < 1e-9
+    assert (
+        abs(fid.transferred_mfu({**p, "hopper_mfu": 0.3}, "ampere", "hopper") - 0.3 / 0.924) < 1e-3
+    )
+    # the chat path's extra API-server cost, measured on vLLM (benchmarks/chat_intake_cost.py):
+    # per request it cannot be told from 0 here; per streamed chat token tens of microseconds
+    assert u["frontend_chat_per_request_ms"] == 0.0
+    assert 20.0 < u["frontend_chat_per_token_us"] < 100.0
+    # every measurement names its source
+    table = json.loads(fid.EFFICIENCY_JSON.read_text())["untold"]
+    for entry in ("mamf_efficiency", "frontend_chat_per_request_ms", "frontend_chat_per_token_us"):
+        assert len(table[entry]["source"]) > 80
