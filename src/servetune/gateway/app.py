@@ -484,9 +484,11 @@ class Gateway:
 
     def _healthy(self) -> dict[str, bool] | None:
         pools = self.pools
-        if all(u.breaker.state == "closed" for p in pools.values() for u in p.upstreams):
-            return None
-        return {n: p.healthy() for n, p in pools.items()}
+        for p in pools.values():
+            for u in p.upstreams:
+                if u.breaker.state != "closed":
+                    return {n: p.healthy() for n, p in pools.items()}
+        return None
 
     def _acquire(
         self, pool: Pool, tenant: TenantRuntime, cost: float, avoid: list[Upstream] | None = None

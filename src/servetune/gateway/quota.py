@@ -109,6 +109,9 @@ _ids = itertools.count(1)
 _REPLICA = f"{os.getpid():x}"
 
 
+_LOCAL_SLOT = "local"
+
+
 def new_lease_id() -> str:
     return f"{_REPLICA}-{next(_ids):x}"
 
@@ -184,7 +187,7 @@ class MemoryQuota:
         lease = ""
         if limits.max_concurrency:
             self._inflight[tenant] = self._inflight.get(tenant, 0) + 1
-            lease = new_lease_id()
+            lease = _LOCAL_SLOT  # one process: the count is the slot, no id to keep
         return Reservation(tenant, tokens if limits.tpm else 0, lease, limits.tpm)
 
     async def reserve(self, tenant: str, limits: Limits, tokens: int) -> Reservation | Refusal:
