@@ -86,6 +86,7 @@ def whole_path_sweep() -> dict[str, Any]:
             t, c = time.perf_counter(), time.process_time()
             res = run_offline(_cfg(rate), SEED, Path(d))
             wall, cpu = time.perf_counter() - t, time.process_time() - c
+            digest = _digest(res, Path(d))
         info = res.target.simulated or {}
         s = res.summary
         rows.append(
@@ -97,9 +98,26 @@ def whole_path_sweep() -> dict[str, Any]:
                 "out_tok_s": s.output_throughput,
                 "p99_ttft": s.ttft.p99 or 0.0,
                 "tpot": s.tpot.mean or 0.0,
+                "digest": digest,
             }
         )
     return {"rows": rows}
+
+
+def _digest(res: Any, out: Path) -> str:
+    """What a run simulated, as one hash: its summary, its server summary, its simulated
+    target and the bytes of ``requests.jsonl`` and ``server_metrics.jsonl`` (not ``run.json``
+    whole: it carries the machine and the time). Two codes that simulate the same give the
+    same digest; a speed-up must not change it."""
+    import hashlib
+
+    h = hashlib.sha256()
+    h.update(res.summary.model_dump_json().encode())
+    h.update(json.dumps(res.server.summary if res.server else None, sort_keys=True).encode())
+    h.update(json.dumps(res.target.simulated, sort_keys=True, default=str).encode())
+    for name in ("requests.jsonl", "server_metrics.jsonl"):
+        h.update((out / name).read_bytes())
+    return h.hexdigest()[:16]
 
 
 def _child_sweep(src: str | None) -> dict[str, Any]:
@@ -167,11 +185,22 @@ def offline(repeat: int, baseline_src: str | None) -> None:
         f"{statistics.median(cpu_ratios):.0f}x; target {TARGET:.0f}x: median/target "
         f"{med / TARGET:.2f} {verdict}; {load()}"
     )
+    digests = {tuple(row["digest"] for row in r["rows"]) for r in runs}
+    if len(digests) != 1:
+        print(f"WARNING: this code simulated differently from one repeat to the next: {digests}")
     if base_runs:
         b = sorted(_totals(r["rows"])[0] / _totals(r["rows"])[1] for r in base_runs)
+        bc = sorted(_totals(r["rows"])[0] / _totals(r["rows"])[2] for r in base_runs)
         print(
-            f"baseline ({baseline_src}): median {statistics.median(b):.0f}x; this code is "
-            f"{med / statistics.median(b):.1f}x faster on the same machine, interleaved"
+            f"baseline ({baseline_src}): median {statistics.median(b):.0f}x wall, "
+            f"{statistics.median(bc):.0f}x CPU; this code is {med / statistics.median(b):.2f}x "
+            f"(wall) / {statistics.median(cpu_ratios) / statistics.median(bc):.2f}x (CPU) "
+            "faster on the same machine, interleaved"
+        )
+        same = digests == {tuple(row["digest"] for row in r["rows"]) for r in base_runs}
+        print(
+            "simulated the same as the baseline (summaries, server summaries, both files, per "
+            f"rate): {'yes' if same else 'NO'}"
         )
     api_and_engine()
 
