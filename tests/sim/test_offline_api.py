@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from servetune.results.io import read_records, record_line
 from servetune.results.record import RequestRecord
 from servetune.results.schema import BenchConfig
 from servetune.sim.config import EngineConfig
 from servetune.sim.frontend import ApiServer
-from servetune.sim.offline import _record, run_offline, simulate, workload_plan
+from servetune.sim.offline import _ok_record, _record, run_offline, simulate, workload_plan
 from servetune.workload.plan import make_plan
 from servetune.workload.tokens import load_tokenizer
 
@@ -68,6 +69,70 @@ def test_fast_record_is_model_construct() -> None:
     assert fast.model_dump() == ref.model_dump()
     assert fast.model_fields_set == ref.model_fields_set
     assert fast.itl_ms() == [2e-6, 2e-6]
+
+
+def test_ok_record_is_record_of_its_values() -> None:
+    """The one-dict record of a successful simulated request is ``_record`` of its values:
+    equal, the same fields set, the same key order (so the same JSONL line)."""
+    args = (7, 100, 120, 500, 900, 950, [500, 700, 900], 1024, 3, 1024, 3, "length")
+    values: dict[str, Any] = {
+        "id": 7,
+        "worker": 0,
+        "status": "ok",
+        "error": None,
+        "http_status": 200,
+        "scheduled_ns": 100,
+        "eligible_ns": 120,
+        "send_ns": 120,
+        "first_ns": 500,
+        "last_ns": 900,
+        "end_ns": 950,
+        "chunk_ns": [500, 700, 900],
+        "chunk_tokens": None,
+        "planned_input_len": 1024,
+        "planned_output_len": 3,
+        "prompt_tokens": 1024,
+        "output_tokens": 3,
+        "tokens_source": "sim",
+        "finish_reason": "length",
+    }
+    fast, ref = _ok_record(*args), _record(values)
+    assert fast == ref
+    assert list(fast.__dict__) == list(ref.__dict__)
+    assert fast.model_fields_set == ref.model_fields_set
+    assert record_line(fast) == record_line(ref)
+
+
+def test_requests_file_is_record_lines_of_the_records(tmp_path: Path) -> None:
+    """``requests.jsonl`` as the offline run writes it (token times from an int64 array) is
+    byte for byte ``record_line`` of the records it keeps, and reads back as them; with a
+    concurrency cap and preemptions too (records of several segments)."""
+    from servetune.results.io import LineAppender
+    from servetune.sim.memory import plan_memory
+    from servetune.sim.offline import OfflineRun
+
+    r = EngineConfig(
+        gpu="A100-80GB", model="Qwen/Qwen2.5-7B-Instruct", gpu_memory_utilization=0.3
+    ).resolve()
+    preempted = 0
+    for knobs in (
+        {"request_rate": 40.0},
+        {"request_rate": float("inf")},
+        {"request_rate": float("inf"), "max_concurrency": 9},
+    ):
+        cfg = BenchConfig(num_prompts=300, random_input_len=2000, random_output_len=200, **knobs)
+        plan, _, _ = workload_plan(cfg)
+        run_dir = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        run_dir.mkdir()
+        path = run_dir / "requests.jsonl"
+        out = LineAppender(path)
+        sim = OfflineRun(plan, cfg, r, plan_memory(r), requests_out=out)
+        sim.run()
+        out.close()
+        assert path.read_bytes() == b"".join(record_line(x) for x in sim.records)
+        assert read_records(run_dir) == sim.records
+        preempted += sim.eng.counters.preemptions
+    assert preempted > 0
 
 
 def test_api_server_is_one_fifo_loop() -> None:

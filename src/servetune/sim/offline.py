@@ -17,6 +17,7 @@ import gc
 import math
 import sys
 import time
+from array import array
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -243,6 +244,8 @@ class OfflineRun:
         self._shift = round(self.t0 * NS)
         """This run's start on the engine clock (ns): records are timed from it."""
         self._deliv: list[int] = []
+        self._deliv_a = array("q")
+        """``_deliv`` as int64s (what ``requests.jsonl`` lines are written from)."""
         """When the tokens of each step since ``_step0`` reached the clients (run clock, ns).
         One int per step, shared: a record's token times are slices of this list (the
         requests of a step all get its delivery time), so a run makes one int per step, not
@@ -456,11 +459,16 @@ class OfflineRun:
         shift = self._shift
         if i1 - i0 <= 16:  # a few steps: cheaper than numpy's per-call overhead
             got = self.api.outputs_few(all_ends[i0:i1].tolist(), eng.step_tokens[i0:i1].tolist())
-            self._deliv.extend([t - shift for t in got] if shift else got)
+            if shift:
+                got = [t - shift for t in got]
+            self._deliv.extend(got)
+            self._deliv_a.extend(got)
             return
         ends = np.frombuffer(all_ends, dtype=np.int64)[i0:i1]
         tokens = np.frombuffer(eng.step_tokens, dtype=np.int64)[i0:i1]
-        self._deliv.extend((self.api.outputs(ends, tokens) - shift).tolist())
+        out = self.api.outputs(ends, tokens) - shift
+        self._deliv.extend(out.tolist())
+        self._deliv_a.frombytes(out.tobytes())
 
     def _times(self, req: SimRequest) -> list[int]:
         """When ``req``'s tokens reached its client (ns, run clock): a new list."""
@@ -495,34 +503,122 @@ class OfflineRun:
         self._done = []
         offsets = self.plan.offsets_ns
         specs = self.plan.requests
+        token_times = self.token_times
+        records = self.records
+        lines = self._buf if self.requests_out is not None else None
+        dv = np.frombuffer(self._deliv_a, dtype=np.int64) if lines is not None else None
+        s0 = self._step0
         for req, idx, at, end in done:
             times = self._times(req)
             spec = specs[idx]
-            self._record(
-                _record(
-                    {
-                        "id": idx,
-                        "worker": 0,
-                        "status": "ok",
-                        "error": None,
-                        "http_status": 200,
-                        "scheduled_ns": offsets[idx],
-                        "eligible_ns": at,
-                        "send_ns": at,
-                        "first_ns": times[0] if times else None,
-                        "last_ns": times[-1] if times else None,
-                        "end_ns": end,
-                        "chunk_ns": times if self.token_times else [],
-                        "chunk_tokens": None,
-                        "planned_input_len": spec.input_len,
-                        "planned_output_len": spec.output_len,
-                        "prompt_tokens": req.prompt_len,
-                        "output_tokens": req.out,
-                        "tokens_source": "sim",
-                        "finish_reason": req.finish_reason,
-                    }
-                )
+            first, last = (times[0], times[-1]) if times else (None, None)
+            chunks = times if token_times else []
+            rec = _ok_record(
+                idx,
+                offsets[idx],
+                at,
+                first,
+                last,
+                end,
+                chunks,
+                spec.input_len,
+                spec.output_len,
+                req.prompt_len,
+                req.out,
+                req.finish_reason,
             )
+            records.append(rec)
+            if lines is not None and dv is not None:
+                # the same line as record_line(rec): the token times go to orjson as an int64
+                # array, which it writes ~2.6x faster than a list of ints
+                line = dict(rec.__dict__)
+                if token_times:
+                    segs = req.segments
+                    if len(segs) == 1:
+                        line["chunk_ns"] = dv[segs[0][0] - s0 : segs[0][1] - s0]
+                    elif segs:
+                        line["chunk_ns"] = np.concatenate([dv[a - s0 : b - s0] for a, b in segs])
+                lines.append(orjson.dumps(line, option=_LINE_OPTS))
+        del dv
+        if lines is not None and len(lines) >= 256:
+            self._flush()
+
+
+_LINE_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
+_OK_FIELDS = frozenset(
+    (
+        "id",
+        "worker",
+        "status",
+        "error",
+        "http_status",
+        "scheduled_ns",
+        "eligible_ns",
+        "send_ns",
+        "first_ns",
+        "last_ns",
+        "end_ns",
+        "chunk_ns",
+        "chunk_tokens",
+        "planned_input_len",
+        "planned_output_len",
+        "prompt_tokens",
+        "output_tokens",
+        "tokens_source",
+        "finish_reason",
+    )
+)
+"""The fields a successful simulated record is given (the rest keep their defaults)."""
+
+
+def _ok_record(
+    idx: int,
+    scheduled: int,
+    sent: int,
+    first: int | None,
+    last: int | None,
+    end: int,
+    chunks: list[int],
+    input_len: int,
+    output_len: int | None,
+    prompt_tokens: int,
+    output_tokens: int,
+    finish_reason: str | None,
+) -> RequestRecord:
+    """A successful simulated request's record: ``_record`` of its values (the same fields,
+    in the same order, so the same line), made in one dict (a record per simulated request).
+    tests/sim/test_offline_api.py checks it against ``_record`` and ``record_line``."""
+    obj = RequestRecord.__new__(RequestRecord)
+    _set(
+        obj,
+        "__dict__",
+        {
+            "worker": 0,
+            "error": None,
+            "error_class": None,
+            "http_status": 200,
+            "first_ns": first,
+            "last_ns": last,
+            "chunk_ns": chunks,
+            "chunk_tokens": None,
+            "planned_output_len": output_len,
+            "prompt_tokens": prompt_tokens,
+            "output_tokens": output_tokens,
+            "tokens_source": "sim",
+            "finish_reason": finish_reason,
+            "id": idx,
+            "status": "ok",
+            "scheduled_ns": scheduled,
+            "eligible_ns": sent,
+            "send_ns": sent,
+            "end_ns": end,
+            "planned_input_len": input_len,
+        },
+    )
+    _set(obj, "__pydantic_fields_set__", set(_OK_FIELDS))
+    _set(obj, "__pydantic_extra__", None)
+    _set(obj, "__pydantic_private__", None)
+    return obj
 
 
 def simulated_info(r: ResolvedConfig, mem: MemoryPlan) -> dict[str, Any]:
