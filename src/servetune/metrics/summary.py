@@ -33,12 +33,12 @@ def _concurrency(records: Sequence[RequestRecord], start: int, end: int) -> tupl
     """Peak and time-averaged number of requests in flight within [start, end]."""
     if not records or end <= start:
         return 0, 0.0
-    events = np.concatenate(
-        [
-            np.array([[r.send_ns, 1] for r in records], dtype=np.int64),
-            np.array([[r.end_ns, -1] for r in records], dtype=np.int64),
-        ]
-    )
+    n = len(records)
+    events = np.empty((2 * n, 2), dtype=np.int64)
+    events[:n, 0] = np.fromiter((r.send_ns for r in records), dtype=np.int64, count=n)
+    events[n:, 0] = np.fromiter((r.end_ns for r in records), dtype=np.int64, count=n)
+    events[:n, 1] = 1
+    events[n:, 1] = -1
     order = np.lexsort((events[:, 1], events[:, 0]))  # ends before sends at equal times
     times, deltas = events[order, 0], events[order, 1]
     level = np.cumsum(deltas)
@@ -51,13 +51,15 @@ def _concurrency(records: Sequence[RequestRecord], start: int, end: int) -> tupl
 def _itl_ms(ok: Sequence[RequestRecord]) -> np.ndarray:
     """Every record's ``itl_ms()`` pooled, computed on one array (the simulator's records
     carry one chunk per token: 100k+ gaps a run)."""
-    chunks = [r.chunk_ns for r in ok if len(r.chunk_ns) > 1]
+    chunks = [c for r in ok if len(c := r.chunk_ns) > 1]
     if not chunks:
         return np.zeros(0)
-    flat = np.fromiter(chain.from_iterable(chunks), dtype=np.int64)
+    lens = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
+    flat = np.fromiter(chain.from_iterable(chunks), dtype=np.int64, count=int(lens.sum()))
     gaps = np.diff(flat)
-    starts = np.cumsum([len(c) for c in chunks[:-1]], dtype=np.int64)  # a first chunk: no gap
-    out: np.ndarray = np.delete(gaps, starts - 1) / NS_PER_MS
+    keep = np.ones(len(gaps), dtype=bool)
+    keep[np.cumsum(lens[:-1]) - 1] = False  # a record's first chunk: no gap
+    out: np.ndarray = gaps[keep] / NS_PER_MS
     return out
 
 

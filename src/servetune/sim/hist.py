@@ -55,8 +55,9 @@ class Hist:
         since the last call (no observation since), the same object again."""
         snap = self._snap
         if snap is None or snap["count"] != self.count:
+            # zip stops at the last finite bound: the +Inf slot is left out without a copy
             snap = self._snap = {
-                "buckets": list(zip(self.bounds, accumulate(self.counts[:-1]), strict=True)),
+                "buckets": list(zip(self.bounds, accumulate(self.counts))),  # noqa: B905
                 "sum": self.sum,
                 "count": self.count,
             }
