@@ -196,3 +196,28 @@ def test_fast_samples_are_model_construct() -> None:
     s = {"t": 0.5, "values": {"a": 1.0}, "histograms": {"x": Histogram.model_construct(**h)}}
     assert _construct(ServerSample, s) == ServerSample.model_construct(**s)
     assert _construct(ServerSample, {"t": 1.0}).histograms == {}
+
+
+def test_scraped_samples_are_construct_of_their_values() -> None:
+    """A scrape of a running engine, as the offline run keeps it, is ``_construct`` of its
+    values: equal, the same key order and fields set, its histograms too."""
+    from servetune.results.server_series import Histogram, ServerSample
+    from servetune.sim.memory import plan_memory
+    from servetune.sim.offline import OfflineRun, _construct, as_server_sample, server_sample
+
+    cfg = BenchConfig(num_prompts=60, random_input_len=512, random_output_len=32, request_rate=20)
+    r = ENGINE.resolve()
+    plan, _, _ = workload_plan(cfg)
+    sim = OfflineRun(plan, cfg, r, plan_memory(r), keep_series=True)
+    sim.run()
+    assert len(sim.series) > 3
+    raw = server_sample(sim.eng, 1.5)
+    got = as_server_sample(raw)
+    hists = {k: _construct(Histogram, h) for k, h in raw["histograms"].items()}
+    want = _construct(ServerSample, {"t": 1.5, "values": raw["values"], "histograms": hists})
+    assert got == want and got.model_fields_set == want.model_fields_set
+    assert list(got.__dict__) == list(want.__dict__)
+    for k, h in got.histograms.items():
+        assert list(h.__dict__) == list(hists[k].__dict__)
+        assert h.model_fields_set == hists[k].model_fields_set
+        assert h.model_dump() == hists[k].model_dump()
