@@ -14,8 +14,9 @@ from servetune.results.io import read_records, record_line
 from servetune.results.record import RequestRecord
 from servetune.results.schema import BenchConfig
 from servetune.sim.config import EngineConfig
+from servetune.sim.construct import _ok_record, _record
 from servetune.sim.frontend import ApiServer
-from servetune.sim.offline import _ok_record, _record, run_offline, simulate, workload_plan
+from servetune.sim.offline import run_offline, simulate, workload_plan
 from servetune.workload.plan import make_plan
 from servetune.workload.tokens import load_tokenizer
 
@@ -189,7 +190,7 @@ def test_simulate_without_files_is_sim_run(tmp_path: Path) -> None:
 
 def test_fast_samples_are_model_construct() -> None:
     from servetune.results.server_series import Histogram, ServerSample
-    from servetune.sim.offline import _construct
+    from servetune.sim.construct import _construct
 
     h = {"buckets": [(0.1, 1), (1.0, 3)], "sum": 1.5, "count": 3}
     assert _construct(Histogram, h) == Histogram.model_construct(**h)
@@ -202,8 +203,10 @@ def test_scraped_samples_are_construct_of_their_values() -> None:
     """A scrape of a running engine, as the offline run keeps it, is ``_construct`` of its
     values: equal, the same key order and fields set, its histograms too."""
     from servetune.results.server_series import Histogram, ServerSample
+    from servetune.sim.construct import _construct
     from servetune.sim.memory import plan_memory
-    from servetune.sim.offline import OfflineRun, _construct, as_server_sample, server_sample
+    from servetune.sim.offline import OfflineRun
+    from servetune.sim.scrape import as_server_sample, server_sample
 
     cfg = BenchConfig(num_prompts=60, random_input_len=512, random_output_len=32, request_rate=20)
     r = ENGINE.resolve()

@@ -9,6 +9,13 @@ preemptions, token counters and cumulative TTFT/TPOT/ITL/E2E/queue/prefill/decod
 histograms) and
 ``run.json`` (RunResult, with the engine configuration and memory plan in
 ``target.simulated``).
+
+This module is the driver (arrivals → engine → records and scrapes, the files, the public
+``simulate`` / ``run_offline``); the rest of the path has a module each, imported one way
+(tests/sim/test_offline_layers.py): :mod:`~servetune.sim.construct` (records and samples
+without validation) < :mod:`~servetune.sim.scrape` (a scrape of the engine) and
+:mod:`~servetune.sim.offline_plan` (the workload) < :mod:`~servetune.sim.offline_result`
+(the RunResult) < this module.
 """
 
 from __future__ import annotations
@@ -20,23 +27,15 @@ import time
 from array import array
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import lru_cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import orjson
-from pydantic import BaseModel
 
 from servetune.errors import ConfigError
-from servetune.loadgen.health import client_health
-from servetune.metrics.engine_maps import VLLM_V1
-from servetune.metrics.run_result import run_result, run_summary
-from servetune.metrics.server_summary import cache_config, summarize_server
-from servetune.metrics.summary import assess_failures, run_status
-from servetune.results import server_series as ss
 from servetune.results.environment import this_machine
 from servetune.results.io import (
     REQUESTS_FILE,
@@ -47,146 +46,20 @@ from servetune.results.io import (
     write_run_result,
 )
 from servetune.results.record import RequestRecord
-from servetune.results.schema import BenchConfig, Environment, RunResult, ServerInfo, TargetInfo
+from servetune.results.schema import BenchConfig, RunResult
 from servetune.results.server_series import Histogram, ServerSample
 from servetune.sim.config import EngineConfig, ResolvedConfig
+from servetune.sim.construct import _ok_record
 from servetune.sim.engine import Engine, SimRequest
-from servetune.sim.exposition import cache_config_labels
 from servetune.sim.frontend import ApiServer, SharedIntake
 from servetune.sim.memory import MemoryPlan, plan_memory
-from servetune.workload.arrivals import arrival_offsets
-from servetune.workload.plan import Plan, make_plan, plan_size, validate_config
-from servetune.workload.random_prompts import sample_lengths
-from servetune.workload.spec import RequestSpec
-from servetune.workload.tokens import ApproxTokenizer, load_tokenizer
+from servetune.sim.offline_plan import workload_plan
+from servetune.sim.offline_result import build_result
+from servetune.sim.scrape import as_server_sample, server_sample
+from servetune.workload.plan import Plan
 
 SAMPLE_INTERVAL_S = 0.5
 NS = 1_000_000_000
-
-# What a real scrape of the simulated server's /metrics would map to each concept.
-NAMES_FOUND = {
-    ss.KV_CACHE_USAGE: "vllm:kv_cache_usage_perc",
-    ss.RUNNING: "vllm:num_requests_running",
-    ss.WAITING: "vllm:num_requests_waiting",
-    ss.PREEMPTIONS_TOTAL: "vllm:num_preemptions_total",
-    ss.PROMPT_TOKENS_TOTAL: "vllm:prompt_tokens_total",
-    ss.GENERATION_TOKENS_TOTAL: "vllm:generation_tokens_total",
-    ss.REQUESTS_FINISHED_TOTAL: "vllm:request_success_total",
-    ss.REQUESTS_ABORTED_TOTAL: 'vllm:request_success_total{finished_reason="abort"}',
-    ss.PREFIX_CACHE_HITS_TOTAL: "vllm:prefix_cache_hits_total",
-    ss.PREFIX_CACHE_QUERIES_TOTAL: "vllm:prefix_cache_queries_total",
-    ss.TTFT_SECONDS: "vllm:time_to_first_token_seconds",
-    ss.TPOT_SECONDS: "vllm:request_time_per_output_token_seconds",
-    ss.ITL_SECONDS: "vllm:inter_token_latency_seconds",
-    ss.E2E_SECONDS: "vllm:e2e_request_latency_seconds",
-    ss.QUEUE_SECONDS: "vllm:request_queue_time_seconds",
-    ss.PREFILL_SECONDS: "vllm:request_prefill_time_seconds",
-    ss.DECODE_SECONDS: "vllm:request_decode_time_seconds",
-}
-
-
-def as_server_sample(
-    sample: dict[str, Any], last: dict[str, tuple[dict[str, Any], Histogram]] | None = None
-) -> ServerSample:
-    """A :func:`server_sample` dict as the object a scraper keeps (no validation: it is ours).
-    ``last``: the previous scrape's histograms by name; one whose snapshot did not change
-    (the same dict) is the same object again."""
-    hists = {}
-    for k, h in sample["histograms"].items():
-        prev = last.get(k) if last is not None else None
-        if prev is None or prev[0] is not h:
-            prev = (h, _model(Histogram, {"sum": h["sum"], "count": h["count"], **h}, _HIST_SET))
-            if last is not None:
-                last[k] = prev
-        hists[k] = prev[1]
-    values = {"t": sample["t"], "values": sample["values"], "histograms": hists}
-    return _model(ServerSample, values, _SAMPLE_SET)
-
-
-_HIST_SET = frozenset(("buckets", "sum", "count"))
-_SAMPLE_SET = frozenset(("t", "values", "histograms"))
-
-
-def _model(cls: type[_M], d: dict[str, Any], fields_set: frozenset[str]) -> _M:
-    """``_construct(cls, values)`` when ``d`` already is the dict it would make (every field,
-    in its order) and ``fields_set`` the fields given: a sample and its histograms per scrape.
-    tests/sim/test_offline_api.py checks the samples against ``_construct``'s."""
-    obj = cls.__new__(cls)
-    _set(obj, "__dict__", d)
-    _set(obj, "__pydantic_fields_set__", set(fields_set))
-    _set(obj, "__pydantic_extra__", None)
-    _set(obj, "__pydantic_private__", None)
-    return obj
-
-
-def server_sample(eng: Engine, t: float) -> dict[str, Any]:
-    """One scrape of the engine's state, in the ServerSample form."""
-    c = eng.counters
-    pool = eng.pool
-    values = {
-        ss.KV_CACHE_USAGE: pool.usage,
-        ss.RUNNING: float(eng.num_running),
-        ss.WAITING: float(eng.num_waiting),
-        ss.PREEMPTIONS_TOTAL: float(c.preemptions),
-        ss.PROMPT_TOKENS_TOTAL: float(c.prompt_tokens),
-        ss.GENERATION_TOKENS_TOTAL: float(c.generation_tokens),
-        ss.REQUESTS_FINISHED_TOTAL: float(sum(c.finished.values())),
-        ss.REQUESTS_ABORTED_TOTAL: float(c.finished.get("abort", 0)),
-        # counters, as vLLM V1 exposes them: a window's hit rate is Δhits / Δqueries
-        ss.PREFIX_CACHE_HITS_TOTAL: float(pool.hits),
-        ss.PREFIX_CACHE_QUERIES_TOTAL: float(pool.queries),
-    }
-    return {
-        "t": t,
-        "values": values,
-        "histograms": {
-            ss.TTFT_SECONDS: eng.h_ttft.snapshot(),
-            ss.TPOT_SECONDS: eng.h_tpot.snapshot(),
-            ss.ITL_SECONDS: eng.h_itl.snapshot(),
-            ss.E2E_SECONDS: eng.h_e2e.snapshot(),
-            ss.QUEUE_SECONDS: eng.h_queue.snapshot(),
-            ss.PREFILL_SECONDS: eng.h_prefill.snapshot(),
-            ss.DECODE_SECONDS: eng.h_decode.snapshot(),
-        },
-    }
-
-
-_DEFAULTS: dict[type, tuple[dict[str, Any], dict[str, Callable[[], Any]]]] = {}
-_set = object.__setattr__
-_M = TypeVar("_M", bound=BaseModel)
-
-
-def _construct(cls: type[_M], values: dict[str, Any]) -> _M:
-    """``cls.model_construct(**values)`` without its per-field loop (a record per simulated
-    request, a sample per 0.5 s): pydantic's own construct steps on a dict holding every
-    field, the ones not given at their defaults. tests/sim/test_offline_api.py checks it
-    against ``model_construct``."""
-    known = _DEFAULTS.get(cls)
-    if known is None:
-        plain: dict[str, Any] = {}
-        factories: dict[str, Callable[[], Any]] = {}
-        for name, field in cls.model_fields.items():
-            if field.default_factory is not None:
-                factories[name] = field.default_factory  # type: ignore[assignment]
-            elif not field.is_required():
-                plain[name] = field.get_default()
-        known = _DEFAULTS[cls] = (plain, factories)
-    plain, factories = known
-    d = {**plain, **values}
-    for name, factory in factories.items():
-        if name not in values:
-            d[name] = factory()
-    obj = cls.__new__(cls)
-    _set(obj, "__dict__", d)
-    _set(obj, "__pydantic_fields_set__", set(values))
-    _set(obj, "__pydantic_extra__", None)
-    _set(obj, "__pydantic_private__", None)
-    return obj
-
-
-def _record(values: dict[str, Any]) -> RequestRecord:
-    return _construct(RequestRecord, values)
-
 
 _HASHES: dict[int, tuple[tuple[str, int, int], ...]] = {}
 
@@ -561,147 +434,6 @@ class OfflineRun:
 
 
 _LINE_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
-_OK_FIELDS = frozenset(
-    (
-        "id",
-        "worker",
-        "status",
-        "error",
-        "http_status",
-        "scheduled_ns",
-        "eligible_ns",
-        "send_ns",
-        "first_ns",
-        "last_ns",
-        "end_ns",
-        "chunk_ns",
-        "chunk_tokens",
-        "planned_input_len",
-        "planned_output_len",
-        "prompt_tokens",
-        "output_tokens",
-        "tokens_source",
-        "finish_reason",
-    )
-)
-"""The fields a successful simulated record is given (the rest keep their defaults)."""
-
-
-def _ok_record(
-    idx: int,
-    scheduled: int,
-    sent: int,
-    first: int | None,
-    last: int | None,
-    end: int,
-    chunks: list[int],
-    input_len: int,
-    output_len: int | None,
-    prompt_tokens: int,
-    output_tokens: int,
-    finish_reason: str | None,
-) -> RequestRecord:
-    """A successful simulated request's record: ``_record`` of its values (the same fields,
-    in the same order, so the same line), made in one dict (a record per simulated request).
-    tests/sim/test_offline_api.py checks it against ``_record`` and ``record_line``."""
-    obj = RequestRecord.__new__(RequestRecord)
-    _set(
-        obj,
-        "__dict__",
-        {
-            "worker": 0,
-            "error": None,
-            "error_class": None,
-            "http_status": 200,
-            "first_ns": first,
-            "last_ns": last,
-            "chunk_ns": chunks,
-            "chunk_tokens": None,
-            "planned_output_len": output_len,
-            "prompt_tokens": prompt_tokens,
-            "output_tokens": output_tokens,
-            "tokens_source": "sim",
-            "finish_reason": finish_reason,
-            "id": idx,
-            "status": "ok",
-            "scheduled_ns": scheduled,
-            "eligible_ns": sent,
-            "send_ns": sent,
-            "end_ns": end,
-            "planned_input_len": input_len,
-        },
-    )
-    _set(obj, "__pydantic_fields_set__", set(_OK_FIELDS))
-    _set(obj, "__pydantic_extra__", None)
-    _set(obj, "__pydantic_private__", None)
-    return obj
-
-
-def simulated_info(r: ResolvedConfig, mem: MemoryPlan) -> dict[str, Any]:
-    info = r.summary()
-    info["memory"] = mem.model_dump()
-    info["vllm_serve_args"] = None
-    return info
-
-
-@lru_cache(maxsize=16)
-def _dataset(cfg_json: str) -> tuple[Plan, str, bool]:
-    """The plan of a configuration (its requests are what later plans of the same dataset
-    reuse), the tokenizer's name and whether its counts are exact."""
-    cfg = BenchConfig.model_validate_json(cfg_json)
-    tok = load_tokenizer(cfg.tokenizer)
-    if isinstance(tok, ApproxTokenizer) and cfg.dataset_name == "random" and not cfg.duration_s:
-        return _random_lengths_plan(cfg), tok.name, tok.exact
-    return make_plan(cfg, tok), tok.name, tok.exact
-
-
-def _random_lengths_plan(cfg: BenchConfig) -> Plan:
-    """The ``random`` dataset's requests as the simulator needs them: ``random_requests``
-    draws the input and then the output lengths from ``cfg.seed`` before any prompt text, and
-    under the approximate counter a prompt's count is its drawn length; so the same lengths,
-    without the text (tests/sim/test_offline_api.py compares them with ``make_plan``'s)."""
-    validate_config(cfg)
-    n = plan_size(cfg)
-    rng = np.random.default_rng(cfg.seed)
-    ins = sample_lengths(cfg.random_input_len, cfg.random_range_ratio, n, rng).tolist()
-    outs = sample_lengths(cfg.random_output_len, cfg.random_range_ratio, n, rng).tolist()
-    requests = [
-        _construct(RequestSpec, {"prompt": "", "input_len": i, "output_len": o})
-        for i, o in zip(ins, outs, strict=True)
-    ]
-    return Plan.model_construct(requests=requests, offsets_ns=[0] * n, duration_ns=None)
-
-
-def workload_plan(bench_cfg: BenchConfig) -> tuple[Plan, str, bool]:
-    """The plan ``bench`` would send for ``bench_cfg`` (``make_plan``'s draws), as the
-    simulator needs it: (plan, tokenizer name, exact counts). The requests are drawn once per
-    dataset: configurations that differ only in their arrivals (rate, burstiness, arrival
-    process: a rate sweep, a tuner trying many rates) share them and draw only their
-    arrivals, as ``make_plan`` does (tests/sim/test_offline_api.py compares the two); random
-    prompts under the approximate counter carry no text (the simulator reads lengths)."""
-    if bench_cfg.duration_s is not None:  # the plan's size depends on the rate
-        return _dataset(bench_cfg.model_dump_json())
-    key = bench_cfg.model_copy(update={"request_rate": 1.0, "burstiness": 1.0}).model_dump_json(
-        exclude={"arrival"}
-    )
-    base, name, exact = _dataset(key)
-    validate_config(bench_cfg)
-    arrival = bench_cfg.arrival
-    if arrival == "poisson" and bench_cfg.burstiness != 1.0:
-        arrival = "gamma"
-    offsets = arrival_offsets(
-        arrival, bench_cfg.request_rate, len(base), bench_cfg.seed, bench_cfg.burstiness
-    )
-    planned = None
-    if not math.isinf(bench_cfg.request_rate) and len(offsets) > 1 and offsets[-1] > 0:
-        planned = (len(offsets) - 1) / float(offsets[-1])
-    plan = Plan.model_construct(
-        requests=base.requests,
-        offsets_ns=(offsets * 1e9).astype(np.int64).tolist(),
-        duration_ns=None,
-        planned_rate=planned,
-    )
-    return plan, name, exact
 
 
 def simulate(
@@ -779,7 +511,18 @@ def _simulate(
     if result_dir is None:
         sim = OfflineRun(plan, bench_cfg, r, mem, progress=progress, keep_series=server_metrics)
         sim.run()
-        return build_result(bench_cfg, r, mem, sim, env, tok_name, tok_exact)
+        return build_result(
+            bench_cfg,
+            r,
+            mem,
+            sim.records,
+            sim.series,
+            sim.samples,
+            sim.eng,
+            env,
+            tok_name,
+            tok_exact,
+        )
     out = ensure_result_dir(result_dir)
     (out / REQUESTS_FILE).unlink(missing_ok=True)
     (out / SERVER_METRICS_FILE).unlink(missing_ok=True)
@@ -792,7 +535,9 @@ def _simulate(
         req_out.close()
         if smp_out is not None:
             smp_out.close()
-    result = build_result(bench_cfg, r, mem, sim, env, tok_name, tok_exact)
+    result = build_result(
+        bench_cfg, r, mem, sim.records, sim.series, sim.samples, sim.eng, env, tok_name, tok_exact
+    )
     write_run_result(out, result)
     return result
 
@@ -806,92 +551,3 @@ def run_offline(
 ) -> RunResult:
     """``sim run``: :func:`simulate` into ``result_dir``."""
     return simulate(bench_cfg, engine_cfg, result_dir, progress=progress, command=command)
-
-
-def build_result(
-    cfg: BenchConfig,
-    r: ResolvedConfig,
-    mem: MemoryPlan,
-    sim: OfflineRun,
-    env: Environment,
-    tokenizer: str,
-    exact: bool,
-) -> RunResult:
-    summary = run_summary(sim.records, cfg)
-    failures = assess_failures(sim.records, cfg.max_failure_rate)
-    # The modelled client is perfect (sends on schedule), judged as a real one is.
-    health = client_health(sim.records, cfg.request_rate, cfg.max_concurrency, workers=1)
-    eng = sim.eng
-    info = simulated_info(r, mem)
-    info["vllm_serve_args"] = [
-        "vllm",
-        "serve",
-        *EngineConfig(
-            gpu=r.gpu.name,
-            model=r.model.name,
-            tensor_parallel_size=r.tensor_parallel_size,
-            max_num_seqs=r.max_num_seqs,
-            max_num_batched_tokens=r.max_num_batched_tokens,
-            gpu_memory_utilization=r.gpu_memory_utilization,
-            max_model_len=r.max_model_len,
-            enable_chunked_prefill=r.enable_chunked_prefill,
-            enable_prefix_caching=r.enable_prefix_caching,
-            quantization=r.quantization,  # type: ignore[arg-type]
-            kv_cache_dtype=r.kv_cache_dtype,  # type: ignore[arg-type]
-            block_size=r.block_size,
-            long_prefill_token_threshold=r.long_prefill_token_threshold,
-        ).vllm_args(),
-    ]
-    info["virtual_duration_s"] = eng.now
-    info["engine_busy_share"] = eng.busy_s / eng.now if eng.now > 0 else 0.0
-    info["steps"] = eng.counters.steps
-    # What a real bench records: summarize_server over the client's measured window, plus
-    # what the scraper adds (the cache config from /metrics, the engine map's version); the
-    # simulator's own whole-run figures go under "sim", apart from the window's.
-    server_summary: dict[str, Any] = (
-        summarize_server(sim.series, summary.window_start_s, summary.window_end_s)
-        if sim.series
-        else {}
-    )
-    server_summary.update(cache_config([cache_config_labels(r, mem)]))
-    server_summary["engine_version"] = VLLM_V1.version
-    server_summary["sim"] = {
-        "preemptions_total": eng.counters.preemptions,
-        "num_gpu_blocks": mem.num_gpu_blocks,
-        "kv_cache_tokens": mem.kv_cache_tokens,
-        "max_concurrency": mem.max_concurrency,
-        "prefix_cache_hit_rate": (eng.pool.hits / eng.pool.queries) if eng.pool.queries else None,
-    }
-    server = ServerInfo(
-        engine="servetune-sim",
-        metrics_url=None,
-        names_found=dict(NAMES_FOUND),
-        names_missing=[ss.GPU_UTILIZATION, ss.GPU_MEMORY_USED_BYTES, ss.GPU_MEMORY_TOTAL_BYTES],
-        samples=sim.samples,
-        summary=server_summary,
-    )
-    warnings = [failures.verdict] if failures.failed else []
-    if not exact:
-        warnings.append(
-            "prompt lengths counted with the approximate tokenizer (the simulator counts the "
-            "planned lengths as exact)"
-        )
-    return run_result(
-        cfg,
-        summary,
-        environment=env,
-        target=TargetInfo(
-            base_url="sim://offline",
-            model=r.served_model_name,
-            served_models=[r.served_model_name],
-            max_model_len=r.max_model_len,
-            simulated=info,
-            tokenizer=tokenizer,
-            tokens_approximate=not exact,
-        ),
-        health=health,
-        server=server,
-        status=run_status(failures),
-        failures=failures,
-        warnings=warnings,
-    )
