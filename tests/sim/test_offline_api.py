@@ -224,3 +224,51 @@ def test_scraped_samples_are_construct_of_their_values() -> None:
         assert list(h.__dict__) == list(hists[k].__dict__)
         assert h.model_fields_set == hists[k].model_fields_set
         assert h.model_dump() == hists[k].model_dump()
+
+
+def test_itl_from_delivery_times_is_summarizes_own() -> None:
+    """The run's pooled ITL read from its int64 delivery times (what ``sim run`` hands the
+    summary) is array for array what ``summarize`` computes from the records' ``chunk_ns``,
+    with preemptions (records of several segments), in the summary's order, on a subset;
+    and it declines (``None``) for records it did not make, or without token times."""
+    from servetune.metrics.summary import _itl_ms, summarize
+    from servetune.sim.memory import plan_memory
+    from servetune.sim.offline import OfflineRun
+
+    r = EngineConfig(
+        gpu="A100-80GB", model="Qwen/Qwen2.5-7B-Instruct", gpu_memory_utilization=0.3
+    ).resolve()
+    cfg = BenchConfig(num_prompts=300, random_input_len=2000, random_output_len=200)
+    cfg.request_rate = float("inf")
+    plan, _, _ = workload_plan(cfg)
+    sim = OfflineRun(plan, cfg, r, plan_memory(r))
+    sim.run()
+    assert sim.eng.counters.preemptions > 0
+    assert any(len(sim._segs[x.id][1]) > 1 for x in sim.records if x.ok)
+    ok = [x for x in sim.records if x.ok]
+    for subset in (ok, ok[::-1], ok[5:40], ok[:1], []):
+        got = sim.itl_ms(subset)
+        assert got is not None
+        want = _itl_ms(subset)
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert sim.itl_ms([*ok[:3], ok[3].model_copy()]) is None
+    s1 = summarize(sim.records, 0.0, 5.0, itl_ms=sim.itl_ms)
+    assert s1 == summarize(sim.records, 0.0, 5.0)
+    assert 0 < s1.completed < len(ok) and s1.itl.count > 0
+    sim2 = OfflineRun(plan, cfg, r, plan_memory(r), token_times=False)
+    sim2.run()
+    assert sim2.itl_ms([x for x in sim2.records if x.ok]) is None
+
+
+def test_selected_percentiles_from_stats_are_computed_ones() -> None:
+    """The percentile table taken from the metrics' Stats equals it computed again."""
+    from servetune.metrics.stats import describe
+    from servetune.metrics.summary import selected_percentiles
+
+    rng = np.random.default_rng(3)
+    values = {"a": rng.lognormal(size=30_001), "b": list(rng.random(17)), "c": []}
+    stats = {m: describe(v) for m, v in values.items()}
+    for pcts in ((99.0,), (50.0, 90.0, 95.0, 99.0, 99.9), (25.0, 99.0), (99.9, 50)):
+        assert selected_percentiles(values, list(values), pcts, stats) == selected_percentiles(
+            values, list(values), pcts
+        )

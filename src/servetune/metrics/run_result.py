@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from servetune.metrics.summary import METRIC_DEFINITIONS, summarize
+from servetune.metrics.summary import METRIC_DEFINITIONS, ItlSource, summarize
 from servetune.results.record import RequestRecord
 from servetune.results.schema import (
     BenchConfig,
@@ -27,9 +27,12 @@ from servetune.results.schema import (
 )
 
 
-def run_summary(records: Sequence[RequestRecord], cfg: BenchConfig) -> Summary:
+def run_summary(
+    records: Sequence[RequestRecord], cfg: BenchConfig, itl_ms: ItlSource | None = None
+) -> Summary:
     """The client-side summary over ``cfg``'s measured window, with its goodput SLOs and the
-    percentiles it asks for (``--percentile-metrics`` × ``--metric-percentiles``)."""
+    percentiles it asks for (``--percentile-metrics`` × ``--metric-percentiles``); ``itl_ms``:
+    see :data:`~servetune.metrics.summary.ItlSource`."""
     return summarize(
         records,
         cfg.warmup_s,
@@ -37,6 +40,7 @@ def run_summary(records: Sequence[RequestRecord], cfg: BenchConfig) -> Summary:
         cfg.goodput,
         cfg.percentile_metrics,
         cfg.metric_percentiles,
+        itl_ms,
     )
 
 

@@ -8,7 +8,7 @@ succeeded, ended inside it; the others are "excluded" (kept on disk, left out of
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import chain
 
 import numpy as np
@@ -22,6 +22,7 @@ from servetune.results.schema import (
     Failures,
     RunStatus,
     Slo,
+    Stats,
     Summary,
     percentile_word,
 )
@@ -48,6 +49,21 @@ def _concurrency(records: Sequence[RequestRecord], start: int, end: int) -> tupl
     return peak, area / (end - start)
 
 
+ItlSource = Callable[[Sequence[RequestRecord]], "np.ndarray | None"]
+"""A caller's faster way to the pooled ITL of the records it made (``summarize``'s
+``itl_ms``): the same array :func:`_itl_ms` would compute, or ``None`` to let it."""
+
+
+def pooled_itl_ms(flat: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """The gaps (ms) within each record's chunk times, pooled: ``flat`` holds the records'
+    chunk times (ns) one record after another, ``lens`` how many each has (every one > 1)."""
+    gaps = np.diff(flat)
+    keep = np.ones(len(gaps), dtype=bool)
+    keep[np.cumsum(lens[:-1]) - 1] = False  # a record's first chunk: no gap
+    out: np.ndarray = gaps[keep] / NS_PER_MS
+    return out
+
+
 def _itl_ms(ok: Sequence[RequestRecord]) -> np.ndarray:
     """Every record's ``itl_ms()`` pooled, computed on one array (the simulator's records
     carry one chunk per token: 100k+ gaps a run)."""
@@ -56,11 +72,7 @@ def _itl_ms(ok: Sequence[RequestRecord]) -> np.ndarray:
         return np.zeros(0)
     lens = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
     flat = np.fromiter(chain.from_iterable(chunks), dtype=np.int64, count=int(lens.sum()))
-    gaps = np.diff(flat)
-    keep = np.ones(len(gaps), dtype=bool)
-    keep[np.cumsum(lens[:-1]) - 1] = False  # a record's first chunk: no gap
-    out: np.ndarray = gaps[keep] / NS_PER_MS
-    return out
+    return pooled_itl_ms(flat, lens)
 
 
 def meets_slo(r: RequestRecord, slo: Slo) -> bool:
@@ -81,12 +93,26 @@ def _short(r: RequestRecord) -> int:
     return max(0, want - got)
 
 
+_STATS_FIELD = {50.0: "p50", 90.0: "p90", 95.0: "p95", 99.0: "p99", 99.9: "p999"}
+"""The percentiles :func:`~servetune.metrics.stats.describe` computes, by Stats field."""
+
+
 def selected_percentiles(
-    values: dict[str, Sequence[float] | np.ndarray], metrics: Sequence[str], pcts: Sequence[float]
+    values: dict[str, Sequence[float] | np.ndarray],
+    metrics: Sequence[str],
+    pcts: Sequence[float],
+    known: dict[str, Stats] | None = None,
 ) -> dict[str, dict[str, float | None]]:
-    """vLLM's ``--percentile-metrics`` × ``--metric-percentiles`` table."""
+    """vLLM's ``--percentile-metrics`` × ``--metric-percentiles`` table. ``known``: the
+    metrics' Stats of the same values, whose percentiles are taken instead of computed again
+    when every one asked for is among them (the same figures: numpy's percentile of a value
+    does not depend on the others asked for with it)."""
     out: dict[str, dict[str, float | None]] = {}
     for m in metrics:
+        st = known.get(m) if known is not None else None
+        if st is not None and all(p in _STATS_FIELD for p in pcts):
+            out[m] = {percentile_word(p): getattr(st, _STATS_FIELD[p]) for p in pcts}
+            continue
         arr = np.asarray(values.get(m, ()), dtype=np.float64)
         if arr.size:
             got = np.percentile(arr, list(pcts))
@@ -103,8 +129,10 @@ def summarize(
     slo: Slo | None = None,
     percentile_metrics: Sequence[str] = DEFAULT_PERCENTILE_METRICS,
     metric_percentiles: Sequence[float] = DEFAULT_METRIC_PERCENTILES,
+    itl_ms: ItlSource | None = None,
 ) -> Summary:
-    """The client-side Summary of one run's records."""
+    """The client-side Summary of one run's records. ``itl_ms``: see :data:`ItlSource` (the
+    simulator reads its token times from one int64 array instead of 100k+ Python ints)."""
     if not records:
         return Summary(percentiles=selected_percentiles({}, percentile_metrics, metric_percentiles))
     start = int(warmup_s * NS)
@@ -126,7 +154,8 @@ def summarize(
     out_tokens = [r.output_tokens or 0 for r in ok]
     in_tokens = [r.planned_input_len for r in ok]
     total_out, total_in = int(sum(out_tokens)), int(sum(in_tokens))
-    itl = _itl_ms(ok)
+    got = itl_ms(ok) if itl_ms is not None else None
+    itl = got if got is not None else _itl_ms(ok)
     peak, mean_conc = _concurrency(records, start, end)
 
     good = None
@@ -143,6 +172,8 @@ def summarize(
     e2el = [t for r in ok if (t := r.e2e_ms) is not None]
     shorts = [m for r in ok if (m := _short(r)) > 0]
     classes = Counter(r.failure_class or "other" for r in failed)
+    stats = {"ttft": describe(ttft), "tpot": describe(tpot), "itl": describe(itl)}
+    stats["e2el"] = describe(e2el)
 
     return Summary(
         completed=len(ok),
@@ -161,10 +192,10 @@ def summarize(
         good_requests=good,
         max_concurrent_requests=peak,
         mean_concurrency=mean_conc,
-        ttft=describe(ttft),
-        tpot=describe(tpot),
-        itl=describe(itl),
-        e2el=describe(e2el),
+        ttft=stats["ttft"],
+        tpot=stats["tpot"],
+        itl=stats["itl"],
+        e2el=stats["e2el"],
         ttft_from_scheduled=describe(
             [t for r in ok if (t := r.ttft_from_scheduled_ms) is not None]
         ),
@@ -180,6 +211,7 @@ def summarize(
             {"ttft": ttft, "tpot": tpot, "itl": itl, "e2el": e2el},
             percentile_metrics,
             metric_percentiles,
+            stats,
         ),
     )
 

@@ -27,7 +27,7 @@ import time
 from array import array
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ import numpy as np
 import orjson
 
 from servetune.errors import ConfigError
+from servetune.metrics.summary import pooled_itl_ms
 from servetune.results.environment import this_machine
 from servetune.results.io import (
     REQUESTS_FILE,
@@ -140,6 +141,8 @@ class OfflineRun:
         requests of a step all get its delivery time), so a run makes one int per step, not
         one per token."""
         """Finished requests whose records are not made yet (made by the 256)."""
+        self._segs: dict[int, tuple[RequestRecord, list[tuple[int, int]]]] = {}
+        """A successful record's steps (its token times: ``_deliv`` over them), by its id."""
 
     def _record(self, rec: RequestRecord) -> None:
         self.records.append(rec)
@@ -384,6 +387,40 @@ class OfflineRun:
             self._flush_done()
         return end
 
+    def itl_ms(self, ok: Sequence[RequestRecord]) -> np.ndarray | None:
+        """The pooled ITL of ``ok`` (records of this run) as ``summarize`` computes it from
+        their ``chunk_ns``, read from the int64 delivery times instead of 100k+ Python ints
+        (:data:`~servetune.metrics.summary.ItlSource`); ``None`` (let it read them) for a
+        record this run did not make as it holds it."""
+        if not self.token_times:
+            return None
+        segs_of, s0, n_deliv = self._segs, self._step0, len(self._deliv_a)
+        starts: list[int] = []
+        counts: list[int] = []
+        lens: list[int] = []
+        for r in ok:
+            got = segs_of.get(r.id)
+            if got is None or got[0] is not r:
+                return None
+            segs = got[1]
+            if sum(b - a for a, b in segs) <= 1:
+                continue
+            for a, b in segs:
+                if a < s0 or b < a or b - s0 > n_deliv:
+                    return None
+                starts.append(a - s0)
+                counts.append(b - a)
+            lens.append(sum(b - a for a, b in segs))
+        if not lens:
+            return np.zeros(0)
+        st = np.array(starts, dtype=np.int64)
+        cn = np.array(counts, dtype=np.int64)
+        at = np.arange(int(cn.sum()), dtype=np.int64) + np.repeat(st - (np.cumsum(cn) - cn), cn)
+        dv = np.frombuffer(self._deliv_a, dtype=np.int64)
+        flat = dv[at]
+        del dv
+        return pooled_itl_ms(flat, np.array(lens, dtype=np.int64))
+
     def _flush_done(self) -> None:
         """Records of the finished requests (256 at a time: the lines are written in one)."""
         done = self._done
@@ -417,6 +454,8 @@ class OfflineRun:
                 req.finish_reason,
             )
             records.append(rec)
+            if token_times:
+                self._segs[idx] = (rec, req.segments)
             if lines is not None and dv is not None:
                 # the same line as record_line(rec): the token times go to orjson as an int64
                 # array, which it writes ~2.6x faster than a list of ints
@@ -522,6 +561,7 @@ def _simulate(
             env,
             tok_name,
             tok_exact,
+            sim.itl_ms,
         )
     out = ensure_result_dir(result_dir)
     (out / REQUESTS_FILE).unlink(missing_ok=True)
@@ -536,7 +576,17 @@ def _simulate(
         if smp_out is not None:
             smp_out.close()
     result = build_result(
-        bench_cfg, r, mem, sim.records, sim.series, sim.samples, sim.eng, env, tok_name, tok_exact
+        bench_cfg,
+        r,
+        mem,
+        sim.records,
+        sim.series,
+        sim.samples,
+        sim.eng,
+        env,
+        tok_name,
+        tok_exact,
+        sim.itl_ms,
     )
     write_run_result(out, result)
     return result

@@ -11,7 +11,7 @@ from servetune.loadgen.health import client_health
 from servetune.metrics.engine_maps import VLLM_V1
 from servetune.metrics.run_result import run_result, run_summary
 from servetune.metrics.server_summary import cache_config, summarize_server
-from servetune.metrics.summary import assess_failures, run_status
+from servetune.metrics.summary import ItlSource, assess_failures, run_status
 from servetune.results import server_series as ss
 from servetune.results.record import RequestRecord
 from servetune.results.schema import BenchConfig, Environment, RunResult, ServerInfo, TargetInfo
@@ -41,8 +41,9 @@ def build_result(
     env: Environment,
     tokenizer: str,
     exact: bool,
+    itl_ms: ItlSource | None = None,
 ) -> RunResult:
-    summary = run_summary(records, cfg)
+    summary = run_summary(records, cfg, itl_ms)
     failures = assess_failures(records, cfg.max_failure_rate)
     # The modelled client is perfect (sends on schedule), judged as a real one is.
     health = client_health(records, cfg.request_rate, cfg.max_concurrency, workers=1)
