@@ -403,14 +403,27 @@ class OfflineRun:
             if got is None or got[0] is not r:
                 return None
             segs = got[1]
-            if sum(b - a for a, b in segs) <= 1:
+            if len(segs) == 1:  # most records: one segment, no sum over them
+                a, b = segs[0]
+                k = b - a
+                if k > 1:
+                    if a < s0 or b - s0 > n_deliv:
+                        return None
+                    starts.append(a - s0)
+                    counts.append(k)
+                    lens.append(k)
+                continue
+            k = 0
+            for a, b in segs:
+                k += b - a
+            if k <= 1:
                 continue
             for a, b in segs:
                 if a < s0 or b < a or b - s0 > n_deliv:
                     return None
                 starts.append(a - s0)
                 counts.append(b - a)
-            lens.append(sum(b - a for a, b in segs))
+            lens.append(k)
         if not lens:
             return np.zeros(0)
         st = np.array(starts, dtype=np.int64)
