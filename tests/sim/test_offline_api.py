@@ -272,3 +272,29 @@ def test_selected_percentiles_from_stats_are_computed_ones() -> None:
         assert selected_percentiles(values, list(values), pcts, stats) == selected_percentiles(
             values, list(values), pcts
         )
+
+
+def test_sample_line_is_orjson_of_the_scrape(tmp_path: Path) -> None:
+    """A ``server_metrics.jsonl`` line, its histograms' JSON re-used while unchanged, is byte
+    for byte ``orjson.dumps`` of the scrape (after a run, again unchanged, and changed)."""
+    import orjson
+
+    from servetune.results.io import LineAppender
+    from servetune.sim.memory import plan_memory
+    from servetune.sim.offline import OfflineRun
+    from servetune.sim.scrape import server_sample
+
+    r = EngineConfig(gpu="A100-80GB", model="Qwen/Qwen2.5-7B-Instruct").resolve()
+    cfg = BenchConfig(num_prompts=50, random_input_len=200, random_output_len=20, request_rate=20)
+    plan, _, _ = workload_plan(cfg)
+    out = LineAppender(tmp_path / "s.jsonl")
+    sim = OfflineRun(plan, cfg, r, plan_memory(r), samples_out=out)
+    sim.run()
+    out.close()
+    lines = (tmp_path / "s.jsonl").read_bytes().splitlines(keepends=True)
+    assert len(lines) == sim.samples > 4
+    t = sim.eng.now - sim.t0
+    for _ in range(2):
+        assert sim._scrape(t) == orjson.dumps(server_sample(sim.eng, t)) + b"\n"
+    sim.eng.h_e2e.observe(1.5)
+    assert sim._scrape(t + 0.5) == orjson.dumps(server_sample(sim.eng, t + 0.5)) + b"\n"

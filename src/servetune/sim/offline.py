@@ -128,6 +128,9 @@ class OfflineRun:
         run's server summary."""
         self._buf: list[bytes] = []
         self._hist_last: dict[str, tuple[dict[str, Any], Histogram]] = {}
+        self._hist_json: dict[str, tuple[dict[str, Any], bytes]] = {}
+        """A histogram's last snapshot and its ``"name":{...}`` JSON, by name (a snapshot
+        unchanged since the last scrape is the same dict: its bytes are written again)."""
         self._done: list[tuple[SimRequest, int, int, int]] = []
         self._step0 = self.eng.step
         """The engine's first step of this run (``_deliv`` is indexed from it)."""
@@ -332,7 +335,19 @@ class OfflineRun:
     def _scrape(self, t: float) -> bytes:
         sample = server_sample(self.eng, t)
         self.series.append(as_server_sample(sample, self._hist_last))
-        return orjson.dumps(sample) + b"\n" if self.samples_out is not None else b""
+        if self.samples_out is None:
+            return b""
+        # orjson.dumps(sample) + b"\n", byte for byte, with the histograms' JSON made only
+        # when their snapshot changed (tests/sim/test_offline_api.py checks it)
+        cache = self._hist_json
+        parts = []
+        for k, h in sample["histograms"].items():
+            got = cache.get(k)
+            if got is None or got[0] is not h:
+                got = cache[k] = (h, orjson.dumps({k: h})[1:-1])
+            parts.append(got[1])
+        head = orjson.dumps({"t": sample["t"], "values": sample["values"]})
+        return b"".join((head[:-1], b',"histograms":{', b",".join(parts), b"}}\n"))
 
     def _drain(self, upto_ns: int | None = None) -> None:
         """The API server's work on the outputs of the steps the engine ran since the last
