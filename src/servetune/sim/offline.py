@@ -575,34 +575,22 @@ def _simulate(
     mem = plan_memory(r, vllm_version)
     plan, tok_name, tok_exact = workload_plan(bench_cfg)
     env = this_machine(command)
-    if result_dir is None:
+    out = None if result_dir is None else ensure_result_dir(result_dir)
+    if out is None:
         sim = OfflineRun(plan, bench_cfg, r, mem, progress=progress, keep_series=server_metrics)
         sim.run()
-        return build_result(
-            bench_cfg,
-            r,
-            mem,
-            sim.records,
-            sim.series,
-            sim.samples,
-            sim.eng,
-            env,
-            tok_name,
-            tok_exact,
-            sim.itl_ms,
-        )
-    out = ensure_result_dir(result_dir)
-    (out / REQUESTS_FILE).unlink(missing_ok=True)
-    (out / SERVER_METRICS_FILE).unlink(missing_ok=True)
-    req_out = LineAppender(out / REQUESTS_FILE)
-    smp_out = LineAppender(out / SERVER_METRICS_FILE) if server_metrics else None
-    try:
-        sim = OfflineRun(plan, bench_cfg, r, mem, req_out, smp_out, progress)
-        sim.run()
-    finally:
-        req_out.close()
-        if smp_out is not None:
-            smp_out.close()
+    else:
+        (out / REQUESTS_FILE).unlink(missing_ok=True)
+        (out / SERVER_METRICS_FILE).unlink(missing_ok=True)
+        req_out = LineAppender(out / REQUESTS_FILE)
+        smp_out = LineAppender(out / SERVER_METRICS_FILE) if server_metrics else None
+        try:
+            sim = OfflineRun(plan, bench_cfg, r, mem, req_out, smp_out, progress)
+            sim.run()
+        finally:
+            req_out.close()
+            if smp_out is not None:
+                smp_out.close()
     result = build_result(
         bench_cfg,
         r,
@@ -616,6 +604,8 @@ def _simulate(
         tok_exact,
         sim.itl_ms,
     )
+    if out is None:
+        return result
     write_run_result(out, result)
     return result
 
