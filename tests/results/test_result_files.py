@@ -10,8 +10,16 @@ import pytest
 
 from servetune.errors import ResultError
 from servetune.results.environment import this_machine
-from servetune.results.io import RUN_FILE, read_run_result, write_run_result
-from servetune.results.jsonfile import write_json_atomic
+from servetune.results.io import (
+    REQUESTS_FILE,
+    RUN_FILE,
+    SERVER_METRICS_FILE,
+    read_records,
+    read_run_result,
+    read_server_series,
+    write_run_result,
+)
+from servetune.results.jsonfile import read_json_file, write_json_atomic
 from servetune.results.schema import (
     SCHEMA_VERSION,
     BenchConfig,
@@ -107,3 +115,42 @@ def test_an_atomic_write_never_leaves_half_a_file(tmp_path: Path) -> None:
     with pytest.raises(TypeError):
         write_json_atomic(path, {"a": Unserializable()})
     assert orjson.loads(path.read_bytes()) == {"a": 1}
+
+
+def test_a_directory_in_place_of_run_json_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "r.json").mkdir()
+    with pytest.raises(ResultError, match=r"cannot read .*r\.json"):
+        read_json_file(tmp_path / "r.json", "run", SCHEMA_VERSION)
+
+
+def test_a_schema_mismatch_is_said_on_one_line(tmp_path: Path) -> None:
+    (tmp_path / RUN_FILE).write_bytes(b'{"kind": "run", "schema_version": 1, "config": 3}')
+    with pytest.raises(ResultError) as err:
+        read_run_result(tmp_path)
+    assert "\n" not in err.value.message and "config: " in err.value.message
+
+
+@pytest.mark.parametrize(
+    ("name", "line", "expected"),
+    [
+        (SERVER_METRICS_FILE, b'{"t": "x", "values": 3}', "not a server metrics sample: t: "),
+        (SERVER_METRICS_FILE, b"3", "not a server metrics sample"),
+        (REQUESTS_FILE, b'{"foo": 1}', "not a request record: "),
+    ],
+)
+def test_jsonl_lines_of_the_wrong_shape_are_result_errors(
+    tmp_path: Path, name: str, line: bytes, expected: str
+) -> None:
+    """Valid JSON that is not a record or a sample: a ResultError naming file and line (it
+    was a pydantic traceback for server_metrics.jsonl)."""
+    (tmp_path / name).write_bytes(line + b"\n" + line + b"\n")
+    read = read_server_series if name == SERVER_METRICS_FILE else read_records
+    with pytest.raises(ResultError) as err:
+        read(tmp_path)
+    assert f"{name}:1: {expected}" in err.value.message and "\n" not in err.value.message
+
+
+def test_a_directory_in_place_of_requests_jsonl_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / REQUESTS_FILE).mkdir()
+    with pytest.raises(ResultError, match=r"cannot read .*requests\.jsonl"):
+        read_records(tmp_path)

@@ -13,7 +13,7 @@ import orjson
 from pydantic import ValidationError
 
 from servetune.errors import ResultError
-from servetune.results.jsonfile import read_model_file, write_json_atomic
+from servetune.results.jsonfile import read_model_file, schema_problem, write_json_atomic
 from servetune.results.record import RequestRecord
 from servetune.results.schema import SCHEMA_VERSION, RunResult
 from servetune.results.server_series import ServerSample
@@ -109,8 +109,10 @@ def iter_jsonl(path: Path) -> Iterable[tuple[int, Any]]:
     """(line number, object) for each parseable line; a torn last line is skipped."""
     if not path.exists():
         return
-    with path.open("rb") as fh:
-        lines = fh.read().split(b"\n")
+    try:
+        lines = path.read_bytes().split(b"\n")
+    except OSError as exc:  # a directory in its place, no permission, an I/O error
+        raise ResultError(f"cannot read {path}: {exc.strerror or exc}") from exc
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -129,13 +131,24 @@ def read_records(run_dir: str | Path) -> list[RequestRecord]:
         try:
             out.append(RequestRecord.model_validate(obj))
         except ValidationError as exc:
-            raise ResultError(f"{path}:{lineno}: not a RequestRecord: {exc}") from exc
+            raise ResultError(
+                f"{path}:{lineno}: not a request record: {schema_problem(exc)}"
+            ) from exc
     return out
 
 
 def read_server_series(run_dir: str | Path) -> list[ServerSample]:
     path = Path(run_dir) / SERVER_METRICS_FILE
-    return [ServerSample.model_validate(obj) for _, obj in iter_jsonl(path)]
+    out = []
+    for lineno, obj in iter_jsonl(path):
+        try:
+            out.append(ServerSample.model_validate(obj))
+        except ValidationError as exc:
+            raise ResultError(
+                f"{path}:{lineno}: not a server metrics sample: {schema_problem(exc)}",
+                hint=f"move {path.name} aside to read the run without the server's metrics",
+            ) from exc
+    return out
 
 
 def detect_dir(path: str | Path) -> Literal["run", "sweep"]:

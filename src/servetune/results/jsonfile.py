@@ -35,12 +35,26 @@ def write_json_atomic(path: Path, obj: object, hint: str | None = None) -> Path:
     return path
 
 
+def schema_problem(exc: ValidationError) -> str:
+    """A pydantic error on one line: where the first problem is and what it is (pydantic's own
+    text runs over several lines with a link per problem)."""
+    errors = exc.errors()
+    if not errors:
+        return str(exc).splitlines()[0]
+    first = errors[0]
+    where = ".".join(str(part) for part in first.get("loc", ())) or "the top level"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {first.get('msg', 'invalid')}{more}"
+
+
 def read_json_file(path: Path, kind: str, max_version: int) -> dict[str, Any]:
     """The JSON object in ``path``, checked to be a servetune ``kind`` file we can read."""
     try:
         data = orjson.loads(path.read_bytes())
     except FileNotFoundError as exc:
         raise ResultError(f"{path} not found") from exc
+    except OSError as exc:  # a directory in its place, no permission, an I/O error
+        raise ResultError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except orjson.JSONDecodeError as exc:
         raise ResultError(f"{path} is not valid JSON ({exc.msg}, line {exc.lineno})") from exc
     if not isinstance(data, dict) or data.get("kind") != kind:
@@ -67,4 +81,7 @@ def read_model_file(
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ResultError(f"{p} does not match the {model.__name__} schema: {exc}") from exc
+        raise ResultError(
+            f"{p} does not match the {model.__name__} schema: {schema_problem(exc)}",
+            hint="the file was changed or damaged; re-create it with the command that wrote it",
+        ) from exc
