@@ -191,6 +191,21 @@ def test_no_request_records_means_the_growth_cannot_be_told(
     assert any("requests.jsonl is missing" in m for m in f.missing)
 
 
+def test_malformed_request_records_are_said_not_called_missing(
+    scenario_dir: ScenarioDir, tmp_path: Path
+) -> None:
+    """A requests.jsonl that is there but damaged is named with the line that is wrong (it
+    was reported as "requests.jsonl is missing")."""
+    d = _copy(scenario_dir, "overloaded", tmp_path)
+    (d / REQUESTS_FILE).write_text('{"foo": 1}\n{"foo": 1}\n')
+    diag = diagnose_path(d)
+    f = diag.finding("overloaded")
+    assert f is not None and f.kind == "cannot_tell"
+    assert not any("is missing" in m for m in f.missing)
+    assert any("requests.jsonl:1: not a request record" in m for m in f.missing)
+    assert any("requests.jsonl could not be read" in n for n in diag.notes)
+
+
 def test_unreadable_server_metrics_do_not_break_the_diagnosis(
     scenario_dir: ScenarioDir, tmp_path: Path
 ) -> None:

@@ -25,7 +25,7 @@ from servetune.diagnose.rules import (
 from servetune.errors import ServetuneError
 from servetune.loadgen.runfile import open_run
 from servetune.metrics.timeline import TAIL_RATIO
-from servetune.results.io import read_records
+from servetune.results.io import REQUESTS_FILE, read_records
 from servetune.results.record import RequestRecord
 from servetune.results.schema import RunResult
 from servetune.results.server_series import ServerSample
@@ -386,12 +386,16 @@ def diagnose_loaded(
     config: KnownConfig | None = None,
     series_error: str | None = None,
     path: str | None = None,
+    records_error: str | None = None,
 ) -> Diagnosis:
-    """Diagnose one run already in memory."""
+    """Diagnose one run already in memory (``records_error``: why requests.jsonl could not be
+    read, when it could not)."""
     known = known_config(run, config)
-    fig = compute_figures(run, records, samples, known, series_error)
+    fig = compute_figures(run, records, samples, known, series_error, records_error)
     findings = evaluate(fig)
     notes = []
+    if records_error:
+        notes.append(records_error)
     if series_error:
         notes.append(series_error)
     if known.defaults_assumed:
@@ -409,18 +413,24 @@ def diagnose_loaded(
 
 def load_run(
     run_dir: Path,
-) -> tuple[RunResult, list[RequestRecord], list[ServerSample], str | None]:
+) -> tuple[RunResult, list[RequestRecord], list[ServerSample], str | None, str | None]:
+    """The run, its records, its server series, and why the series / the records could not
+    be read (diagnose goes on without them, and says so)."""
     run = open_run(run_dir)  # a run cut short: summarised from its records
+    records_error = None
     try:
         records = read_records(run_dir)
-    except ServetuneError:
+    except ServetuneError as exc:
         records = []
+        records_error = f"{REQUESTS_FILE} could not be read ({exc.message})"
     samples, err = read_series_tolerant(run_dir)
-    return run, records, samples, err
+    return run, records, samples, err, records_error
 
 
 def diagnose_run(run_dir: str | Path, config: KnownConfig | None = None) -> Diagnosis:
     """Diagnose one RUN_DIR."""
     d = Path(run_dir).expanduser()
-    run, records, samples, err = load_run(d)
-    return diagnose_loaded(run, records, samples, config, err, path=str(d))
+    run, records, samples, err, records_err = load_run(d)
+    return diagnose_loaded(
+        run, records, samples, config, err, path=str(d), records_error=records_err
+    )

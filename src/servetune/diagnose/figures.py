@@ -128,10 +128,17 @@ def _client(fig: Figures, run: RunResult) -> None:
     fig.put("server_gone", gone)
 
 
-def _records(fig: Figures, run: RunResult, records: Sequence[RequestRecord]) -> None:
+def _records(
+    fig: Figures,
+    run: RunResult,
+    records: Sequence[RequestRecord],
+    records_error: str | None = None,
+) -> None:
     """Figures that need the per-request records: the sending period, requests in flight,
     stream stalls, the TTFT of short prompts."""
-    no_records = "requests.jsonl is missing: per-request figures cannot be computed"
+    no_records = (records_error or "requests.jsonl is missing") + (
+        ": per-request figures cannot be computed"
+    )
     if not records:
         for name in (
             "inflight_growth_per_s",
@@ -274,12 +281,13 @@ def compute_figures(
     samples: Sequence[ServerSample],
     config: KnownConfig,
     series_error: str | None = None,
+    records_error: str | None = None,
 ) -> Figures:
     """All figures of one run."""
     fig = Figures(config=config, label=run.label)
     _client(fig, run)
     knob_figures(fig, run)
-    _records(fig, run, records)
+    _records(fig, run, records, records_error)
     server_figures(fig, run, samples, series_error)
     derived_figures(fig, run)
     return fig
