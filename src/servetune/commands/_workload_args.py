@@ -55,7 +55,7 @@ def parse_goodput(items: list[str] | None) -> Slo:
             raise ConfigError(
                 f"--goodput {item!r}: {value!r} is not a number of milliseconds"
             ) from None
-        if ms <= 0:
+        if not ms > 0:  # NaN too: no latency is below it
             raise ConfigError(f"--goodput {item!r}: the SLO must be > 0 ms")
         values[key] = ms
     return Slo(**values)
@@ -298,12 +298,38 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+# Plain float flags that must be finite numbers (NaN compares false with every bound, and JSON
+# has neither NaN nor infinity: run.json would carry null). --request-rate has its own 'inf'.
+_FINITE_FLAGS = {
+    "duration_s": ("--duration", "--duration 60 (seconds)"),
+    "warmup_s": ("--warmup", "--warmup 10 (seconds)"),
+    "cooldown_s": ("--cooldown", "--cooldown 10 (seconds)"),
+    "random_range_ratio": ("--random-range-ratio", "--random-range-ratio 0.5"),
+    "burstiness": ("--burstiness", "--burstiness 0.5, or --arrival constant for even spacing"),
+    "temperature": ("--temperature", "--temperature 0"),
+    "request_timeout_s": ("--request-timeout", "--request-timeout 600 (seconds)"),
+}
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    for dest, (flag, example) in _FINITE_FLAGS.items():
+        value = getattr(args, dest, None)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(
+                f"{flag} must be a finite number (got {value:g})", hint=f"e.g. {example}"
+            )
+    seed = getattr(args, "seed", None)
+    if seed is not None and seed < 0:
+        raise ConfigError(f"--seed must be ≥ 0 (got {seed})", hint="e.g. --seed 0")
+
+
 def workload_config_from_args(
     args: argparse.Namespace, *, fresh_seed_by_default: bool = True
 ) -> BenchConfig:
     """A BenchConfig from the target and workload flags. Without ``--seed`` a fresh seed is
     drawn (or 0 with ``fresh_seed_by_default=False``: the offline simulator keeps no cache
     between runs, and a fixed default makes its what-ifs repeat)."""
+    _check_numbers(args)
     special = ("goodput", "percentile_metrics", "metric_percentiles")
     fields: dict[str, Any] = {
         k: getattr(args, k)
