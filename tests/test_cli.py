@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from servetune.cli import COMMANDS, build_parser, main
@@ -65,3 +67,30 @@ def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in COMMANDS)
+
+
+def test_running_out_of_memory_is_an_error_not_a_traceback(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`sim run --num-prompts 99999999999` was a numpy _ArrayMemoryError traceback (745 GiB
+    asked for one array); any MemoryError ends as one error line and exit 2."""
+    import servetune.sim.offline_plan as offline_plan
+
+    def too_big(*_a: object, **_k: object) -> object:
+        raise MemoryError("Unable to allocate 745. GiB")
+
+    monkeypatch.setattr(offline_plan, "sample_lengths", too_big)
+    code = main(
+        [
+            "sim",
+            "run",
+            "--num-prompts",
+            "99999999999",
+            "--no-progress",
+            "--result-dir",
+            str(tmp_path),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert err.startswith("servetune sim run: error: out of memory") and "--num-prompts" in err

@@ -160,6 +160,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.hint:
             print(f"  hint: {exc.hint}", file=sys.stderr)
         return 2
+    except MemoryError:
+        # A size asked for that no machine holds (--num-prompts 99999999999, a --duration
+        # of years at a high rate): numpy refuses the allocation up front.
+        print(
+            f"{_innermost(parser, args).prog}: error: out of memory: what was asked for does "
+            "not fit in this machine's memory",
+            file=sys.stderr,
+        )
+        print(
+            "  hint: ask for less: fewer --num-prompts, a shorter --duration or a lower rate, "
+            "shorter lengths",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         print(f"servetune {args.command}: interrupted", file=sys.stderr)
         return 130
