@@ -60,6 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             action.help, action.default = argparse.SUPPRESS, None
     _engine_group(run)
     add_result_dir_argument(run, "sim")
+    run.add_argument(
+        "--overwrite", action="store_true", help="replace a run already in --result-dir"
+    )
     run.add_argument("--no-progress", action="store_true")
 
     plan = sub.add_parser("plan", help="the start-up memory plan (or why vLLM would refuse)")
@@ -175,6 +178,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from servetune.commands._workload_args import workload_config_from_args
     from servetune.errors import ConfigError
+    from servetune.results.io import free_run_dir
     from servetune.sim.cli_args import engine_config_from_args
     from servetune.sim.memory import plan_memory
     from servetune.sim.offline import run_offline
@@ -192,6 +196,7 @@ def _run(args: argparse.Namespace) -> int:
     engine_cfg = engine_config_from_args(args)
     mem = plan_memory(engine_cfg)
     out = result_dir(args, "sim")
+    free_run_dir(out, args.overwrite)
     say = print if not args.no_progress else (lambda *a, **k: None)
     say("vllm serve " + " ".join(engine_cfg.vllm_args()), file=sys.stderr)
     for line in mem.log_lines()[1:5]:

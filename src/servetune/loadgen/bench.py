@@ -21,7 +21,7 @@ from typing import NamedTuple, TypedDict, Unpack
 from servetune.client.payload import build_body
 from servetune.client.target import ServerTokenizer, probe_target
 from servetune.client.transports import make_session
-from servetune.errors import ConfigError, ResultError
+from servetune.errors import ConfigError
 from servetune.loadgen.capacity import choose_workers
 from servetune.loadgen.driver import PlannedRequest
 from servetune.loadgen.health import note_stamps
@@ -37,6 +37,7 @@ from servetune.results.io import (
     RUN_FILE,
     SERVER_METRICS_FILE,
     ensure_result_dir,
+    free_run_dir,
     read_records,
     write_run_result,
 )
@@ -70,15 +71,9 @@ def _prepare_dir(result_dir: Path, overwrite: bool) -> tuple[Path, Path | None]:
         created = probe
         probe = probe.parent
     d = ensure_result_dir(p)
-    existing = [n for n in _RUN_FILES if (d / n).exists()]
-    if existing:
-        if not overwrite:
-            raise ResultError(
-                f"{d} already holds a run ({', '.join(existing)})",
-                hint="pass a new --result-dir, or --overwrite to replace it",
-            )
-        for n in existing:
-            (d / n).unlink()
+    free_run_dir(d, overwrite)
+    for n in _RUN_FILES:
+        (d / n).unlink(missing_ok=True)
     return d, created
 
 

@@ -41,6 +41,23 @@ def ensure_result_dir(path: str | Path) -> Path:
     return p
 
 
+def free_run_dir(d: Path, overwrite: bool) -> None:
+    """Refuse to write a run where one already is (unless ``overwrite``), or into a sweep's
+    directory (its sweep.json would hide the run, and a later --resume would mix them)."""
+    d = d.expanduser()
+    if (d / SWEEP_FILE).exists():
+        raise ResultError(
+            f"{d} holds a sweep ({SWEEP_FILE}): a run written there would be hidden by it",
+            hint="pass a new --result-dir (a sweep's runs are its levels/<label>/ folders)",
+        )
+    existing = [n for n in (RUN_FILE, REQUESTS_FILE, SERVER_METRICS_FILE) if (d / n).exists()]
+    if existing and not overwrite:
+        raise ResultError(
+            f"{d} already holds a run ({', '.join(existing)})",
+            hint="pass a new --result-dir, or --overwrite to replace it",
+        )
+
+
 def record_line(rec: RequestRecord) -> bytes:
     """One JSONL line for a record (fast path: no validation, fields as stored)."""
     return orjson.dumps(rec.__dict__) + b"\n"
