@@ -137,8 +137,25 @@ def test_unreachable_metrics_endpoint_is_explained(capsys: pytest.CaptureFixture
         (["watch", "localhost:8000"], "not an http"),
         (["watch", "http://127.0.0.1:9", "--window", "1", "--interval", "1"], "two scrapes"),
         (["watch", "http://127.0.0.1:9", "--duration", "0"], "--duration"),
+        # NaN passed the "<= 0" checks: --duration nan would watch forever
+        (["watch", "http://127.0.0.1:9", "--duration", "nan"], "--duration must be > 0"),
+        (["watch", "http://127.0.0.1:9", "--refresh", "nan"], "--refresh must be > 0"),
     ],
 )
 def test_bad_flags(args: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(args) == 2
     assert needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("held", ["run.json", "sweep.json", "watch.json", "server_metrics.jsonl"])
+def test_record_never_replaces_results_already_there(
+    held: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`watch --record DIR` truncated DIR/server_metrics.jsonl: pointed at a bench run's
+    folder (or an earlier recording) it destroyed that run's server metrics."""
+    (tmp_path / held).write_text('{"t": 0, "values": {}}\n')
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert main(["watch", "http://127.0.0.1:9", "--duration", "1", "--record", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds results" in err and held in err and "hint:" in err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

@@ -44,9 +44,9 @@ def run(args: argparse.Namespace) -> int:
     from servetune.errors import ConfigError
     from servetune.watch.session import WatchSession, run_for
 
-    if args.refresh <= 0:
+    if not args.refresh > 0:  # NaN too
         raise ConfigError(f"--refresh must be > 0 s (got {args.refresh:g})")
-    if args.duration is not None and args.duration <= 0:
+    if args.duration is not None and not args.duration > 0:
         raise ConfigError(f"--duration must be > 0 s (got {args.duration:g})")
     known = known_from_options(args.server_cmd, args.gpu, args.model)
     session = WatchSession(

@@ -30,9 +30,14 @@ from servetune.errors import ConfigError, TargetError
 from servetune.metrics.scraper import MetricsScraper, metrics_url_for
 from servetune.metrics.server_summary import summarize_server
 from servetune.results import server_series as ss
-from servetune.results.io import SERVER_METRICS_FILE, ensure_result_dir
+from servetune.results.io import RUN_FILE, SERVER_METRICS_FILE, SWEEP_FILE, ensure_result_dir
 from servetune.results.server_series import ServerSample
-from servetune.results.watch_file import FindingEvent, WatchRecording, write_watch_recording
+from servetune.results.watch_file import (
+    WATCH_FILE,
+    FindingEvent,
+    WatchRecording,
+    write_watch_recording,
+)
 
 ACTIVE_KINDS = ("bottleneck", "warning", "advisory")
 LATENCIES = (
@@ -118,6 +123,21 @@ def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def _refuse_results_in(d: Path) -> None:
+    """A recording replaces server_metrics.jsonl: never in a folder that already holds results
+    (a run's or sweep's, or an earlier recording), whose own samples it would destroy."""
+    held = [n for n in (RUN_FILE, SWEEP_FILE, WATCH_FILE) if (d / n).exists()]
+    samples = d / SERVER_METRICS_FILE
+    if samples.exists() and (held or samples.stat().st_size > 0):
+        held.append(SERVER_METRICS_FILE)
+    if held:
+        raise ConfigError(
+            f"--record {d} already holds results ({', '.join(held)}); recording there would "
+            f"replace its {SERVER_METRICS_FILE}",
+            hint="pass --record a new or empty folder",
+        )
+
+
 class WatchSession:
     """Scrape, window, evaluate, track, record. Drive it with :meth:`open`, :meth:`refresh`
     (every refresh interval) and :meth:`close`."""
@@ -145,6 +165,8 @@ class WatchSession:
         self.interval_s = interval_s
         self.window_s = window_s
         self.known = known or KnownConfig()
+        if record_dir is not None:
+            _refuse_results_in(Path(record_dir).expanduser())
         self.record_dir = ensure_result_dir(record_dir) if record_dir is not None else None
         out = self.record_dir / SERVER_METRICS_FILE if self.record_dir else Path(os.devnull)
         if self.record_dir is not None:
