@@ -123,6 +123,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--no-progress", action="store_true")
 
 
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Flags that were taken as given: --seed -1 was a numpy traceback, --r -1 a ValueError
+    after every simulation had run, --top -1 hid the last row, --workers 0 meant the default."""
+    import math
+
+    from servetune.errors import ConfigError
+
+    if args.seed < 0:
+        raise ConfigError(f"--seed must be ≥ 0 (got {args.seed})", hint="e.g. --seed 0")
+    if not args.r > 0 or math.isinf(args.r):
+        raise ConfigError(f"--r must be a positive number (got {args.r:g})", hint="e.g. --r 4")
+    if args.top < 1:
+        raise ConfigError(f"--top must be ≥ 1 (got {args.top})", hint="or --all for every row")
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(
+            f"--workers must be ≥ 1 (got {args.workers})",
+            hint="leave it out for one per core (at most 4)",
+        )
+
+
 def _request(args: argparse.Namespace) -> PlanRequest:
     from servetune.errors import ConfigError
     from servetune.metrics.slo_spec import p99_slo, parse_slos
@@ -131,6 +151,7 @@ def _request(args: argparse.Namespace) -> PlanRequest:
     from servetune.plan.space import DEFAULT_KNOB_SETS, candidates, parse_quantizations
     from servetune.sim.catalog import find_model
 
+    _check_numbers(args)
     n_specs = max(4 * args.requests_per_point, 4000)
     model = args.model
     slo = p99_slo(parse_slos(args.slo))
