@@ -188,6 +188,42 @@ def test_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "cannot retune a server" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--objective", "goodput"], "the goodput objective needs at least one SLO (--slo)"),
+        (["--slo", "ttft:500", "--time-budget", "0"], "--time-budget must be a positive"),
+        (["--slo", "ttft:500", "--time-budget", "nan"], "--time-budget must be a positive"),
+        (["--slo", "ttft:500", "--mad-k", "nan"], "--mad-k must be a number ≥ 0"),
+        (["--slo", "ttft:500", "--mad-k", "-1"], "--mad-k must be a number ≥ 0"),
+        (["--slo", "ttft:500", "--ready-timeout", "nan"], "--ready-timeout must be a positive"),
+    ],
+)
+def test_numbers_and_objectives_refused_before_any_trial(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], said: str
+) -> None:
+    """Each ran a whole search before: goodput without --slo scored every trial 0 (exit 1,
+    "no configuration meets the SLOs"); a NaN --mad-k / --ready-timeout left a tune.json that
+    could not be read back; --time-budget 0 ended "0 tried" with no reason."""
+    out = tmp_path / "t"
+    assert main([*BASE, "--trials", "1", "--result-dir", str(out), *flags]) == 2
+    assert said in capsys.readouterr().err
+    assert not (out / "trials.jsonl").exists()
+
+
+def test_throughput_at_the_default_unbounded_rate_reads_its_own_trials(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--objective throughput at the default --request-rate (inf): the probe's rate was
+    stored as JSON null and reading the trial back was a pydantic traceback."""
+    out = tmp_path / "t"
+    args = ["tune", "--engine", "sim", "--num-prompts", "20", "--seed", "1", "--trials", "1"]
+    code = main([*args, "--objective", "throughput", "--repeats", "1", "--result-dir", str(out)])
+    assert code == 0, capsys.readouterr().err
+    trials = json.loads((out / "tune.json").read_text())["trials"]
+    assert trials[0]["probes"][0]["rate"] == "inf"
+
+
 def test_resume_keeps_every_finished_trial(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

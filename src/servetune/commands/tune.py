@@ -151,6 +151,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Numbers taken as given before: --time-budget 0 ended "No configuration could be
+    measured (0 tried)" with no reason; a NaN --mad-k or --ready-timeout ran the whole search
+    and then could not read its own tune.json back (NaN is null in JSON)."""
+    import math
+
+    from servetune.errors import ConfigError
+
+    budget = args.time_budget
+    if budget is not None and not (budget > 0 and math.isfinite(budget)):
+        raise ConfigError(
+            f"--time-budget must be a positive number of seconds (got {budget:g})",
+            hint="e.g. --time-budget 3600, or leave it out to stop after --trials",
+        )
+    if not (args.mad_k >= 0 and math.isfinite(args.mad_k)):
+        raise ConfigError(
+            f"--mad-k must be a number ≥ 0 (got {args.mad_k:g})",
+            hint="e.g. --mad-k 1 (rank by median − 1·MAD), 0 for the median alone",
+        )
+    if not (args.ready_timeout > 0 and math.isfinite(args.ready_timeout)):
+        raise ConfigError(
+            f"--ready-timeout must be a positive number of seconds (got {args.ready_timeout:g})",
+            hint="e.g. --ready-timeout 600",
+        )
+
+
 def _spec(args: argparse.Namespace) -> Any:
     from servetune.commands._workload_args import workload_config_from_args
     from servetune.errors import ConfigError
@@ -169,9 +195,11 @@ def _spec(args: argparse.Namespace) -> Any:
     if args.engine is None:
         raise ConfigError("which engine? give --engine", hint=f"one of: {', '.join(ENGINES)}")
     slos = parse_slos(args.slo)
-    if args.objective in ("slo-max",) and not slos:
+    if args.objective in ("slo-max", "goodput") and not slos:
+        # goodput counts the requests within --slo; without one every trial scored 0 and the
+        # study ended "no configuration meets the SLOs" (exit 1)
         raise ConfigError(
-            "the slo-max objective needs at least one SLO",
+            f"the {args.objective} objective needs at least one SLO (--slo)",
             hint="e.g. --slo ttft:p99<=500 --slo tpot:p99<=50, or --objective throughput",
         )
     if args.workload_from is not None:
@@ -197,6 +225,7 @@ def _spec(args: argparse.Namespace) -> Any:
         raise ConfigError("--realtime applies to --engine sim only")
     if args.trials < 1:
         raise ConfigError(f"--trials {args.trials}: at least 1")
+    _check_numbers(args)
     space = build_space(engine, args.knob, args.fix, gpus=max(1, len(gpus)))
     baseline = None
     if args.baseline is not None:

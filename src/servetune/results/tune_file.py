@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from servetune.results.jsonfile import read_model_file, write_json_atomic
-from servetune.results.schema import BenchConfig
+from servetune.results.schema import BenchConfig, Rate
 from servetune.results.slo import SloSpec
 
 TUNE_FILE = "tune.json"
@@ -85,7 +85,9 @@ class Space(BaseModel):
 class Probe(BaseModel):
     """One measured rate."""
 
-    rate: float
+    rate: Rate
+    """req/s; ``inf`` (a closed-loop run: --objective throughput at the default rate) is
+    written "inf" (a bare float would become null in JSON and not read back)."""
     meets: bool
     throughput: float = 0.0
     """Requests/s completed (achieved)."""
