@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -21,16 +22,33 @@ from servetune.client.fasthttp import HTTPError
 from servetune.client.payload import endpoint_path
 from servetune.client.stream import StreamState, error_message
 from servetune.client.transports import Transport
+from servetune.errors import ConfigError
 from servetune.results.record import ErrorClass, RequestRecord, class_of_status
 from servetune.results.schema import Endpoint
 from servetune.workload.tokens import TokenCounter
 
 
 def normalize_base_url(base_url: str) -> str:
-    """``http://h:p``, ``http://h:p/`` and ``http://h:p/v1/`` all become ``http://h:p/v1``."""
-    url = base_url.rstrip("/")
-    if not url.startswith(("http://", "https://")):
+    """``http://h:p``, ``http://h:p/`` and ``http://h:p/v1/`` all become ``http://h:p/v1``;
+    ``h:p`` means ``http://h:p``. Another scheme or a port that cannot be is a ConfigError."""
+    url = base_url.strip().rstrip("/")
+    if "://" in url and not url.lower().startswith(("http://", "https://")):
+        raise ConfigError(
+            f"--base-url {base_url!r} is not an http(s) URL",
+            hint="e.g. --base-url http://127.0.0.1:8000/v1",
+        )
+    if not url.lower().startswith(("http://", "https://")):
         url = "http://" + url
+    try:
+        port = urlsplit(url).port
+        host = urlsplit(url).hostname
+    except ValueError:  # a port that is no number or out of 0-65535
+        port, host = -1, None
+    if port == -1 or not host:
+        raise ConfigError(
+            f"--base-url {base_url!r} is not a valid URL (host, or a port in 1-65535)",
+            hint="e.g. --base-url http://127.0.0.1:8000/v1",
+        )
     return url if url.endswith("/v1") else url + "/v1"
 
 

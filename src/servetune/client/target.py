@@ -7,7 +7,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from servetune.client.http import describe_exception, normalize_base_url
+from servetune.client.http import classify_exception, normalize_base_url
 from servetune.errors import ModelNotServedError, TargetError
 from servetune.results.schema import TargetInfo
 
@@ -31,8 +31,16 @@ async def _get_json(session: aiohttp.ClientSession, url: str) -> Any:
                     hint="is --base-url an OpenAI-compatible server (it should serve /v1/models)?",
                 )
     except aiohttp.ClientError as exc:
+        cls, why = classify_exception(exc, PROBE_TIMEOUT_S)
+        if cls == "protocol_error":  # something answers, but not in HTTP (aiohttp's text
+            # runs over several lines: the first says it)
+            raise TargetError(
+                f"{url} did not answer in HTTP: {why.splitlines()[0].rstrip(':')}",
+                hint="is --base-url the port of an OpenAI-compatible HTTP server (not https, "
+                "not another service)?",
+            ) from exc
         raise TargetError(
-            f"cannot reach {url}: {describe_exception(exc, PROBE_TIMEOUT_S)}",
+            f"cannot reach {url}: {why}",
             hint="is the server running? check --base-url (e.g. http://127.0.0.1:8000/v1)",
         ) from exc
     except TimeoutError as exc:
