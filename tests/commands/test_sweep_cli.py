@@ -315,3 +315,20 @@ def test_existing_sweep_without_resume(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(args) == 0
     assert main(args) == 2
     assert "already holds a sweep" in capsys.readouterr().err
+
+
+def test_a_runs_folder_is_not_turned_into_a_sweep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sweep --result-dir RUN_DIR` wrote sweep.json beside the run's run.json and exited 0:
+    every reader then saw a sweep and the run was hidden."""
+    run = tmp_path / "run"
+    assert (
+        main(["sim", "run", "--num-prompts", "5", "--no-progress", "--result-dir", str(run)]) == 0
+    )
+    before = sorted(p.name for p in run.iterdir())
+    capsys.readouterr()
+    args = ["sweep", "--level-runner", "sweep_fake:fast_level", "--request-rates", "2,4"]
+    assert main([*args, "--num-prompts", "20", "--result-dir", str(run), "--no-report"]) == 2
+    assert "holds a run (run.json)" in capsys.readouterr().err
+    assert sorted(p.name for p in run.iterdir()) == before

@@ -149,6 +149,12 @@ class SweepRunner:
             self._created = probe  # the topmost folder this sweep creates
             probe = probe.parent
         ensure_result_dir(self.sweep_dir)
+        if (self.sweep_dir / RUN_FILE).exists():
+            # a sweep.json beside a run's run.json would hide the run from every reader
+            raise ConfigError(
+                f"{self.sweep_dir} holds a run ({RUN_FILE}): a sweep written there would hide it",
+                hint="choose another --result-dir (a sweep keeps its runs in levels/<label>/)",
+            )
         path = self.sweep_dir / SWEEP_FILE
         now = _now()
         if path.exists():
