@@ -243,3 +243,13 @@ def test_every_knob_names_what_the_planner_does() -> None:
             "long_prefill_token_threshold",
             "enable_prefix_caching",
         )
+
+
+@pytest.mark.parametrize("line", ["vllm serve 'unterminated", "vllm serve Qwen --flag \\"])
+def test_a_line_that_cannot_be_split_is_a_config_error(line: str) -> None:
+    """An unclosed quote was shlex's ValueError: a traceback from diagnose and watch
+    --server-cmd."""
+    with pytest.raises(ConfigError) as err:
+        parse_command(line)
+    assert err.value.code == "knob.command"
+    assert "cannot be split into words" in err.value.message and err.value.hint

@@ -119,7 +119,15 @@ def _reverse(s: Spelling, word: str, choices: tuple[str, ...]) -> str:
 def parse_command(line: str | list[str], engine: str | None = None) -> ParsedCommand:
     """The knob values of a server command line (see the module docstring). ENGINE: the
     engine when the line is only flags, or to tell vLLM's CPU build from vLLM."""
-    tokens = shlex.split(line.replace("\\\n", " ")) if isinstance(line, str) else list(line)
+    try:
+        tokens = shlex.split(line.replace("\\\n", " ")) if isinstance(line, str) else list(line)
+    except ValueError as exc:  # an unclosed quote or a trailing backslash
+        raise ConfigError(
+            f"the command line {line!r} cannot be split into words: {exc}",
+            hint="close the quote (the whole command line goes in one pair of quotes, e.g. "
+            "--server-cmd \"vllm serve MODEL --max-num-seqs 256\")",
+            code="knob.command",
+        ) from None
     env: dict[str, str] = {}
     while tokens and "=" in tokens[0] and not tokens[0].startswith("-"):
         key, _, val = tokens.pop(0).partition("=")
