@@ -77,6 +77,9 @@ def test_priority_headroom_reaches_every_pool_and_survives_a_reload(tmp_path: Pa
     [
         ("groups: []", "groups"),
         ("groups:\n  - name: a\n    urls: [ftp://x]", "not an http(s) URL"),
+        # a port out of range or not a number was a ValueError traceback from the pool
+        ("groups:\n  - name: a\n    urls: [http://h:99999/v1]", "has no valid port"),
+        ("groups:\n  - name: a\n    urls: [http://h:abc/v1]", "has no valid port"),
         ("groups:\n  - name: a\n    urls: [http://x]\n    wieght: 3", "unknown field"),
         (
             "groups:\n  - name: a\n    urls: [http://x]\ntenants:\n  - name: t\n    priority: vip",

@@ -39,6 +39,7 @@ import math
 import re
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -122,6 +123,10 @@ class Group(_Strict):
             url = url.strip().rstrip("/")
             if not re.match(r"^https?://[^/\s]+(/.*)?$", url):
                 raise ValueError(f"{url!r} is not an http(s) URL")
+            try:  # a port out of 0-65535 or not a number surfaced later as a traceback
+                _ = urlsplit(url).port
+            except ValueError as exc:
+                raise ValueError(f"{url!r} has no valid port ({exc})") from None
             if not url.endswith("/v1"):
                 url += "/v1"
             out.append(url)
