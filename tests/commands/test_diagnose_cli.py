@@ -85,6 +85,20 @@ def test_the_config_doctor_from_the_command_line(capsys: pytest.CaptureFixture[s
             ["diagnose", "--server-cmd", "vllm serve Qwen2.5-7B-Instruct", "--gpu", "B300-9000"],
             "unknown gpu",
         ),
+        (  # a negative length was taken as given: advice for a 5-token workload
+            [
+                "diagnose",
+                "--server-cmd",
+                "vllm serve Qwen2.5-7B-Instruct",
+                "--gpu",
+                "A100-80GB",
+                "--workload-input-len",
+                "-5",
+                "--workload-output-len",
+                "10",
+            ],
+            "--workload-input-len must be ≥ 1 token (got -5)",
+        ),
     ],
 )
 def test_user_errors_are_two_lines_and_status_2(

@@ -126,6 +126,11 @@ def test_llamacpp_dashboard_leaves_out_what_it_lacks(capsys: pytest.CaptureFixtu
         (["export", "grafana", "--metrics-url", "http://127.0.0.1:9/metrics"], "cannot read"),
         (["export", "prometheus-rules", "--window", "10s", "--resolution", "8s"], "two"),
         (["export", "grafana", "--metrics-url", "ftp://x"], "not an http"),
+        # --for nan dropped every rule's `for:` (alerts at once); negative lengths went into
+        # the compute estimate
+        (["export", "prometheus-rules", "--for", "nan"], "--for ≥ 0"),
+        (["export", "prometheus-rules", "--input-len", "-5"], "--input-len must be ≥ 1"),
+        (["export", "prometheus-rules", "--output-len", "nan"], "--output-len must be ≥ 1"),
     ],
 )
 def test_bad_input(args: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:

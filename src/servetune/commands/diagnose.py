@@ -92,6 +92,12 @@ def run(args: argparse.Namespace) -> int:
             "--workload-input-len/--workload-output-len are for the config doctor alone",
             hint="with a run directory the lengths come from the run itself",
         )
+    for flag, v in zip(("--workload-input-len", "--workload-output-len"), lengths, strict=True):
+        if v is not None and v < 1:  # a negative length was taken as given (advice on it)
+            raise ConfigError(
+                f"{flag} must be ≥ 1 token (got {v})",
+                hint="e.g. --workload-input-len 1024 --workload-output-len 128",
+            )
     from servetune.diagnose import diagnose_config, diagnose_path
     from servetune.diagnose.render import render
 

@@ -17,6 +17,7 @@ and keeps only the names it exports. Written to stdout unless ``-o``.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -102,8 +103,12 @@ def _promql(args: argparse.Namespace):  # type: ignore[no-untyped-def]
             raise ConfigError(f"{url} exposes no vLLM, SGLang, TGI or llama.cpp metric names")
     else:
         emap, absent = find_map(args.engine or "vllm")
-    if not args.window > 0 or not args.resolution > 0 or args.for_s < 0:
+    if not args.window > 0 or not args.resolution > 0 or not 0 <= args.for_s < math.inf:
+        # NaN too: --for nan silently dropped every rule's `for:` (alerts fired at once)
         raise ConfigError("--window and --resolution must be > 0 and --for ≥ 0")
+    for flag, v in (("--input-len", args.input_len), ("--output-len", args.output_len)):
+        if not 1 <= v < math.inf:
+            raise ConfigError(f"{flag} must be ≥ 1 token (got {v:g})", hint=f"e.g. {flag} 1024")
     if args.resolution * 2 > args.window:
         raise ConfigError(
             f"--window ({args.window:g} s) must hold at least two --resolution steps "
