@@ -5,6 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servetune.cli import main
 
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -54,3 +59,68 @@ def test_errors_are_messages_not_tracebacks(tmp_path: Path) -> None:
     r = cli("rollout", "--gateway", "http://127.0.0.1:9", "--candidate", "c", "--steps", "50,10",
             "--admin-key-file", str(key_file))  # fmt: skip
     assert r.returncode == 2 and "steps must rise" in r.stderr
+
+
+def _json_server(body: bytes) -> tuple[Any, str]:
+    """A loopback HTTP server answering every request 200 with BODY (not a gateway)."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_DELETE = _answer
+
+        def log_message(self, *_a: Any) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.server_address[1]}"
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--status", "--abort"], "contradict each other"),
+        (["--candidate", "c", "--timeout", "nan"], "--timeout must be a positive number"),
+        (["--candidate", "c", "--timeout", "-1"], "--timeout must be a positive number"),
+    ],
+)
+def test_rollout_flags_that_cannot_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], said: str
+) -> None:
+    """--timeout nan followed forever, -1 gave up at once (exit 1); --status --abort only
+    did the status."""
+    key = tmp_path / "admin.key"
+    key.write_text("x" * 30)
+    args = ["rollout", "--gateway", "http://127.0.0.1:9", "--admin-key-file", str(key)]
+    assert main([*args, *flags]) == 2
+    assert said in capsys.readouterr().err
+
+
+def test_rollout_against_something_that_is_no_gateway(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A port out of range was a urllib traceback; another server's 200 printed
+    "[None] step 0/0 (-):" with exit 0 (--status) or "the gateway refused" (start)."""
+    key = tmp_path / "admin.key"
+    key.write_text("x" * 30)
+    k = ["--admin-key-file", str(key)]
+    assert main(["rollout", "--gateway", "http://127.0.0.1:99999", "--candidate", "c", *k]) == 2
+    assert "expected http://host:port" in capsys.readouterr().err
+    srv, url = _json_server(b'{"data": []}')
+    try:
+        assert main(["rollout", "--gateway", url, "--status", *k]) == 2
+        assert "GET /admin/rollout: HTTP 200" in capsys.readouterr().err
+        assert main(["rollout", "--gateway", url, "--candidate", "c", *k]) == 2
+        err = capsys.readouterr().err
+        assert "did not answer as a servetune gateway" in err and "hint:" in err
+    finally:
+        srv.shutdown()

@@ -12,6 +12,7 @@ rollout (the candidate's weight goes back to 0), ``--no-follow`` returns once it
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -55,6 +56,14 @@ def run(args: argparse.Namespace) -> int:
     from servetune.errors import ConfigError
     from servetune.gateway.rollout import parse_steps
 
+    if args.status and args.abort:
+        raise ConfigError("--status and --abort contradict each other: give one")
+    if args.timeout is not None and not 0 < args.timeout < math.inf:
+        # NaN followed forever, a negative one gave up at once (exit 1)
+        raise ConfigError(
+            f"--timeout must be a positive number of seconds (got {args.timeout:g})",
+            hint="e.g. --timeout 3600, or leave it out to follow until the rollout ends",
+        )
     if not (args.status or args.abort) and not args.candidate:
         raise ConfigError("--candidate is required to start a rollout (or use --status, --abort)")
     steps = parse_steps(args.steps) if not (args.status or args.abort) else []
@@ -69,10 +78,14 @@ class _Admin:
         from servetune.gateway.upstream import ConnectionPool
 
         parts = urlsplit(url.rstrip("/"))
-        if parts.scheme != "http" or not parts.hostname:
+        try:
+            port = parts.port  # a port out of range or not a number: a ValueError
+        except ValueError:
+            port = -1
+        if parts.scheme != "http" or not parts.hostname or port == -1:
             raise ConfigError(f"--gateway {url!r}: expected http://host:port")
         self.url = url
-        self.pool = ConnectionPool(parts.hostname, parts.port or 80)
+        self.pool = ConnectionPool(parts.hostname, port or 80)
         self.auth = b"Authorization: Bearer %s\r\n" % key.encode()
 
     async def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
@@ -98,6 +111,12 @@ def _error_of(obj: Any) -> str:
     return str(obj)[:300]
 
 
+def _is_rollout(obj: Any) -> bool:
+    """A rollout's state as the gateway sends it (another server's 200 is not one: printed,
+    it read "[None] step 0/0 (-):" with exit 0)."""
+    return isinstance(obj, dict) and "status" in obj and "step_index" in obj
+
+
 def _line(st: dict[str, Any]) -> str:
     step = st.get("step_index", -1)
     steps = st.get("steps") or []
@@ -118,21 +137,30 @@ async def _main(args: argparse.Namespace, key: str, steps: list[float]) -> int:
             if status == 404:
                 print("no rollout has run on this gateway")
                 return 0
-            if status != 200:
+            if status != 200 or not _is_rollout(obj):
                 raise TargetError(f"GET /admin/rollout: HTTP {status}: {_error_of(obj)}")
             print(_line(obj))
             return 0
         if args.abort:
             status, obj = await admin.call("DELETE", "/admin/rollout")
-            if status != 200:
+            if status != 200 or not _is_rollout(obj):
                 raise TargetError(f"abort refused: HTTP {status}: {_error_of(obj)}")
             print(_line(obj))
             return 0
         status, obj = await admin.call(
             "POST", "/admin/rollout", {"candidate": args.candidate, "steps": steps}
         )
-        if status != 202:
-            raise TargetError(f"the gateway refused the rollout: HTTP {status}: {_error_of(obj)}")
+        if status != 202 or not isinstance(obj, dict) or "id" not in obj:
+            refused = isinstance(obj, dict) and isinstance(obj.get("error"), dict)
+            raise TargetError(
+                (
+                    "the gateway refused the rollout"
+                    if refused
+                    else f"{args.gateway} did not answer as a servetune gateway"
+                )
+                + f": POST /admin/rollout answered HTTP {status}: {_error_of(obj)}",
+                hint=None if refused else "is --gateway the URL of `servetune gateway`?",
+            )
         print(f"rollout {obj['id']} of {args.candidate!r} started: steps {steps}", flush=True)
         if args.no_follow:
             return 0
