@@ -67,6 +67,9 @@ def test_unreachable_endpoint(capsys: pytest.CaptureFixture[str], tmp_path: Path
         (["--top-k", "0"], "--top-k must be ≥ 1"),
         (["--min-top1", "1.5"], "shares between 0 and 1"),
         (["--texts", "/nonexistent/t.jsonl"], "cannot read --texts"),
+        # a NaN threshold is never exceeded: every candidate would have passed
+        (["--max-ppl-increase", "nan"], "thresholds must be numbers ≥ 0"),
+        (["--max-kl", "nan"], "thresholds must be numbers ≥ 0"),
     ],
 )
 def test_bad_flags(extra: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -80,3 +83,42 @@ def test_bad_flags(extra: list[str], needle: str, capsys: pytest.CaptureFixture[
     ]
     assert main(args) == 2
     assert needle in capsys.readouterr().err
+
+
+def test_urls_and_answers_that_are_no_openai_server(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Port 99999 was aiohttp's InvalidUrlClientError, said as "the baseline serves 0
+    models ()"; so were an HTML page and JSON that is no model list; a JSON list was an
+    AttributeError traceback."""
+    import http.server
+    import threading
+
+    bad = "http://127.0.0.1:99999/v1"
+    assert main(["quality", "--baseline", bad, "--candidate", bad, "--out", str(tmp_path)]) == 2
+    assert "not a valid URL" in capsys.readouterr().err
+    for body, said in [
+        (b"[1, 2]", "did not return an OpenAI model list"),
+        (b"<html>hello</html>", "did not return JSON"),
+    ]:
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))  # noqa: B023
+                self.end_headers()
+                self.wfile.write(body)  # noqa: B023
+
+            def log_message(self, *_a: object) -> None:
+                pass
+
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{srv.server_address[1]}/v1"
+        try:
+            code = main(["quality", "--baseline", url, "--candidate", url, "--out", str(tmp_path)])
+        finally:
+            srv.shutdown()
+        err = capsys.readouterr().err
+        assert code == 2 and "Traceback" not in err
+        assert "is not an OpenAI-compatible server" in err and said in err and "hint:" in err

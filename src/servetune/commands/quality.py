@@ -81,8 +81,13 @@ def run(args: argparse.Namespace) -> int:
         args.min_greedy_match is not None and not 0 <= args.min_greedy_match <= 1
     ):
         raise ConfigError("--min-top1 and --min-greedy-match are shares between 0 and 1")
-    if args.max_ppl_increase < 0 or args.max_kl < 0 or args.max_sample_regressions < 0:
-        raise ConfigError("thresholds must be ≥ 0")
+    # not "< 0": a NaN threshold is never exceeded, so every candidate would have passed
+    if not (args.max_ppl_increase >= 0 and args.max_kl >= 0 and args.max_sample_regressions >= 0):
+        raise ConfigError(
+            "thresholds must be numbers ≥ 0 (--max-ppl-increase, --max-kl, "
+            "--max-sample-regressions)",
+            hint="e.g. --max-ppl-increase 0.02 --max-kl 0.01",
+        )
     texts, source = load_texts(args.texts, args.prompts)
     samples = load_samples(args.samples) if args.samples else []
     th = Thresholds(

@@ -24,6 +24,7 @@ import asyncio
 import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -63,6 +64,14 @@ def api_root(url: str) -> str:
         from servetune.errors import ConfigError
 
         raise ConfigError(f"not an http(s) URL: {url!r}", hint="e.g. http://127.0.0.1:8000/v1")
+    try:
+        port = urlsplit(u).port
+    except ValueError:  # out of 0-65535 or not a number: aiohttp's InvalidUrlClientError later
+        port = -1
+    if port == -1 or not urlsplit(u).hostname:
+        from servetune.errors import ConfigError
+
+        raise ConfigError(f"not a valid URL: {url!r}", hint="e.g. http://127.0.0.1:8000/v1")
     return u[: -len("/v1")] if u.endswith("/v1") else u
 
 
@@ -164,18 +173,35 @@ class Endpoint:
     async def open(self) -> None:
         """The served model (the only one listed, unless --model), then the logprob flavor."""
         assert self._session is not None
+        why: str | None = None  # why /v1/models told nothing (said when it was needed)
+        data: Any = {}
         try:
             async with self._session.get(self.root + "/v1/models") as resp:
-                data = await resp.json(content_type=None) if resp.status == 200 else {}
+                if resp.status == 200:
+                    data = await resp.json(content_type=None)
+                else:
+                    why = f"GET /v1/models answered HTTP {resp.status}"
         except aiohttp.ClientConnectorError as exc:
             raise TargetError(
                 f"cannot reach the {self.name} at {self.root}: {exc.os_error or exc}",
                 hint="is the server up? give its base URL, e.g. http://127.0.0.1:8000/v1",
             ) from None
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            data = {}
-        ids = [m.get("id") for m in (data.get("data") or []) if isinstance(m, dict)]
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            said = str(getattr(exc, "message", "") or exc) or exc.__class__.__name__
+            why = f"GET /v1/models failed: {said.splitlines()[0].rstrip(':')}"
+        except ValueError:
+            why = "GET /v1/models did not return JSON"
+        listed = data.get("data") if isinstance(data, dict) else None
+        if why is None and not isinstance(listed, list):
+            why = "GET /v1/models did not return an OpenAI model list"
+        ids = [m.get("id") for m in (listed or []) if isinstance(m, dict)]
         if self.model is None:
+            if why is not None:
+                raise TargetError(
+                    f"the {self.name} at {self.root} is not an OpenAI-compatible server: {why}",
+                    hint="give its base URL, e.g. http://127.0.0.1:8000/v1 (or name the model "
+                    "with --model)",
+                )
             if len(ids) != 1:
                 raise TargetError(
                     f"the {self.name} serves {len(ids)} models ({', '.join(map(str, ids))})",
