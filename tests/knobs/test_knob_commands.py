@@ -253,3 +253,14 @@ def test_a_line_that_cannot_be_split_is_a_config_error(line: str) -> None:
         parse_command(line)
     assert err.value.code == "knob.command"
     assert "cannot be split into words" in err.value.message and err.value.hint
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", float("nan")])
+def test_a_float_knob_is_a_finite_number(value: object) -> None:
+    """gpu_memory_utilization=nan passed the range check (NaN compares false with both
+    bounds): `engine cmd --gpu-memory-utilization nan` printed it, tune --fix took it."""
+    from servetune.knobs.registry import check_value
+
+    with pytest.raises(ConfigError) as err:
+        check_value("gpu_memory_utilization", value)
+    assert err.value.code == "knob.value" and "a finite number" in err.value.message

@@ -8,6 +8,7 @@ absent = the engine's default), so it crosses files and processes as JSON as it 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -186,9 +187,12 @@ def _coerce_scalar(k: Knob, kind: KnobType, value: Any) -> bool | int | float | 
         if isinstance(value, bool):
             raise _bad(k, value, "a number")
         try:
-            return float(value)
+            out = float(value)
         except (TypeError, ValueError):
             raise _bad(k, value, "a number") from None
+        if not math.isfinite(out):  # NaN passes every range check; JSON has neither
+            raise _bad(k, value, "a finite number")
+        return out
     text = str(value).strip()
     if k.choices and text not in k.choices:
         raise _bad(k, value, "one of " + ", ".join(k.choices))
