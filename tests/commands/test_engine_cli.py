@@ -131,3 +131,10 @@ def test_start_and_stop_a_stand_in_engine(
     assert "stopped llama.cpp" in capsys.readouterr().out
     assert group_members(record["pgid"]) == []
     assert main(["engine", "stop", "llama.cpp"]) == 2
+
+
+@pytest.mark.parametrize("port", ["99999", "0", "-1"])
+def test_a_port_that_is_no_port_is_refused(port: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`engine cmd vllm --port 99999` printed a command line with that port, exit 0."""
+    assert main(["engine", "cmd", "vllm", "--model", "m", "--port", port]) == 2
+    assert f"--port {port} is not a port" in capsys.readouterr().err

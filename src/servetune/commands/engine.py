@@ -114,6 +114,9 @@ def run(args: argparse.Namespace) -> int:
 
     from servetune.errors import ConfigError
 
+    port = getattr(args, "port", None)
+    if port is not None and not 1 <= port <= 65535:  # was printed / launched as given
+        raise ConfigError(f"--port {port} is not a port (1-65535)", hint="e.g. --port 8000")
     try:
         if args.action == "cmd":
             print(_spec(args, args.port or 8000).shell())

@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 
-from servetune.errors import ServetuneError
+from servetune.errors import ConfigError, ServetuneError
 from servetune.http import Exchange, HTTPServer, Limits, Router, ServerConnection
 from servetune.http.wire import vllm_error
 from servetune.sim.config import EngineConfig, ResolvedConfig
@@ -155,7 +155,13 @@ async def serve(
     writer: WriterMode = "plain",
 ) -> None:
     srv = SimServer(cfg, writer)
-    real_port = await srv.start(host, port)
+    try:
+        real_port = await srv.start(host, port)
+    except OSError as exc:  # in use, an address not ours, a name that does not resolve
+        raise ConfigError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+            hint="choose another --port (0 = any free port), or a --host of this machine",
+        ) from None
     # Everything built so far lives as long as the server: keep it out of every collection,
     # so that a collection never scans it in the middle of a step's writes.
     gc.collect()
@@ -195,6 +201,10 @@ def serve_forever(
 ) -> None:
     """Run the server until interrupted (``servetune sim serve``)."""
     mode = writer_mode(writer)
+    if not 0 <= port <= 65535:  # 99999 wrapped round to 34463 and was announced as such
+        raise ConfigError(
+            f"--port {port} is not a port (0-65535)", hint="e.g. --port 8000, or 0 for any free one"
+        )
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(f"servetune sim: warning: listening on {host}, not loopback", file=sys.stderr)
     plan_memory(cfg)  # refuse to start before binding, like vLLM
