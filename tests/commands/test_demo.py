@@ -52,3 +52,28 @@ def test_demo_runs_the_whole_procedure(tmp_path: Path, capsys: pytest.CaptureFix
     assert re.search(r"^comfortable concurrency: ≈\d+ requests in flight", text, re.M)
     assert re.search(r"^diagnosis: \S", text, re.M)
     assert f"report: {(out / 'sweep' / 'report.html').resolve()}" in text
+
+
+@pytest.mark.parametrize("seconds", ["-1", "nan"])
+def test_a_real_time_length_that_is_none_is_refused(
+    seconds: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-1 and NaN skipped the real-time level without a word (only 0 means skip)."""
+    out = tmp_path / "demo"
+    assert main(["demo", "--realtime-seconds", seconds, "--result-dir", str(out)]) == 2
+    assert "--realtime-seconds must be ≥ 0" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_second_demo_into_the_same_folder_is_refused_before_it_writes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It replaced the first demo's probe, then stopped at the sweep with the hint 'pass
+    --resume', a flag demo does not have."""
+    out = tmp_path / "demo"
+    (out / "probe").mkdir(parents=True)
+    (out / "probe" / "run.json").write_text("{}")
+    assert main(["demo", "--result-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a demo (probe)" in err and "--resume" not in err
+    assert (out / "probe" / "run.json").read_text() == "{}"

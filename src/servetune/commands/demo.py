@@ -53,6 +53,7 @@ def _round_rate(x: float) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    from servetune.errors import ConfigError
     from servetune.results.schema import BenchConfig
     from servetune.results.sweep_schema import SweepConfig
     from servetune.sim.config import EngineConfig
@@ -63,6 +64,19 @@ def run(args: argparse.Namespace) -> int:
 
     t_start = time.monotonic()
     out = result_dir(args, "demo")
+    if not 0 <= args.realtime_seconds < math.inf:  # -1 and NaN skipped the level silently
+        raise ConfigError(
+            f"--realtime-seconds must be ≥ 0 (got {args.realtime_seconds:g})",
+            hint="e.g. --realtime-seconds 20, or 0 to skip the real-time level",
+        )
+    earlier = [d for d in ("probe", "sweep", "realtime") if (out / d).exists()]
+    if earlier:
+        # a second demo into the same folder replaced the first one's probe, then stopped at
+        # the sweep with a hint to pass --resume, which demo does not have
+        raise ConfigError(
+            f"{out} already holds a demo ({', '.join(earlier)})",
+            hint="choose another --result-dir (or leave it out for a new folder)",
+        )
     engine = EngineConfig(
         gpu="A100-80GB",
         model="Qwen/Qwen2.5-7B-Instruct",
