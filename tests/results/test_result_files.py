@@ -154,3 +154,14 @@ def test_a_directory_in_place_of_requests_jsonl_is_a_clear_error(tmp_path: Path)
     (tmp_path / REQUESTS_FILE).mkdir()
     with pytest.raises(ResultError, match=r"cannot read .*requests\.jsonl"):
         read_records(tmp_path)
+
+
+def test_writing_through_a_link_keeps_the_link(tmp_path: Path) -> None:
+    """`-o LINK` (and a device such as /dev/stdout, or /dev/full as root) was written by a
+    rename over it: the link, or the device node, was replaced by a plain file."""
+    target = tmp_path / "real.json"
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    write_json_atomic(link, {"a": 1})
+    assert link.is_symlink() and orjson.loads(target.read_bytes()) == {"a": 1}
+    assert not list(tmp_path.glob("*.tmp"))

@@ -26,6 +26,15 @@ def write_json_atomic(path: Path, obj: object, hint: str | None = None) -> Path:
     A file system that refuses is a :class:`ResultError` (with ``hint``: where else to write).
     """
     body = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        # A link, a device (-o /dev/stdout) or a FIFO: write through it. The rename would
+        # replace it with a plain file (as root, `cost -o /dev/full` replaced the device).
+        try:
+            with path.open("wb") as fh:
+                fh.write(body)
+        except OSError as exc:
+            raise ResultError(f"cannot write {path}: {exc.strerror or exc}", hint=hint) from exc
+        return path
     tmp = path.with_suffix(path.suffix + ".tmp")
     try:
         tmp.write_bytes(body)
