@@ -101,6 +101,12 @@ def test_bad_input_is_a_clear_error(
     empty.mkdir()
     assert main(["compare", str(runs["a"]), str(empty)]) == 2
     assert "holds no servetune result" in capsys.readouterr().err
+    # a numpy traceback before
+    assert main(["compare", str(runs["a"]), str(runs["a"]), "--seed", "-1"]) == 2
+    assert "--seed must be ≥ 0" in capsys.readouterr().err
+    # the hint named --out, which compare does not have
+    assert main(["compare", str(runs["a"]), str(runs["a"]), "--html", str(empty)]) == 2
+    assert "hint: give another place (--html FILE)" in capsys.readouterr().err
 
 
 def _sweep(path: Path, max_num_seqs: int) -> Path:

@@ -49,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--replicates {args.replicates}: too few for a 95% interval", hint="use ≥ 1000"
         )
+    if args.seed < 0:  # was numpy's "expected non-negative integer" traceback
+        raise ConfigError(f"--seed must be ≥ 0 (got {args.seed})", hint="e.g. --seed 0")
     slo = parse_goodput(args.goodput) if args.goodput else None
     quiet = args.json or len(args.results) <= 2
     say = None if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))

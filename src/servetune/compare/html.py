@@ -74,4 +74,4 @@ def render_html(report: CompareReport) -> str:
 
 
 def write_html(path: Path, report: CompareReport) -> Path:
-    return write_page(path, render_html(report))
+    return write_page(path, render_html(report), flag="--html FILE")

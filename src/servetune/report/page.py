@@ -44,12 +44,13 @@ def render_page(template: str, **context: Any) -> str:
     )
 
 
-def write_page(target: Path, html: str) -> Path:
+def write_page(target: Path, html: str, flag: str = "--out") -> Path:
+    """Write the page; FLAG: the option that chose where (said in the hint)."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(html, encoding="utf-8")
     except OSError as exc:
         raise ResultError(
-            f"cannot write {target}: {exc.strerror or exc}", hint="give another place (--out)"
+            f"cannot write {target}: {exc.strerror or exc}", hint=f"give another place ({flag})"
         ) from exc
     return target
