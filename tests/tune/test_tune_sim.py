@@ -270,3 +270,33 @@ def test_validate_top_remeasures_the_best_on_a_launched_engine(
     assert v["status"] == "ok" and v["measured"] > 0 and v["simulated"] > 0
     assert (out / "validate" / "01" / "engine.log").exists()
     assert "validated on the real engine" in capsys.readouterr().out
+
+
+def test_a_run_or_sweep_folder_is_not_taken_over(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """tune --result-dir RUN_DIR wrote tune.json (and report.html) beside run.json, exit 0;
+    `servetune report RUN_DIR` then showed the tune and the run was hidden."""
+    for name in ("run.json", "sweep.json"):
+        d = tmp_path / name
+        d.mkdir()
+        (d / name).write_text("{}")
+        args = [*BASE, "--slo", "ttft:500", "--trials", "1", "--result-dir", str(d)]
+        assert main(args) == 2
+        assert f"({name}): a tune written there would hide it" in capsys.readouterr().err
+        assert sorted(p.name for p in d.iterdir()) == [name]
+
+
+def test_a_damaged_study_database_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SQLAlchemy's multi-line text ([SQL: ...], a link) with a hint about PostgreSQL."""
+    out = tmp_path / "t"
+    out.mkdir()
+    (out / "tune.db").write_text("garbage")
+    args = [*BASE, "--slo", "ttft:500", "--trials", "1", "--result-dir", str(out), "--resume"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    line = next(x for x in err.splitlines() if x.startswith("servetune tune: error:"))
+    assert "file is not a database" in line and "[SQL" not in err
+    assert "looks damaged" in err and "postgresql" not in err

@@ -278,6 +278,15 @@ def run(args: argparse.Namespace) -> int:
 
     spec = _spec(args)
     out = args.result_dir or Path("servetune-results") / f"{datetime.now():%Y%m%d-%H%M%S}-tune"
+    held = [n for n in ("run.json", "sweep.json") if (out / n).exists()]
+    if held:  # tune.json beside them took over the folder: report showed the tune, not the run
+        from servetune.errors import ConfigError
+
+        raise ConfigError(
+            f"{out} holds a {held[0].removesuffix('.json')} ({held[0]}): a tune written there "
+            "would hide it",
+            hint="choose another --result-dir",
+        )
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else print
     try:
         result = run_tune(

@@ -90,9 +90,15 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S) -> optuna.storages.RD
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs or None, **kwargs)
     except Exception as exc:  # SQLAlchemy: the database cannot be reached or opened
+        # SQLAlchemy's text runs over lines ([SQL: …], a link): the first says what is wrong
+        said = (str(exc).splitlines() or [exc.__class__.__name__])[0]
+        sqlite = url.startswith("sqlite:")
         raise ConfigError(
-            f"cannot open the study storage {url.split('@')[-1]}: {exc}",
-            hint="check --storage (postgresql://USER@HOST:PORT/DB) and that the server runs",
+            f"cannot open the study storage {url.split('@')[-1]}: {said}",
+            hint="the study's database file looks damaged: choose another --result-dir, or "
+            "move the file aside to start the study afresh"
+            if sqlite
+            else "check --storage (postgresql://USER@HOST:PORT/DB) and that the server runs",
         ) from exc
 
 
