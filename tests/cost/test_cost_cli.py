@@ -104,3 +104,12 @@ def test_catalog_listing(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["cost", "--prices"]) == 0
     out = capsys.readouterr().out
     assert "H100-SXM" in out and "spot" in out and "https://" in out
+
+
+def test_catalog_listing_of_one_provider(capsys: pytest.CaptureFixture[str]) -> None:
+    """--prices --provider was ignored: the whole catalog, and an unknown provider unsaid."""
+    assert main(["cost", "--prices", "--provider", "aws"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert rows and all(r.split()[2] == "aws" for r in rows)
+    assert main(["cost", "--prices", "--provider", "nope"]) == 2
+    assert "no prices from provider 'nope'" in capsys.readouterr().err

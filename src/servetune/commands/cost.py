@@ -205,6 +205,9 @@ def _catalog(args: argparse.Namespace) -> int:
 
     pricing = args.pricing if args.pricing != "on-demand" or "--pricing" in sys.argv else None
     rows = catalog_rows(pricing)
+    if args.provider:  # was ignored: the whole catalog listed, an unknown provider unsaid
+        price_book(args)  # refuses a provider the catalog does not have
+        rows = [o for o in rows if o.provider == args.provider]
     if args.json:
         sys.stdout.write(json.dumps([o.model_dump() for o in rows], indent=2) + "\n")
         return 0
