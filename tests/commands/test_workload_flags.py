@@ -40,3 +40,35 @@ def test_non_numbers_are_refused_up_front(
     assert code == 2, err
     assert said in err and "Traceback" not in err
     assert not (out / "run.json").exists() and not (out / "sweep.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        # every request "timed out after -1 s" (exit 1) / the scraper's ValueError traceback
+        (["--request-timeout", "0"], "--request-timeout must be > 0 seconds"),
+        (["--request-timeout", "-1"], "--request-timeout must be > 0 seconds"),
+        (["--metrics-interval", "0"], "--metrics-interval must be > 0 seconds"),
+        (["--metrics-interval", "nan"], "--metrics-interval must be > 0 seconds"),
+    ],
+)
+def test_client_timings_that_cannot_work(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flags: list[str], said: str
+) -> None:
+    out = tmp_path / "out"
+    code = main(["sweep", "--sim-offline", "--num-prompts", "5", "--result-dir", str(out), *flags])
+    assert code == 2 and said in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", [["bench"], ["sweep", "--request-rates", "4"]])
+def test_engine_flags_with_a_base_url_are_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: list[str]
+) -> None:
+    """--max-num-seqs / --gpu with --base-url configure nothing (the server is running);
+    they were ignored without a word and the run exited 0."""
+    args = [*command, "--base-url", "http://127.0.0.1:9/v1", "--result-dir", str(tmp_path / "o")]
+    assert main([*args, "--max-num-seqs", "8", "--gpu", "H100-SXM"]) == 2
+    err = capsys.readouterr().err
+    assert "--gpu, --max-num-seqs: these configure the simulated engine" in err
+    assert "hint:" in err

@@ -318,6 +318,18 @@ def _check_numbers(args: argparse.Namespace) -> None:
             raise ConfigError(
                 f"{flag} must be a finite number (got {value:g})", hint=f"e.g. {example}"
             )
+    timeout = getattr(args, "request_timeout_s", None)
+    if timeout is not None and not timeout > 0:  # 0 or -1: every request "timed out"
+        raise ConfigError(
+            f"--request-timeout must be > 0 seconds (got {timeout:g})",
+            hint="e.g. --request-timeout 600",
+        )
+    interval = getattr(args, "metrics_interval", None)
+    if interval is not None and not 0 < interval < math.inf:  # was the scraper's ValueError
+        raise ConfigError(
+            f"--metrics-interval must be > 0 seconds (got {interval:g})",
+            hint="e.g. --metrics-interval 1, or --no-metrics to scrape nothing",
+        )
     seed = getattr(args, "seed", None)
     if seed is not None and seed < 0:
         raise ConfigError(f"--seed must be ≥ 0 (got {seed})", hint="e.g. --seed 0")

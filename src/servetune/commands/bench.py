@@ -44,8 +44,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from servetune.commands.summary_print import print_summary
+    from servetune.sim.cli_args import refuse_engine_flags_with_base_url
 
     cfg = workload_config_from_args(args)
+    refuse_engine_flags_with_base_url(args)
     out = result_dir(args, "bench")
 
     def say(msg: str) -> None:

@@ -140,6 +140,10 @@ def sweep_config_from_args(args: argparse.Namespace) -> SweepConfig:
         target = "embedded"
     else:
         target = "url"
+    if target == "url":
+        from servetune.sim.cli_args import refuse_engine_flags_with_base_url
+
+        refuse_engine_flags_with_base_url(args)
     if target in ("offline", "embedded"):
         from servetune.sim.cli_args import engine_config_from_args
 

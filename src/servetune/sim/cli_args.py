@@ -48,6 +48,28 @@ def add_engine_arguments(p: argparse._ActionsContainer, shared: Iterable[str] = 
     )
 
 
+def engine_flags_given(args: argparse.Namespace) -> list[str]:
+    """The simulated engine's own flags given on the command line (not --model and
+    --served-model-name, which name the target too): with --base-url they configure
+    nothing, and taking them silently would let a user believe the server runs with them."""
+    dests = ["gpu", "interconnect_gb_s", *(k for k in SIM_KNOBS if k != "served_model_name")]
+    return ["--" + d.replace("_", "-") for d in dests if getattr(args, d, None) is not None]
+
+
+def refuse_engine_flags_with_base_url(args: argparse.Namespace) -> None:
+    """A ConfigError when --base-url is given together with the simulated engine's flags."""
+    from servetune.errors import ConfigError
+
+    given = engine_flags_given(args)
+    if getattr(args, "base_url", None) and given:
+        raise ConfigError(
+            f"{', '.join(given)}: these configure the simulated engine, which does not run "
+            "with --base-url (the server there is already configured)",
+            hint="drop them, or drop --base-url to measure the simulated engine with them "
+            "(record a real server's flags with --server-cmd)",
+        )
+
+
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
     """An EngineConfig from parsed flags (absent flags keep vLLM's defaults)."""
     fields: dict[str, Any] = {
