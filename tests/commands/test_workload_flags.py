@@ -22,6 +22,8 @@ from servetune.cli import main
         (["--burstiness", "inf"], "--burstiness must be a finite number"),
         (["--goodput", "ttft:nan"], "the SLO must be > 0 ms"),
         (["--seed", "-1"], "--seed must be ≥ 0 (got -1)"),
+        # the measured window would be empty
+        (["--duration", "5", "--warmup", "5"], "leave nothing of --duration 5 s to measure"),
     ],
 )
 @pytest.mark.parametrize("command", [["sim", "run"], ["sweep", "--sim-offline"]])

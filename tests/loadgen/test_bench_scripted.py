@@ -318,3 +318,13 @@ def test_scraper_does_its_costly_first_read_before_t0(
     assert t0 is not None
     assert seen["start_t0"] == t0
     assert seen["prepared"] < t0
+
+
+def test_a_warm_up_that_covers_the_whole_run_is_said(scripted: Factory, tmp_path: Path) -> None:
+    """--warmup 100 on a one-second run: the summary measured no request, exit 0, and
+    nothing said so."""
+    srv = scripted({})
+    r = bench(cfg(srv.base_url, num_prompts=3, warmup_s=100.0), tmp_path, progress=False)
+    assert r.summary.completed == 0 and len(read_records(tmp_path)) == 3
+    assert any("no request falls in the measured window" in w for w in r.warnings)
+    assert read_run_result(tmp_path).warnings == r.warnings

@@ -283,6 +283,18 @@ async def _run(
         for note in describe_info(server):
             say(note)
         result.server = server
+    cfg_w = result.config
+    if (
+        result.summary.completed == 0
+        and any(r.ok for r in records)
+        and (cfg_w.warmup_s > 0 or cfg_w.cooldown_s > 0)
+    ):
+        empty = (
+            f"no request falls in the measured window: --warmup {cfg_w.warmup_s:g} s and "
+            f"--cooldown {cfg_w.cooldown_s:g} s cover the whole run; the summary measures nothing"
+        )
+        result.warnings.append(empty)
+        say(empty)
     cache = check_prefix_cache(result)
     if cache is not None and cache.flagged:
         result.warnings.append(cache.message())

@@ -55,6 +55,13 @@ def validate_config(cfg: BenchConfig) -> None:
         raise ConfigError(f"--burstiness must be > 0 (got {cfg.burstiness})")
     if cfg.warmup_s < 0 or cfg.cooldown_s < 0:
         raise ConfigError("--warmup and --cooldown must be ≥ 0 seconds")
+    if cfg.duration_s is not None and cfg.warmup_s + cfg.cooldown_s >= cfg.duration_s:
+        # the summary's window would be empty: a run that measures nothing, exit 0
+        raise ConfigError(
+            f"--warmup {cfg.warmup_s:g} s + --cooldown {cfg.cooldown_s:g} s leave nothing of "
+            f"--duration {cfg.duration_s:g} s to measure",
+            hint="shorten the warm-up / cool-down, or lengthen --duration",
+        )
 
 
 def plan_size(cfg: BenchConfig, num_prompts_given: bool = True) -> int:
