@@ -140,6 +140,9 @@ def test_unreachable_metrics_endpoint_is_explained(capsys: pytest.CaptureFixture
         # NaN passed the "<= 0" checks: --duration nan would watch forever
         (["watch", "http://127.0.0.1:9", "--duration", "nan"], "--duration must be > 0"),
         (["watch", "http://127.0.0.1:9", "--refresh", "nan"], "--refresh must be > 0"),
+        # aiohttp's "InvalidUrlClientError"; export --metrics-url said "Connection refused"
+        (["watch", "http://127.0.0.1:99999"], "not a valid URL"),
+        (["export", "grafana", "--metrics-url", "http://127.0.0.1:99999"], "not a valid URL"),
     ],
 )
 def test_bad_flags(args: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:

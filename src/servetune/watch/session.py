@@ -20,6 +20,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field
 
@@ -55,6 +56,16 @@ def resolve_metrics_url(url: str) -> str:
     if not u.startswith(("http://", "https://")):
         raise ConfigError(
             f"not an http(s) URL: {url!r}", hint="e.g. servetune watch http://127.0.0.1:8000"
+        )
+    try:
+        _ = urlsplit(u).port
+        bad_port = False
+    except ValueError:  # 99999: aiohttp's InvalidUrlClientError, or urllib wrapping it round
+        bad_port = True
+    if bad_port or not urlsplit(u).hostname:
+        raise ConfigError(
+            f"not a valid URL (host, or a port in 1-65535): {url!r}",
+            hint="e.g. servetune watch http://127.0.0.1:8000",
         )
     if u.rstrip("/").endswith("/metrics"):
         return u.rstrip("/")
