@@ -94,3 +94,18 @@ def test_running_out_of_memory_is_an_error_not_a_traceback(
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert err.startswith("servetune sim run: error: out of memory") and "--num-prompts" in err
+
+
+@pytest.mark.parametrize("command", ["gateway", "rollout"])
+def test_help_of_every_command_shows_no_empty_default(
+    capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """gateway and rollout used argparse's own defaults formatter: "(default: None)",
+    "(default: [])", and "--listen ... (default 127.0.0.1:8080) (default: None)"."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for empty in ("(default: None)", "(default: False)", "(default: [])"):
+        assert empty not in out
+    if command == "rollout":
+        assert "(default: 5,25,50,100)" in out

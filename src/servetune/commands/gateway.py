@@ -15,7 +15,6 @@ import sys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     p.add_argument("--config", help="gateway.yaml (YAML or JSON); reloaded on SIGHUP")
     p.add_argument(
         "--upstream",

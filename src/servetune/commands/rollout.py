@@ -20,7 +20,6 @@ from typing import Any
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     p.add_argument("--gateway", required=True, help="the gateway's URL (http://host:port)")
     p.add_argument("--candidate", help="the upstream group to roll out")
     p.add_argument("--steps", default="5,25,50,100", help="traffic percentages, rising to 100")
