@@ -135,3 +135,11 @@ def test_missing_dataset_file(tmp_path: Path) -> None:
                 ApproxTokenizer(),
                 1,
             )
+
+
+def test_a_directory_as_jsonl_is_said_to_be_one(tmp_path: Path) -> None:
+    """It was "JSONL file not found: DIR" — the path exists, it is a directory."""
+    with pytest.raises(DatasetError, match="is a directory, not a JSONL file"):
+        build_dataset(
+            BenchConfig(dataset_name="jsonl", dataset_path=str(tmp_path)), ApproxTokenizer(), 1
+        )

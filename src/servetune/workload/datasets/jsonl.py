@@ -41,6 +41,8 @@ def _parse_line(obj: Any, where: str, default_out: int, tok: TokenCounter) -> Re
 def jsonl_requests(cfg: BenchConfig, tok: TokenCounter, n: int) -> list[RequestSpec]:
     assert cfg.dataset_path is not None
     path = Path(cfg.dataset_path).expanduser()
+    if path.is_dir():  # was "not found", sending the user looking for a path that exists
+        raise DatasetError(f"{path} is a directory, not a JSONL file", hint=_EXPECTED)
     if not path.is_file():
         raise DatasetError(f"JSONL file not found: {path}", hint=_EXPECTED)
     specs: list[RequestSpec] = []
