@@ -320,11 +320,28 @@ def test_scraper_does_its_costly_first_read_before_t0(
     assert seen["prepared"] < t0
 
 
-def test_a_warm_up_that_covers_the_whole_run_is_said(scripted: Factory, tmp_path: Path) -> None:
-    """--warmup 100 on a one-second run: the summary measured no request, exit 0, and
-    nothing said so."""
+def test_a_warm_up_that_covers_the_whole_run_fails_the_run(
+    scripted: Factory, tmp_path: Path
+) -> None:
+    """--warmup 100 on a one-second run: the summary measured no request; it was status
+    complete, exit 0, and nothing said so. A measurement of nothing failed as a measurement."""
     srv = scripted({})
     r = bench(cfg(srv.base_url, num_prompts=3, warmup_s=100.0), tmp_path, progress=False)
     assert r.summary.completed == 0 and len(read_records(tmp_path)) == 3
     assert any("no request falls in the measured window" in w for w in r.warnings)
-    assert read_run_result(tmp_path).warnings == r.warnings
+    assert r.status == "failed"
+    on_disk = read_run_result(tmp_path)
+    assert on_disk.warnings == r.warnings and on_disk.status == "failed"
+
+
+def test_a_warm_up_that_leaves_requests_to_measure_is_complete(
+    scripted: Factory, tmp_path: Path
+) -> None:
+    srv = scripted({})
+    r = bench(
+        cfg(srv.base_url, num_prompts=3, request_rate=20.0, warmup_s=0.0001),
+        tmp_path,
+        progress=False,
+    )
+    assert r.summary.completed >= 1 and r.status == "complete"
+    assert not any("measured window" in w for w in r.warnings)

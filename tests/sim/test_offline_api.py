@@ -298,3 +298,14 @@ def test_sample_line_is_orjson_of_the_scrape(tmp_path: Path) -> None:
         assert sim._scrape(t) == orjson.dumps(server_sample(sim.eng, t)) + b"\n"
     sim.eng.h_e2e.observe(1.5)
     assert sim._scrape(t + 0.5) == orjson.dumps(server_sample(sim.eng, t + 0.5)) + b"\n"
+
+
+def test_a_simulated_run_that_measures_nothing_failed() -> None:
+    """A warm-up longer than the run leaves the summary's window empty: the run failed as a
+    measurement (said, status failed), as bench's runs do; a shorter one is complete."""
+    base = {"num_prompts": 20, "random_input_len": 128, "random_output_len": 8}
+    empty = simulate(BenchConfig(**base, request_rate=50, warmup_s=1000.0), ENGINE)
+    assert empty.summary.completed == 0 and empty.status == "failed"
+    assert any("no request falls in the measured window" in w for w in empty.warnings)
+    some = simulate(BenchConfig(**base, request_rate=50, warmup_s=0.05), ENGINE)
+    assert some.summary.completed > 0 and some.status == "complete"

@@ -31,6 +31,7 @@ from servetune.loadgen.runner import LoopSetup, run_load
 from servetune.metrics.prefix_check import check_prefix_cache
 from servetune.metrics.run_result import run_result
 from servetune.metrics.scraper import MetricsScraper, describe_info, metrics_url_for
+from servetune.metrics.summary import empty_window
 from servetune.results.environment import this_machine
 from servetune.results.io import (
     REQUESTS_FILE,
@@ -283,18 +284,10 @@ async def _run(
         for note in describe_info(server):
             say(note)
         result.server = server
-    cfg_w = result.config
-    if (
-        result.summary.completed == 0
-        and any(r.ok for r in records)
-        and (cfg_w.warmup_s > 0 or cfg_w.cooldown_s > 0)
-    ):
-        empty = (
-            f"no request falls in the measured window: --warmup {cfg_w.warmup_s:g} s and "
-            f"--cooldown {cfg_w.cooldown_s:g} s cover the whole run; the summary measures nothing"
-        )
-        result.warnings.append(empty)
-        say(empty)
+    if result.failures is not None:
+        nothing = empty_window(result.config, result.summary, result.failures)
+        if nothing is not None:
+            say(nothing)
     cache = check_prefix_cache(result)
     if cache is not None and cache.flagged:
         result.warnings.append(cache.message())

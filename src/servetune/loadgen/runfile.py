@@ -20,7 +20,7 @@ from pathlib import Path
 from servetune.loadgen.health import client_health
 from servetune.loadgen.live import Snapshot
 from servetune.metrics.run_result import run_result, run_summary
-from servetune.metrics.summary import assess_failures, run_status
+from servetune.metrics.summary import assess_failures, empty_window, run_status
 from servetune.results.io import read_records, read_run_result, write_run_result
 from servetune.results.record import RequestRecord
 from servetune.results.schema import RunResult, Summary
@@ -108,6 +108,9 @@ def finish(
         )
     if failures.failed:
         warnings.append(failures.verdict)
+    nothing = None if interrupted else empty_window(cfg, summary, failures)
+    if nothing is not None:
+        warnings.append(nothing)
     if summary.short_outputs and cfg.ignore_eos:
         warnings.append(
             f"{summary.short_outputs} of {summary.completed} outputs came back shorter than "
@@ -122,7 +125,7 @@ def finish(
         target=base.target,
         health=health,
         server=base.server,
-        status=run_status(failures, interrupted),
+        status=run_status(failures, interrupted, measured_nothing=nothing is not None),
         failures=failures,
         workload=base.workload,
         warnings=warnings,

@@ -19,6 +19,7 @@ from servetune.results.schema import (
     DEFAULT_MAX_FAILURE_RATE,
     DEFAULT_METRIC_PERCENTILES,
     DEFAULT_PERCENTILE_METRICS,
+    BenchConfig,
     Failures,
     RunStatus,
     Slo,
@@ -255,12 +256,29 @@ def failure_verdict(f: Failures) -> str:
     return line + f", within the {f.max_share:.0%} allowed (--max-failure-rate)"
 
 
-def run_status(failures: Failures, interrupted: bool = False) -> RunStatus:
+def empty_window(cfg: BenchConfig, summary: Summary, failures: Failures) -> str | None:
+    """Why a run measured nothing although requests succeeded: its warm-up and cool-down
+    (``--warmup``/``--cooldown``) left no request in the summary's window. None otherwise."""
+    if summary.completed or failures.requests == failures.failed:
+        return None
+    if cfg.warmup_s <= 0 and cfg.cooldown_s <= 0:
+        return None
+    return (
+        f"no request falls in the measured window: --warmup {cfg.warmup_s:g} s and "
+        f"--cooldown {cfg.cooldown_s:g} s cover the whole run; the summary measures nothing "
+        "(shorten them, or send more requests)"
+    )
+
+
+def run_status(
+    failures: Failures, interrupted: bool = False, measured_nothing: bool = False
+) -> RunStatus:
     """What a finished run's status is: interrupted, else by its failure share (see
-    :data:`servetune.results.schema.RunStatus`)."""
+    :data:`servetune.results.schema.RunStatus`); a run whose measured window holds no request
+    (:func:`empty_window`) failed as a measurement, whatever its requests did."""
     if interrupted:
         return "interrupted"
-    if failures.requests == 0:
+    if failures.requests == 0 or measured_nothing:
         return "failed"
     if not failures.over:
         return "complete"

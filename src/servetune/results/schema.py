@@ -22,7 +22,8 @@ RunStatus = Literal["running", "complete", "degraded", "failed", "interrupted", 
 """running: the run is under way (``run.json`` is written at the start and kept current);
 complete: it ended and at most ``max_failure_rate`` of its requests failed; degraded: more
 failed than that, but most succeeded; failed: more failed than that and fewer than half
-succeeded (none at all, or a broken level); interrupted: stopped by Ctrl-C / SIGTERM;
+succeeded (none at all, or a broken level), or no request fell in the measured window
+(``--warmup``/``--cooldown`` covered the run); interrupted: stopped by Ctrl-C / SIGTERM;
 cut_short: ``run.json`` still said running when it was read, and the process that wrote it is
 gone (killed): what is shown was summarised from the records on disk."""
 

@@ -11,7 +11,7 @@ from servetune.loadgen.health import client_health
 from servetune.metrics.engine_maps import VLLM_V1
 from servetune.metrics.run_result import run_result, run_summary
 from servetune.metrics.server_summary import cache_config, summarize_server
-from servetune.metrics.summary import ItlSource, assess_failures, run_status
+from servetune.metrics.summary import ItlSource, assess_failures, empty_window, run_status
 from servetune.results import server_series as ss
 from servetune.results.record import RequestRecord
 from servetune.results.schema import BenchConfig, Environment, RunResult, ServerInfo, TargetInfo
@@ -94,6 +94,9 @@ def build_result(
         summary=server_summary,
     )
     warnings = [failures.verdict] if failures.failed else []
+    nothing = empty_window(cfg, summary, failures)
+    if nothing is not None:
+        warnings.append(nothing)
     if not exact:
         warnings.append(
             "prompt lengths counted with the approximate tokenizer (the simulator counts the "
@@ -114,7 +117,7 @@ def build_result(
         ),
         health=health,
         server=server,
-        status=run_status(failures),
+        status=run_status(failures, measured_nothing=nothing is not None),
         failures=failures,
         warnings=warnings,
     )

@@ -25,8 +25,11 @@ def usable(row: LevelRow) -> bool:
 
 
 def failing(row: LevelRow) -> bool:
-    """A level where the server failed more requests than allowed."""
-    return row.status in ("degraded", "failed")
+    """A level where the server failed more requests than allowed (a level that failed with
+    no failed request — its warm-up covered it, nothing ended — says nothing of the server)."""
+    return row.status in ("degraded", "failed") and (
+        row.failure_share is None or row.failure_share > 0
+    )
 
 
 def analyse(result: SweepResult) -> None:
