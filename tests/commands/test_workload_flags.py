@@ -24,6 +24,8 @@ from servetune.cli import main
         (["--seed", "-1"], "--seed must be ≥ 0 (got -1)"),
         # the measured window would be empty
         (["--duration", "5", "--warmup", "5"], "leave nothing of --duration 5 s to measure"),
+        # a file nobody reads: the run sent random prompts instead, exit 0
+        (["--dataset-path", "d.jsonl"], "--dataset-path d.jsonl is not read by --dataset-name"),
     ],
 )
 @pytest.mark.parametrize("command", [["sim", "run"], ["sweep", "--sim-offline"]])

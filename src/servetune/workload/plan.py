@@ -55,6 +55,14 @@ def validate_config(cfg: BenchConfig) -> None:
         raise ConfigError(f"--burstiness must be > 0 (got {cfg.burstiness})")
     if cfg.warmup_s < 0 or cfg.cooldown_s < 0:
         raise ConfigError("--warmup and --cooldown must be ≥ 0 seconds")
+    if cfg.dataset_path is not None and cfg.dataset_name in ("random", "prefix"):
+        # it was read by nobody: the run would send synthetic prompts the user did not ask for
+        raise ConfigError(
+            f"--dataset-path {cfg.dataset_path} is not read by --dataset-name "
+            f"{cfg.dataset_name} (synthetic prompts)",
+            hint="add --dataset-name jsonl or sharegpt to send the file's prompts, or drop "
+            "--dataset-path",
+        )
     if cfg.duration_s is not None and cfg.warmup_s + cfg.cooldown_s >= cfg.duration_s:
         # the summary's window would be empty: a run that measures nothing, exit 0
         raise ConfigError(
