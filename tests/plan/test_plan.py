@@ -297,3 +297,19 @@ def test_the_report_shows_a_plan(tmp_path: Path, capsys: pytest.CaptureFixture[s
     html = (tmp_path / "report.html").read_text()
     assert doc["winner"]["label"] in html and "vllm serve" in html
     assert "Candidates, cheapest first" in html
+
+
+def test_a_plan_where_nothing_can_start_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--tp 3 divides no attention-head count of the model: every candidate is refused before
+    any simulation. The headline said "no candidate holds this traffic at these SLOs" (an SLO
+    verdict on nothing simulated)."""
+    out = tmp_path / "p.json"
+    args = ["--peak-rate", "5", "--slo", *SLO, "--gpus", "A100-80GB", "--tp", "3"]
+    code = main(["plan", "-o", str(out), "--no-progress", "--workers", "1", *args])
+    text = capsys.readouterr().out
+    assert code == 1, text
+    assert "no candidate can start: every one was refused" in text
+    assert "at these SLOs" not in text
+    assert all(c["status"] == "cannot_start" for c in json.loads(out.read_text())["candidates"])

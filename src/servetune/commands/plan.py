@@ -305,7 +305,11 @@ def _print(res: PlanResult, top: int | None) -> None:
             con.print(f"  … {len(others) - limit} more (--all, or plan.json)")
     w = res.winner
     if w is None:
-        con.print("\n[red]no candidate holds this traffic at these SLOs[/red]")
+        if res.candidates and all(c.status == "cannot_start" for c in res.candidates):
+            # not an SLO verdict: nothing was simulated (e.g. --tp that divides no model's heads)
+            con.print("\n[red]no candidate can start: every one was refused (reasons above)[/red]")
+        else:
+            con.print("\n[red]no candidate holds this traffic at these SLOs[/red]")
     else:
         con.print(
             f"\n[bold]winner:[/bold] {w.replicas} × ({w.label}) = {w.gpus_total} GPUs, "
