@@ -187,9 +187,13 @@ class MetricsScraper:
         interval_s: float = 1.0,
         dcgm_url: str | None = None,
         session: aiohttp.ClientSession | None = None,
+        then: str | None = "the run goes on without them",
     ) -> None:
+        """``then``: what the first scrape error's warning says happens next (None: no
+        warning, the caller reports errors itself, as watch does)."""
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
+        self.then = then
         self.metrics_url = metrics_url
         self.out_path = Path(out_path)
         self.t0_ns = t0_ns
@@ -334,7 +338,10 @@ class MetricsScraper:
     def _report(self, message: str) -> None:
         if self._error is None:
             self._error = message
-            log.warning("server metrics: %s; the run goes on without them", message)
+            if self.then is not None:
+                log.warning("server metrics: %s; %s", message, self.then)
+            else:
+                log.debug("server metrics: %s", message)
         else:
             log.debug("server metrics: %s", message)
 

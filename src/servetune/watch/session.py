@@ -184,7 +184,12 @@ class WatchSession:
             (self.record_dir / SERVER_METRICS_FILE).unlink(missing_ok=True)
         self.t0_ns = time.perf_counter_ns()
         self.scraper = MetricsScraper(
-            self.metrics_url, out, t0_ns=self.t0_ns, interval_s=interval_s, dcgm_url=dcgm_url
+            self.metrics_url,
+            out,
+            t0_ns=self.t0_ns,
+            interval_s=interval_s,
+            dcgm_url=dcgm_url,
+            then=None,  # the session says what an unreachable server means for the watch
         )
         self.started_at = _now_iso()
         self.active: dict[str, Finding] = {}
