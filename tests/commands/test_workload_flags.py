@@ -76,3 +76,16 @@ def test_engine_flags_with_a_base_url_are_refused(
     err = capsys.readouterr().err
     assert "--gpu, --max-num-seqs: these configure the simulated engine" in err
     assert "hint:" in err
+
+
+def test_bench_says_a_bad_flag_before_probing_the_server(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The server was probed first: a dead URL was reported (or a hanging one waited for,
+    15 s) before the flag that could never work."""
+    out = tmp_path / "o"
+    args = ["bench", "--base-url", "http://127.0.0.1:9/v1", "--result-dir", str(out)]
+    assert main([*args, "--request-rate", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert "--request-rate must be > 0" in err and "cannot reach" not in err
+    assert not out.exists()

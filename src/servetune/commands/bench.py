@@ -45,9 +45,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from servetune.commands.summary_print import print_summary
     from servetune.sim.cli_args import refuse_engine_flags_with_base_url
+    from servetune.workload.plan import validate_config
 
     cfg = workload_config_from_args(args)
     refuse_engine_flags_with_base_url(args)
+    validate_config(cfg)  # before the server is probed: a bad flag is said first, at once
     out = result_dir(args, "bench")
 
     def say(msg: str) -> None:
