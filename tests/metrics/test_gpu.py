@@ -120,8 +120,11 @@ def test_scraper_opens_nvml_before_the_run_and_never_at_t0(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, wait_s: float
 ) -> None:
     """prepare() (before the load) waits a bounded time for nvmlInit; start() (at the run's
-    t0) never does. An NVML slower than the wait joins the samples when it is up."""
-    slow_init = 0.3
+    t0) never does. An NVML slower than the wait joins the samples when it is up.
+
+    The init is slow (2 s) so that a start() or a first sample delayed by a loaded box (a few
+    hundred ms) is still told apart from one that waited for it."""
+    slow_init = 2.0
     fake = _slow_nvml(monkeypatch, slow_init)
     vllm, _ = text_handler(lambda n: load("vllm_v1_0.10.txt"))
 
