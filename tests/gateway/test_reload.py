@@ -33,23 +33,29 @@ def test_sighup_reload_keeps_streams(tmp_path: Path) -> None:
                 base = f"http://127.0.0.1:{port}/v1/completions"
                 body = {"model": MODEL, "prompt": "x y z", "max_tokens": 400, "stream": True}
 
+                streaming = asyncio.Event()
+
                 async def call(key: str, b: dict[str, object]) -> tuple[int, bytes]:
                     async with s.post(
                         base, json=b, headers={"Authorization": f"Bearer {key}"}
                     ) as r:
-                        return r.status, await r.read()
+                        first = await r.content.readany()
+                        streaming.set()
+                        return r.status, first + await r.read()
 
                 assert (await call(new, {**body, "max_tokens": 2}))[0] == 401
+                streaming.clear()
                 long = asyncio.create_task(call(old_key, body))
-                await asyncio.sleep(0.5)  # streaming now
+                # streaming now (its first bytes are here), under the old key; not a fixed
+                # sleep: on a loaded box the request may not have reached the gateway yet
+                await asyncio.wait_for(streaming.wait(), 60)
                 write([new])  # the old key is gone from the new configuration
                 proc.send_signal(signal.SIGHUP)
-                for _ in range(100):
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 30
+                while (await call(new, {**body, "max_tokens": 2}))[0] != 200:
+                    assert loop.time() < deadline, "the new key never worked: no reload"
                     await asyncio.sleep(0.1)
-                    if (await call(new, {**body, "max_tokens": 2}))[0] == 200:
-                        break
-                else:
-                    raise AssertionError("the new key never worked: no reload")
                 assert (await call(old_key, {**body, "max_tokens": 2}))[0] == 401
                 status, data = await long
                 assert status == 200 and data.rstrip().endswith(b"data: [DONE]")
@@ -75,8 +81,20 @@ def test_invalid_reload_keeps_the_running_configuration(tmp_path: Path) -> None:
         cfg.write_text("groups: [\n")
         proc.send_signal(signal.SIGHUP)
 
+        def refused() -> bool:
+            audit = tmp_path / "audit.jsonl"
+            try:
+                return any(a["action"] == "reload_refused" for a in read_audit(audit))
+            except (FileNotFoundError, ValueError):  # not written yet, or a line half-written
+                return False
+
         async def main() -> int:
-            await asyncio.sleep(1.0)
+            # the refusal is on record (not a fixed sleep, which a loaded box can outlast):
+            # the request below is served by the configuration that was kept
+            deadline = asyncio.get_running_loop().time() + 30
+            while not refused():
+                assert asyncio.get_running_loop().time() < deadline, "no reload_refused"
+                await asyncio.sleep(0.1)
             async with client() as s:
                 body = {"model": MODEL, "prompt": "x", "max_tokens": 2}
                 async with s.post(f"http://127.0.0.1:{port}/v1/completions", json=body,
