@@ -5,14 +5,24 @@ report, --json, errors."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
-from watch_fixtures import HEALTHY, HEALTHY_LOAD, KV_FULL, KV_FULL_LOAD, load, sim_server
+from watch_fixtures import (
+    HEALTHY,
+    HEALTHY_LOAD,
+    KV_FULL,
+    KV_FULL_LOAD,
+    load,
+    sim_server,
+    wait_for_traffic,
+)
 
 from servetune.cli import main
 from servetune.results.watch_file import read_watch_recording
@@ -20,13 +30,14 @@ from servetune.results.watch_file import read_watch_recording
 WATCH_S = 45
 
 
-def _capture(session: str) -> str:
-    return subprocess.run(
-        ["tmux", "capture-pane", "-p", "-t", session],
-        capture_output=True,
-        text=True,
-        timeout=10,
-    ).stdout
+def _tmux(socket: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """tmux on a server of this test's own (-L): never another run's sessions (two test runs
+    on one machine share the default server, and the session name was the same in both)."""
+    return subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True, timeout=10)
+
+
+def _capture(socket: str) -> str:
+    return _tmux(socket, "capture-pane", "-p", "-t", "watch").stdout
 
 
 def test_watch_under_tmux_shows_figures_and_the_kv_full_finding(tmp_path: Path) -> None:
@@ -34,39 +45,26 @@ def test_watch_under_tmux_shows_figures_and_the_kv_full_finding(tmp_path: Path) 
 
     need("tmux", shutil.which("tmux"), SYSTEM_DEPS)
     rec = tmp_path / "rec"
-    session = f"servetune-watch-{tmp_path.name[-12:]}"
+    socket = f"servetune-watch-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     with sim_server(KV_FULL) as srv, load(srv.base_url, KV_FULL_LOAD, WATCH_S + 10, tmp_path / "b"):
         cmd = [sys.executable, "-m", "servetune.cli", "watch", f"http://127.0.0.1:{srv.port}",
                "--window", "10", "--duration", str(WATCH_S), "--record", str(rec)]  # fmt: skip
-        subprocess.run(
-            [
-                "tmux",
-                "new-session",
-                "-d",
-                "-s",
-                session,
-                "-x",
-                "160",
-                "-y",
-                "50",
-                "COLUMNS=160 LINES=50 " + " ".join(cmd) + "; sleep 60",
-            ],
-            check=True,
-            timeout=10,
-        )
+        started = _tmux(socket, "new-session", "-d", "-s", "watch", "-x", "160", "-y", "50",
+                        "COLUMNS=160 LINES=50 " + " ".join(cmd) + "; sleep 60")  # fmt: skip
+        assert started.returncode == 0, started.stderr
         try:
             screen = ""
             deadline = time.monotonic() + WATCH_S + 15
             while time.monotonic() < deadline:
                 time.sleep(2)
-                screen = _capture(session)
+                screen = _capture(socket)
                 # the finding shows within a window; the latency rows once requests have ended
                 # (hundreds of tokens each: seconds later, by the drawn lengths)
                 wanted = ("The KV pool is full", "kv_pool_full started", "TPOT", "E2E")
                 if all(w in screen for w in wanted):
                     break
         finally:
-            subprocess.run(["tmux", "kill-session", "-t", session], timeout=10, check=False)
+            _tmux(socket, "kill-server")
     for want in ("servetune watch", "vllm", "req/s", "TTFT", "TPOT", "E2E", "KV cache",
                  "running", "waiting", "preemptions"):  # fmt: skip
         assert want in screen, f"{want!r} not on the screen:\n{screen}"
@@ -96,8 +94,9 @@ def test_watch_under_tmux_shows_figures_and_the_kv_full_finding(tmp_path: Path) 
 
 
 def test_watch_json_on_a_healthy_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with sim_server(HEALTHY) as srv, load(srv.base_url, HEALTHY_LOAD, 20, tmp_path / "b"):
-        time.sleep(2)
+    # the load outlasts the watch however late it starts (it is stopped when the watch ends)
+    with sim_server(HEALTHY) as srv, load(srv.base_url, HEALTHY_LOAD, 120, tmp_path / "b"):
+        wait_for_traffic(srv)  # not a fixed sleep: a loaded box starts the bench late
         code = main(
             [
                 "watch",

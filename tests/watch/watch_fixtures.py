@@ -37,6 +37,19 @@ def sim_server(cfg: EngineConfig) -> Iterator[EmbeddedServer]:
         srv.stop()
 
 
+def wait_for_traffic(srv: EmbeddedServer, timeout_s: float = 60.0) -> None:
+    """Until the server has generated tokens: the bench process needs seconds to start
+    sending (imports, its probe of the server), more on a loaded box."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(srv.metrics_url, timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("vllm:generation_tokens_total") and float(line.split()[-1]):
+                    return
+        time.sleep(0.2)
+    raise AssertionError(f"the bench sent nothing to {srv.base_url} within {timeout_s:g} s")
+
+
 @contextlib.contextmanager
 def load(
     base_url: str, args: list[str], seconds: float, out: Path
