@@ -48,7 +48,9 @@ def test_llama_server_watched_priced_and_planned_from(
     with running(spec, tmp_path / "llama.log", 60.0) as eng:
         url = eng.spec.origin
         args = ["--request-rate", "6", "--random-input-len", "128", "--random-output-len", "32"]
-        with load(f"{url}/v1", args, 25, run_dir) as proc:
+        # 40 s of load (was 25): the watch (12 s) starts only once tokens flow, after the
+        # bench's start-up, which a loaded box stretches; its last window must see traffic
+        with load(f"{url}/v1", args, 40, run_dir) as proc:
             _wait_for_tokens(url)  # the bench process needs a few seconds to start sending
             args = ["watch", url, "--window", "8", "--interval", "2", "--duration", "12", "--json"]
             code = main(args)
