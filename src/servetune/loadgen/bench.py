@@ -31,7 +31,6 @@ from servetune.loadgen.runner import LoopSetup, run_load
 from servetune.metrics.prefix_check import check_prefix_cache
 from servetune.metrics.run_result import run_result
 from servetune.metrics.scraper import MetricsScraper, describe_info, metrics_url_for
-from servetune.metrics.summary import empty_window
 from servetune.results.environment import this_machine
 from servetune.results.io import (
     REQUESTS_FILE,
@@ -284,10 +283,6 @@ async def _run(
         for note in describe_info(server):
             say(note)
         result.server = server
-    if result.failures is not None:
-        nothing = empty_window(result.config, result.summary, result.failures)
-        if nothing is not None:
-            say(nothing)
     cache = check_prefix_cache(result)
     if cache is not None and cache.flagged:
         result.warnings.append(cache.message())
