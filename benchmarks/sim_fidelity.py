@@ -965,7 +965,33 @@ def untold() -> dict[str, Any]:
         "frontend_chat_per_token_us": float(
             u.get("frontend_chat_per_token_us", {}).get("value", 0.0)
         ),
+        "chat_share_by_release": {
+            str(r): float(v)
+            for r, v in u.get("frontend_chat_per_request_ms", {})
+            .get("share_of_completions", {})
+            .items()
+        },
     }
+
+
+def chat_per_request_untold(
+    p: dict[str, float], held: list[dict[str, Any]], measured: dict[str, Any]
+) -> float:
+    """The chat path's extra cost a request for a fold whose training runs sent no chat
+    request: the left-out runs' release's chat extra as a share of its completions path, both
+    measured on the same vLLM here (:func:`untold`, ``share_of_completions``), times the
+    completions cost a request the fold fitted (the fitted host's speed; the measured ratio of
+    the two paths on that release). A release not measured takes ``value``. The release is a
+    stated property of the left-out set-up, not a figure of its runs."""
+    shares = measured["chat_share_by_release"]
+    releases = {
+        vllm_version_of(c)
+        for c in held
+        if "chat" in str((c.get("workload") or {}).get("endpoint", ""))
+    }
+    if len(releases) == 1 and (r := releases.pop()) in shares:
+        return p["frontend_per_request_ms"] * shares[r]
+    return float(measured["frontend_chat_per_request_ms"])
 
 
 def transferred_mfu(p: dict[str, float], fam: str, other: str) -> float:
@@ -1132,8 +1158,9 @@ def loso(
     cannot tell its compute efficiency (:func:`tells`), takes the compute efficiency of the
     generation whose cases can, scaled by the GEMM's measured reach on each chip
     (:func:`untold`, ``mamf``), the chat endpoint's extras are the ones measured on vLLM
-    (:func:`untold`, ``benchmarks/chat_intake_cost.py``) when no other source sent chat
-    requests, and TP over a Kubernetes pod network (the dennislee22
+    (:func:`untold`, ``benchmarks/chat_intake_cost.py``; a request's extra as that release's
+    measured share of the completions path, :func:`chat_per_request_untold`) when no other
+    source sent chat requests, and TP over a Kubernetes pod network (the dennislee22
     runs) takes NCCL's socket-transport cost (:data:`SOCKET_PRIOR`) when no other source has such
     runs. Starts each
     fit from neutral constants, not from the full fit. ``only``: these sources' folds.
@@ -1189,6 +1216,8 @@ def loso(
         for fam, other in (("ampere", "hopper"), ("hopper", "ampere")):
             if fam not in fams and other in fams:  # transfer: the other generation's
                 q[f"{fam}_mfu"] = transferred_mfu(q, fam, other)
+        if not any("chat" in str((c.get("workload") or {}).get("endpoint", "")) for c in train):
+            q["frontend_chat_per_request_ms"] = chat_per_request_untold(q, held, measured)
         if not pod:  # what new_engine uses for the left-out pod runs: shown as such
             q.update(SOCKET_PRIOR)
         fold_params[name] = q

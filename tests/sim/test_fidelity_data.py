@@ -164,6 +164,18 @@ def test_what_a_fold_cannot_tell_comes_from_measurements_of_the_mechanism() -> N
     # per request it cannot be told from 0 here; per streamed chat token tens of microseconds
     assert u["frontend_chat_per_request_ms"] == 0.0
     assert 20.0 < u["frontend_chat_per_token_us"] < 100.0
+    # ... and on gpustack's release, 0.11.0, a share of the completions path's cost: a fold
+    # takes the share of the release its left-out chat runs state, times its fitted host cost
+    assert u["chat_share_by_release"] == {"0.11.0": 0.6, "0.32.0": 0.0}
+    cases = json.loads(CASES.read_text())
+    gs = [c for c in cases if c["id"].startswith("gs-")]
+    q = {**fid.NEUTRAL, "frontend_per_request_ms": 6.0}
+    assert abs(fid.chat_per_request_untold(q, gs, u) - 3.6) < 1e-9
+    # a release never measured, or runs on completions only, take the measured value as is
+    other = [{**c, "engine_version": "v0.13.0"} for c in gs]
+    assert fid.chat_per_request_untold(q, other, u) == 0.0
+    dl = [c for c in cases if c["id"].startswith("dl-")]
+    assert fid.chat_per_request_untold(q, dl, u) == 0.0
     # every measurement names its source
     table = json.loads(fid.EFFICIENCY_JSON.read_text())["untold"]
     for entry in ("mamf_efficiency", "frontend_chat_per_request_ms", "frontend_chat_per_token_us"):
