@@ -31,7 +31,10 @@ def test_sweep_json_has_levels_knee_saturation(
     # a token gets cheaper as load rises towards saturation
     blended = [lv["blended_usd_per_mtok"] for lv in levels]
     assert blended[0] > 3 * blended[-1]
-    assert doc["saturation"]["label"] == "rate-16"
+    # saturation is the level of highest output throughput (past the knee two levels can be
+    # within a token a second of each other: the definition, not a label, is what holds)
+    top = max(levels, key=lambda lv: lv["output_tok_s"])
+    assert doc["saturation"]["label"] == top["label"] and top["label"] in ("rate-12", "rate-16")
     assert doc["cheapest"]["vs_cheapest"] == pytest.approx(1.0)
     knee = doc["knee"]
     assert knee is not None and knee["label"] == "knee"
