@@ -313,3 +313,26 @@ def test_a_plan_where_nothing_can_start_says_so(
     assert "no candidate can start: every one was refused" in text
     assert "at these SLOs" not in text
     assert all(c["status"] == "cannot_start" for c in json.loads(out.read_text())["candidates"])
+
+
+def test_a_winner_that_misses_on_confirmation_is_ranked_again(tmp_path: Path) -> None:
+    # One L4 with FP8 weights and KV holds 5.68 req/s at this SLO on 1,000 requests, but misses
+    # it (P99 TPOT 101 ms) re-simulated at 5.65 req/s with 2,000: two L4s ($1.50/h) then cost
+    # more than the one A100 ($1.39/h) that holds it — the A100 must win, confirmed.
+    out = tmp_path / "plan.json"
+    args = ["plan", "--json", "-o", str(out), "--workers", "1", "--peak-rate", "5.65"]
+    args += ["--slo", "ttft:2000", "tpot:100", "--input-len", "1024", "--output-len", "128"]
+    args += ["--gpus", "L4,A100-80GB", "--tp", "1", "--quantizations", "fp8"]
+    args += ["--knob-set", "kv_cache_dtype=fp8", "--price", "L4=0.75", "--price", "A100-80GB=1.39"]
+    assert main(args) == 0
+    doc = json.loads(out.read_text())
+    by = {c["gpu"]: c for c in doc["candidates"]}
+    l4 = by["L4"]
+    assert l4["replicas"] == 2, l4
+    assert any("missed the SLO when re-simulated" in n for n in l4["notes"])
+    ok = [c for c in doc["candidates"] if c["status"] == "ok"]
+    assert [c["usd_per_hour"] for c in ok] == sorted(c["usd_per_hour"] for c in ok)
+    assert doc["winner"]["label"] == ok[0]["label"]
+    assert doc["winner"]["gpu"] == "A100-80GB"
+    assert doc["confirmed_meets_slo"] is True
+    assert doc["confirmed"]["rate"] == pytest.approx(5.65 / doc["winner"]["replicas"])

@@ -11,7 +11,9 @@ For each candidate (one replica's configuration, :mod:`servetune.plan.space`):
    else the peak), at the SLO limit (every replica at its SLO-max rate) and saturated.
 
 The cheapest that holds the peak wins (ties: more headroom); it is then simulated once more at
-exactly its per-replica rate with twice the requests, and gets one more replica if that misses.
+exactly its per-replica rate with twice the requests. One that misses gets one more replica and
+the candidates are ranked again: the cheapest of them is confirmed in turn (up to
+:data:`MAX_CONFIRMS` re-simulations), so the winner is the cheapest confirmed one.
 Candidates run in worker processes (one per core by default).
 """
 
@@ -33,7 +35,7 @@ from pydantic import BaseModel, ConfigDict
 from servetune.cost.formula import FORMULA, token_cost
 from servetune.cost.prices import PriceBook
 from servetune.errors import ConfigError, SimError
-from servetune.plan.capacity import Capacity, find_capacity, misses
+from servetune.plan.capacity import Capacity, describe_miss, find_capacity, misses
 from servetune.plan.simulate import Point, simulate
 from servetune.plan.space import Candidate
 from servetune.plan.workload import Workload
@@ -283,33 +285,63 @@ def make_plan(
         candidates=planned,
         warnings=dup_notes,
     )
-    winner = planned[0] if planned and planned[0].status == "ok" else None
-    if winner is not None:
-        _confirm(req, cands, winner, result)
-        sims += 1
+    winner, confirms = _confirm(req, cands, result)
+    sims += confirms
     result.winner = winner
     result.simulations = sims
     result.elapsed_s = time.perf_counter() - t0
     return result
 
 
+MAX_CONFIRMS = 8
+"""Re-simulations of the cheapest candidate at most (each is one more simulation of twice the
+requests; the budget of 60 s for ≥ 100 candidates cannot spare an unbounded loop)."""
+
+
 def _confirm(
-    req: PlanRequest, cands: list[Candidate], winner: PlannedCandidate, result: PlanResult
-) -> None:
-    cand = next(c for c in cands if c.label == winner.label)
-    r = cand.engine.resolve()
-    mem = plan_memory(r)
-    assert winner.replicas is not None
-    rate = req.peak_rate / winner.replicas
-    p = simulate(r, mem, req.workload, rate, 2 * req.requests_per_point)
-    result.confirmed = _pp(p)
-    result.confirmed_meets_slo = not misses(p, req.slo)
-    if not result.confirmed_meets_slo:
-        result.warnings.append(
-            f"the winner missed the SLO when re-simulated at {rate:.3g} req/s per replica with "
-            f"{2 * req.requests_per_point} requests: one replica added"
+    req: PlanRequest, cands: list[Candidate], result: PlanResult
+) -> tuple[PlannedCandidate | None, int]:
+    """The cheapest candidate re-simulated at exactly its per-replica rate with twice the
+    requests; one that misses gets one more replica and the candidates are ranked again, so
+    that the winner is still the cheapest (another candidate may now cost less) and the
+    re-simulation shown is of the replicas planned. Returns the winner and the simulations run."""
+    by_label = {c.label: c for c in cands}
+    runs = 0
+    while True:
+        result.candidates = rank(result.candidates)
+        top = result.candidates[0] if result.candidates else None
+        if top is None or top.status != "ok":
+            result.confirmed = result.confirmed_meets_slo = None
+            return None, runs
+        if runs >= MAX_CONFIRMS:
+            result.warnings.append(
+                f"stopped re-simulating after {MAX_CONFIRMS} misses: the winner's replicas "
+                "were not confirmed at the SLO"
+            )
+            return top, runs
+        assert top.replicas is not None
+        r = by_label[top.label].engine.resolve()
+        rate = req.peak_rate / top.replicas
+        p = simulate(r, plan_memory(r), req.workload, rate, 2 * req.requests_per_point)
+        runs += 1
+        result.confirmed = _pp(p)
+        missed = misses(p, req.slo)
+        result.confirmed_meets_slo = not missed
+        if not missed:
+            return top, runs
+        what = "; ".join(describe_miss(p, req.slo, m) for m in missed)
+        note = (
+            f"missed the SLO when re-simulated at {rate:.3g} req/s per replica with "
+            f"{2 * req.requests_per_point} requests ({what}): "
+            f"{top.replicas} → {top.replicas + 1} replicas"
         )
-        _set_replicas(winner, req, winner.replicas + 1, req.workload)
+        top.notes.append(note)
+        result.warnings.append(f"{top.label}: {note}")
+        if top.replicas + 1 > req.max_replicas:
+            top.status = "too_many_replicas"
+            top.reason = note + f", more than --max-replicas {req.max_replicas}"
+            continue
+        _set_replicas(top, req, top.replicas + 1, req.workload)
 
 
 def _progress_line(done: int, total: int, c: Candidate, o: _Outcome) -> str:
