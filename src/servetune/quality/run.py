@@ -127,6 +127,7 @@ async def check(
             [1.0] * len(greedy),
             1 - (thresholds.min_greedy_match if thresholds.min_greedy_match is not None else 0.0),
             gated=thresholds.min_greedy_match is not None,
+            bounds=(-1.0, 1.0),
         )
     )
     sample_results = [
@@ -218,6 +219,7 @@ def _logprob_metrics(
                 [f.top1_n - f.top1_same for _, f in both],
                 [c.top1_n for c, _ in both],
                 1 - th.min_top1,
+                bounds=(-1.0, 1.0),
             )
         )
     return out

@@ -11,8 +11,15 @@ the candidate adds beyond run-to-run noise::
     top-1       excess = Σ_i (disagree_AB,i − disagree_AA2,i) / Σ_i n_i
     greedy      excess = share of prompts whose greedy output differs, minus the floor's
 
-with a 95% interval from a bootstrap over texts (texts are the independent units; tokens of a
-text share its context, so they are not resampled alone). Against the threshold T:
+with a 95% interval over texts (texts are the independent units; tokens of a text share its
+context, so they are not counted alone): the excess is a ratio of sums, Σ d_i / Σ n_i, whose
+standard error is taken from the per-text residuals d_i − R·n_i (the delta method, with n/(n−1)),
+and the interval is R ± t(0.975, texts − 1) × that error — Student's t, so that a handful of
+texts gives the wide interval it should. (A percentile bootstrap over texts was used before:
+with 2 texts its "95%" interval is the two texts' range and missed the true excess half the
+time, 14% of the time with 6 texts, 13% with 8 — measured on simulated texts; the t interval
+misses 4–7% at every size.) The transform (perplexity's exp(x) − 1) is monotone and applied to
+the ends. Against the threshold T:
 
 - ``pass``  the interval's upper end ≤ T;
 - ``fail``  its lower end > T;
@@ -28,14 +35,15 @@ or KL ran; else ``inconclusive`` (a check that could not run says why).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel
+from scipy.stats import t as student_t
 
 Status = Literal["pass", "fail", "inconclusive", "not_run"]
-BOOTSTRAP = 2000
 
 
 class Thresholds(BaseModel):
@@ -68,14 +76,17 @@ class MetricResult(BaseModel):
     why: str | None = None
 
 
-def bootstrap_ci(stat: Callable[[np.ndarray], float], n: int, seed: int = 0) -> tuple[float, float]:
-    """95% percentile interval of ``stat(indices)`` over resampled texts."""
-    rng = np.random.default_rng(seed)
-    vals = np.array([stat(rng.integers(0, n, n)) for _ in range(BOOTSTRAP)])
-    vals = vals[np.isfinite(vals)]
-    if vals.size == 0:
+def ratio_ci(d: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+    """95% interval of Σ d / Σ w over independent texts (Student's t on the delta method's
+    standard error, texts − 1 degrees of freedom); NaN for fewer than two texts."""
+    n = d.size
+    if n < 2 or w.sum() <= 0:
         return (float("nan"), float("nan"))
-    return (float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5)))
+    r = float(d.sum() / w.sum())
+    resid = d - r * w
+    se = math.sqrt(n / (n - 1) * float((resid**2).sum())) / float(w.sum())
+    half = float(student_t.ppf(0.975, n - 1)) * se
+    return (r - half, r + half)
 
 
 def judge(ci: tuple[float, float], threshold: float) -> Status:
@@ -99,9 +110,12 @@ def paired_metric(
     threshold: float,
     transform: Callable[[float], float] = lambda x: x,
     gated: bool = True,
+    bounds: tuple[float, float] = (-math.inf, math.inf),
 ) -> MetricResult:
     """Per-text sums (candidate, floor) over per-text weights: the metric is
-    transform(Σ x / Σ w); the excess transform(Σ (cand − floor) / Σ w)."""
+    transform(Σ x / Σ w); the excess transform(Σ (cand − floor) / Σ w). ``bounds``: the
+    values the excess can take (a difference of two shares lies in −1 … 1); the interval is
+    kept inside them."""
     c, f, w = (np.asarray(v, dtype=float) for v in (cand, floor, weights))
     if c.size < 2 or w.sum() <= 0:
         return MetricResult(
@@ -114,13 +128,12 @@ def paired_metric(
             why="fewer than two texts could be compared",
         )
     d = c - f
-
-    def stat(idx: np.ndarray) -> float:
-        ws = w[idx].sum()
-        return transform(float(d[idx].sum() / ws)) if ws > 0 else float("nan")
-
     excess = transform(float(d.sum() / w.sum()))
-    ci = bootstrap_ci(stat, c.size)
+    lo, hi = ratio_ci(d, w)
+    ci = (
+        min(max(_safe(transform, lo), bounds[0]), bounds[1]),
+        min(max(_safe(transform, hi), bounds[0]), bounds[1]),
+    )
     return MetricResult(
         name=name,
         label=label,
@@ -136,6 +149,13 @@ def paired_metric(
         tokens=int(w.sum()),
         why=None if gated else "reported, not judged",
     )
+
+
+def _safe(f: Callable[[float], float], x: float) -> float:
+    try:
+        return f(x)
+    except OverflowError:
+        return math.inf
 
 
 def overall(results: Sequence[MetricResult]) -> tuple[Status, str]:
