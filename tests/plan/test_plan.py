@@ -336,3 +336,31 @@ def test_a_winner_that_misses_on_confirmation_is_ranked_again(tmp_path: Path) ->
     assert doc["winner"]["gpu"] == "A100-80GB"
     assert doc["confirmed_meets_slo"] is True
     assert doc["confirmed"]["rate"] == pytest.approx(5.65 / doc["winner"]["replicas"])
+
+
+def test_a_quantized_winner_asks_for_a_quality_check(tmp_path: Path) -> None:
+    # On an A100 FP8 weights add a few % to the saturated throughput and so to the headroom,
+    # which breaks the tie at the same $/hour: the plan must say that the unquantized model
+    # holds the traffic for the same price, and that FP8 needs a quality check first.
+    code, doc = _plan(
+        tmp_path,
+        "--peak-rate",
+        "6",
+        "--slo",
+        *SLO,
+        "--gpus",
+        "A100-80GB",
+        "--tp",
+        "1",
+        "--quantizations",
+        "auto,fp8",
+        "--knob-set",
+        "default",
+    )
+    assert code == 0
+    w = doc["winner"]
+    assert w["quantization"] == "fp8", w["label"]  # the deterministic simulator's pick
+    plain = next(c for c in doc["candidates"] if c["quantization"] == "auto")
+    assert plain["status"] == "ok" and plain["usd_per_hour"] == w["usd_per_hour"]
+    (note,) = [n for n in w["notes"] if "servetune quality" in n]
+    assert "FP8 weights" in note and plain["label"] in note

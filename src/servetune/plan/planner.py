@@ -287,6 +287,8 @@ def make_plan(
     )
     winner, confirms = _confirm(req, cands, result)
     sims += confirms
+    if winner is not None:
+        _quality_note(result, winner)
     result.winner = winner
     result.simulations = sims
     result.elapsed_s = time.perf_counter() - t0
@@ -342,6 +344,49 @@ def _confirm(
             top.reason = note + f", more than --max-replicas {req.max_replicas}"
             continue
         _set_replicas(top, req, top.replicas + 1, req.workload)
+
+
+def _quantized(c: PlannedCandidate) -> list[str]:
+    """What of the model a candidate serves at reduced precision (weights, KV cache)."""
+    out = []
+    if c.quantization not in ("auto", "none"):
+        out.append(f"{c.quantization.upper()} weights")
+    kv = str(c.knobs.get("kv_cache_dtype", "auto"))
+    if kv.startswith("fp8"):
+        out.append(f"an {kv.upper()} KV cache")
+    return out
+
+
+def _quality_note(result: PlanResult, winner: PlannedCandidate) -> None:
+    """A quantized winner is only a plan once its quality is checked (the seed: after
+    quantizing, always run a quality regression); and when an unquantized candidate holds
+    the same traffic for the same $/hour, the ranking's tie-break (headroom within the
+    search's own tolerance) is no reason to take the quality risk — say so."""
+    what = _quantized(winner)
+    if not what or winner.usd_per_hour is None:
+        return
+    note = (
+        f"it serves {' and '.join(what)}: check its answers against the unquantized model "
+        "before serving it (`servetune quality --baseline URL --candidate URL`)"
+    )
+    plain = next(
+        (
+            c
+            for c in result.candidates
+            if c.status == "ok"
+            and not _quantized(c)
+            and c.usd_per_hour is not None
+            and c.usd_per_hour <= winner.usd_per_hour * (1 + 1e-9)
+        ),
+        None,
+    )
+    if plain is not None and plain.headroom is not None and winner.headroom is not None:
+        note += (
+            f"; {plain.label} holds the same traffic unquantized for the same "
+            f"${plain.usd_per_hour:,.2f}/hour (headroom {plain.headroom:+.0%} against "
+            f"{winner.headroom:+.0%})"
+        )
+    winner.notes.append(note)
 
 
 def _progress_line(done: int, total: int, c: Candidate, o: _Outcome) -> str:
