@@ -162,3 +162,34 @@ def test_cache_config_leaves_out_what_the_labels_do_not_say() -> None:
     assert cache_config([]) == {}
     got = cache_config([{"num_gpu_blocks": "None", "block_size": "16", "cache_dtype": "fp8"}])
     assert got == {"kv_block_size": 16, "kv_cache_dtype": "fp8"}
+
+
+def _ttft(t: float, fast: float, slow: float) -> ServerSample:
+    """A snapshot of a cumulative TTFT histogram: ``fast`` observations ≤ 0.05 s, ``slow``
+    in (1, 5] s."""
+    return ServerSample(
+        t=t,
+        values={},
+        histograms={
+            ss.TTFT_SECONDS: Histogram(
+                buckets=[(0.05, fast), (1.0, fast), (5.0, fast + slow)],
+                sum=fast * 0.02 + slow * 3.0,
+                count=fast + slow,
+            )
+        },
+    )
+
+
+def test_a_histogram_reset_inside_the_window_counts_the_new_process() -> None:
+    # A crash loop: the first process observed 5 fast requests, died, and the second one, by
+    # the window's end, 10 fast and 10 slow — more than the first in every bucket, so the two
+    # end snapshots alone do not show the reset (last − first = 5 fast + 10 slow: P50 slow).
+    # The snapshot in between that shows the restart must be used: 20 observed, P50 fast.
+    samples = [_ttft(0.0, 5, 0), _ttft(1.0, 5, 0), _ttft(2.0, 0, 0), _ttft(3.0, 10, 10)]
+    out = summarize_server(samples, 0.0, 3.0)
+    ttft = out["ttft_ms"]
+    assert ttft["count"] == 20
+    assert ttft["p50"] <= 50.0
+    # no reset: the steps add up to last − first
+    steady = [_ttft(0.0, 5, 0), _ttft(1.0, 7, 1), _ttft(2.0, 9, 3)]
+    assert summarize_server(steady, 0.0, 2.0)["ttft_ms"]["count"] == 7

@@ -1,8 +1,10 @@
 """Percentiles from cumulative Prometheus histograms, over a window.
 
 A server histogram is cumulative since the server started; what a run saw is the difference
-of two snapshots (:func:`window`: last − first). Percentiles interpolate linearly inside the
-bucket that holds the rank, exactly as Prometheus' ``histogram_quantile`` does:
+of two snapshots (:func:`window`: last − first), or over many, the sum of every step's
+(:func:`increase`: a restart in between counts the new process from zero). Percentiles
+interpolate linearly inside the bucket that holds the rank, exactly as Prometheus'
+``histogram_quantile`` does:
 
 - buckets sorted by upper bound; the ``+Inf`` bucket's count is ``Histogram.count``;
 - rank = q × count; the first bucket whose cumulative count ≥ rank holds it;
@@ -16,7 +18,9 @@ So a percentile is only as fine as the buckets: vLLM's TTFT buckets jump 0.1 →
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Sequence
 
 from servetune.results.server_series import Histogram
 
@@ -54,6 +58,37 @@ def window(first: Histogram | None, last: Histogram) -> Histogram:
     diff = [(le, c2 - c1) for (le, c1), (_, c2) in zip(b1, b2, strict=True)]
     return Histogram.model_construct(
         buckets=diff, sum=max(0.0, last.sum - first.sum), count=n2 - n1
+    )
+
+
+def increase(snapshots: Sequence[Histogram]) -> Histogram | None:
+    """What was observed over consecutive snapshots of one cumulative histogram: the sum of
+    every step's :func:`window`, so that a reset in between (the server restarted) counts the
+    new process from zero — Prometheus' ``increase`` for every bucket, as
+    :func:`servetune.metrics.server_summary.counter_increase` does for counters. Comparing only
+    the two end snapshots cannot see a reset when the new process has by then observed more
+    than the old one had (a crash loop): every bucket grew, and last − first mixes the two.
+    Bucket bounds that change (a restart with other buckets) start the sum over."""
+    if not snapshots:
+        return None
+    if len(snapshots) == 1:
+        return snapshots[0]
+    bounds: list[float] | None = None
+    counts: list[float] = []
+    total = 0.0
+    total_sum = 0.0
+    for prev, cur in itertools.pairwise(snapshots):
+        step = window(prev, cur)
+        finite, n = _finite_buckets(step)
+        les = [le for le, _ in finite]
+        if bounds is None or les != bounds:
+            bounds, counts, total, total_sum = les, [0.0] * len(les), 0.0, 0.0
+        counts = [a + c for a, (_, c) in zip(counts, finite, strict=True)]
+        total += n
+        total_sum += step.sum
+    assert bounds is not None
+    return Histogram.model_construct(
+        buckets=list(zip(bounds, counts, strict=True)), sum=total_sum, count=total
     )
 
 

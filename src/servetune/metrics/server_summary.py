@@ -2,9 +2,11 @@
 ``RunResult.server.summary``.
 
 Window: gauges use the samples whose ``t`` lies in [start, end]; counters and histograms use
-the two snapshots that bracket it (the last at or before ``start``, the first at or after
-``end``), so the server's counts cover the whole client window. With no window, the whole
-series. Scrapes are evenly spaced, so "share of the window" is the share of samples.
+the snapshots from the two that bracket it (the last at or before ``start``, the first at or
+after ``end``), so the server's counts cover the whole client window — every step between them
+added up, so that a reset (the server restarted) counts the new process from zero, as
+Prometheus' ``increase`` does. With no window, the whole series. Scrapes are evenly spaced,
+so "share of the window" is the share of samples.
 
 Keys (absent when the server did not expose the concept):
 
@@ -212,8 +214,15 @@ def summarize_server(
         br = _bracket(samples, start, end, concept, "histograms")
         if br is None:
             continue
-        h = hg.window(br[0].histograms[concept], br[1].histograms[concept])
-        stats = hg.describe(h)
+        a, b = br
+        h = hg.increase(
+            [
+                s.histograms[concept]
+                for s in samples
+                if a.t <= s.t <= b.t and concept in s.histograms
+            ]
+        )
+        stats = hg.describe(h) if h is not None else {}
         if stats:
             out[key] = {k: _to_ms(k, v) for k, v in stats.items()}
     return out

@@ -143,13 +143,17 @@ def latency_plot(samples: list[ServerSample], rec: WatchRecording) -> Plot | Non
         p50: list[float] = []
         p99: list[float] = []
         j = 0
-        for s in samples:
+        for i, s in enumerate(samples):
             if concept not in s.histograms:
                 continue
             while j < len(samples) - 1 and samples[j + 1].t <= s.t - rec.window_s:
                 j += 1
-            first = samples[j].histograms.get(concept) if samples[j].t < s.t else None
-            h = hg.window(first, s.histograms[concept])
+            # every snapshot of the window: a restart inside it counts the new process only
+            h = hg.increase(
+                [x.histograms[concept] for x in samples[j : i + 1] if concept in x.histograms]
+            )
+            if h is None:
+                continue
             a, b = hg.quantile(0.5, h), hg.quantile(0.99, h)
             if a is None or b is None:
                 continue
