@@ -116,3 +116,26 @@ def test_catalog_listing_of_one_provider(capsys: pytest.CaptureFixture[str]) -> 
     assert rows and all(r.split()[2] == "aws" for r in rows)
     assert main(["cost", "--prices", "--provider", "nope"]) == 2
     assert "no prices from provider 'nope'" in capsys.readouterr().err
+
+
+def test_a_run_that_lost_requests_gets_no_load_advice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # prompts up to 1,300 tokens against --max-model-len 1100: about half are refused. The
+    # GPU looks idle because those never ran — "more load / a bigger batch" would be advice on
+    # the failures; the cost says they were lost and sends to diagnose instead.
+    out = tmp_path / "lossy"
+    args = ["sim", "run", "--max-model-len", "1100", "--random-input-len", "1000"]
+    args += ["--random-range-ratio", "0.3", "--random-output-len", "64", "--request-rate", "4"]
+    args += ["--num-prompts", "200", "--result-dir", str(out), "--no-progress"]
+    main(args)
+    capsys.readouterr()
+    run = json.loads((out / "run.json").read_text())
+    failed = run["summary"]["failed"]
+    assert run["status"] != "complete" and failed > 20
+    assert main(["cost", str(out), "--json", "--no-write"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (advice,) = doc["advice"]
+    assert f"{failed} of " in advice and "servetune diagnose" in advice
+    assert not any("bigger batch" in a or "more load" in a for a in doc["advice"])
+    assert any(f"{failed} of " in w and "not counted as served" in w for w in doc["warnings"])

@@ -301,7 +301,9 @@ def cost_of(
         price = prices.price(dep.gpu)
         usd_h = price.usd_per_gpu_hour * dep.count
         if run.status != "complete":
-            warnings.append(f"the run is {run.status}: its throughput covers what it measured")
+            warnings.append(
+                _lost(f"the run is {run.status}", run.summary.completed, run.summary.failed)
+            )
         if run.summary.completed == 0:
             raise ResultError(
                 f"{p}: no request completed, so no token can be priced",
@@ -316,6 +318,11 @@ def cost_of(
         price = prices.price(dep.gpu)
         usd_h = price.usd_per_gpu_hour * dep.count
         rows = [row for row in sweep.measured_rows() if row.completed > 0]
+        warnings += [
+            _lost(f"level {row.label} is {row.status}", row.completed, row.failed)
+            for row in rows
+            if row.status != "complete"
+        ]
         if not rows:
             raise ResultError(f"{p}: no level completed a request, so no token can be priced")
         by_label: dict[str, CostPoint] = {}
@@ -352,4 +359,24 @@ def cost_of(
         warnings=warnings,
     )
     report.advice = _advice(report)
+    if kind == "run" and run.status != "complete":
+        # its GPU use and price describe a run that lost requests: advice on load or batch
+        # size drawn from them would be advice on the failures
+        report.advice = [
+            f"{run.summary.failed} of {run.summary.completed + run.summary.failed} requests "
+            f"failed ({_classes(run.summary.error_classes)}): fix that first (`servetune "
+            f"diagnose {p}` names the cause), then price a run that completes — the GPU use "
+            "and $/Mtok above are those of the requests that got through"
+        ]
     return report
+
+
+def _lost(what: str, completed: int, failed: int) -> str:
+    return (
+        f"{what}: {failed} of {completed + failed} requests failed — they are not counted as "
+        "served tokens, so any GPU time they took is charged to the tokens that were"
+    )
+
+
+def _classes(classes: dict[str, int]) -> str:
+    return ", ".join(f"{n} {c}" for c, n in classes.items()) or "no class recorded"
