@@ -364,3 +364,36 @@ def test_a_quantized_winner_asks_for_a_quality_check(tmp_path: Path) -> None:
     assert plain["status"] == "ok" and plain["usd_per_hour"] == w["usd_per_hour"]
     (note,) = [n for n in w["notes"] if "servetune quality" in n]
     assert "FP8 weights" in note and plain["label"] in note
+
+
+def test_from_run_keeps_the_requests_the_run_lost(tmp_path: Path) -> None:
+    # prompts of 700-1,300 tokens against --max-model-len 1100: the longest ones failed. They
+    # are still traffic to hold: the plan's lengths are all the requests', not the survivors'.
+    run_dir = tmp_path / "lossy"
+    args = ["sim", "run", "--max-model-len", "1100", "--random-input-len", "1000"]
+    args += ["--random-range-ratio", "0.3", "--random-output-len", "64", "--request-rate", "3"]
+    args += ["--num-prompts", "150", "--goodput", "ttft:2000", "--result-dir", str(run_dir)]
+    main([*args, "--no-progress"])
+    from servetune.results.io import read_records
+
+    records = read_records(run_dir)
+    ok = [r.planned_input_len for r in records if r.ok]
+    assert 20 < len(ok) < len(records) - 20
+    everyone = sum(r.planned_input_len for r in records) / len(records)
+    assert sum(ok) / len(ok) < everyone - 50  # the survivors are the shorter prompts
+    code, doc = _plan(
+        tmp_path,
+        "--from-run",
+        str(run_dir),
+        "--gpus",
+        "A100-80GB",
+        "--tp",
+        "1",
+        "--quantizations",
+        "auto",
+        "--knob-set",
+        "default",
+    )
+    assert code == 0
+    assert doc["mean_input_tokens"] == pytest.approx(everyone, abs=15)
+    assert f"{len(records) - len(ok)} failed ones" in doc["workload"]

@@ -105,7 +105,9 @@ def from_dataset(
 
 
 def from_run(path: str, n: int, seed: int, burstiness: float) -> tuple[Workload, BenchConfig]:
-    """The lengths a run's successful requests had (prompt and output tokens as served)."""
+    """The lengths of a run's requests: as served for the successful ones (prompt and output
+    tokens), as planned for the failed ones — they are part of the traffic to hold (a run that
+    lost its longest prompts to ``--max-model-len`` would otherwise be planned without them)."""
     p = Path(path).expanduser()
     try:
         if detect_dir(p) != "run":
@@ -116,13 +118,19 @@ def from_run(path: str, n: int, seed: int, burstiness: float) -> tuple[Workload,
         records = read_records(p)
     except ServetuneError as exc:
         raise ConfigError(f"--from-run: {exc.message}", hint=exc.hint) from None
-    pairs = [
-        (r.prompt_tokens or r.planned_input_len, r.output_tokens or r.planned_output_len)
-        for r in records
-        if r.ok
-    ]
-    pairs = [(a, b) for a, b in pairs if a and b]
-    if not pairs:
+    pairs: list[tuple[int, int]] = []
+    served = lost = 0
+    for r in records:  # in the run's order: the first n stand for the whole run
+        if r.ok:
+            a, b = r.prompt_tokens or r.planned_input_len, r.output_tokens or r.planned_output_len
+        elif r.status == "failed":
+            a, b = r.planned_input_len, r.planned_output_len
+        else:
+            continue
+        if a and b:
+            pairs.append((a, b))
+            served, lost = served + int(r.ok), lost + int(not r.ok)
+    if not served:
         raise ConfigError(f"--from-run {p}: no successful request to take lengths from")
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, len(pairs), n) if len(pairs) < n else np.arange(n)
@@ -131,7 +139,8 @@ def from_run(path: str, n: int, seed: int, burstiness: float) -> tuple[Workload,
         Workload(
             specs=specs,
             unit_offsets=_offsets(len(specs), seed, burstiness),
-            source=f"request lengths of the run {p} ({len(pairs)} successful requests)",
+            source=f"request lengths of the run {p} ({served} successful requests"
+            + (f" and {lost} failed ones, at their planned lengths)" if lost else ")"),
             burstiness=burstiness,
         ),
         run.config,
