@@ -150,3 +150,26 @@ def test_a_share_interval_stays_between_minus_one_and_one() -> None:
     )
     assert m.ci95 is not None and -1.0 <= m.ci95[0] <= m.ci95[1] <= 1.0
     assert m.ci95[1] == 1.0
+
+
+def test_samples_the_baseline_fails_cannot_pass_the_candidate() -> None:
+    from servetune.quality.run import _samples_metric
+    from servetune.quality.verdict import Thresholds
+    from servetune.results.quality_file import SampleResult
+
+    def r(outcome: str, base: bool) -> SampleResult:
+        return SampleResult(
+            name="s",
+            check="exact",
+            baseline=base,
+            baseline_again=base,
+            candidate=False,
+            outcome=outcome,  # type: ignore[arg-type]
+        )
+
+    # every sample fails on the baseline too: no regression is possible, nothing was checked
+    m = _samples_metric([r("fails_both", False)] * 4, Thresholds())
+    assert m.status == "inconclusive" and "passes none" in (m.why or "")
+    # one the baseline passes and the candidate keeps: a pass
+    m = _samples_metric([r("fails_both", False)] * 3 + [r("ok", True)], Thresholds())
+    assert m.status == "pass"

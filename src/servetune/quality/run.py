@@ -255,9 +255,14 @@ def _samples_metric(results: list[SampleResult], th: Thresholds) -> MetricResult
     judged = len(results) - flaky
     status = "fail" if reg > th.max_sample_regressions else "pass"
     why = f"{reg} regression(s), {flaky} flaky on the baseline (left out), {judged} judged"
+    passing = sum(r.outcome in ("ok", "regression") for r in results)
     if status == "pass" and judged < max(1, len(results) // 2):
         status = "inconclusive"
         why += ": most samples disagree with themselves on the baseline"
+    elif status == "pass" and passing == 0:
+        # a candidate cannot regress on samples the baseline fails: nothing was checked
+        status = "inconclusive"
+        why += ": the baseline passes none of them, so none can show a regression"
     return MetricResult(
         name="samples",
         label="business samples",
