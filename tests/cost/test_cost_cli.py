@@ -80,6 +80,13 @@ def test_real_run_needs_the_gpu(
     doc = json.loads(capsys.readouterr().out)
     assert doc["gpu"] == "L40S" and doc["gpu_count"] == 2
     assert doc["usd_per_hour"] == pytest.approx(2 * doc["price"]["usd_per_gpu_hour"])
+    assert not any("assumed" in w for w in doc["warnings"])
+    # --gpu alone: one GPU is an assumption (a TP 4 server would be priced at a quarter), and
+    # the output says so instead of "GPUs from --gpu/--gpus"
+    assert main(["cost", str(real), "--gpu", "L40S", "--json", "--no-write"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["gpu_count"] == 1 and "one GPU assumed" in doc["gpu_count_source"]
+    assert any("--gpus N" in w for w in doc["warnings"])
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,12 @@ LOW_USE = 0.8
 """The seed's cost order, step 2: push GPU/KV use past 80% before adding GPUs."""
 
 
+ONE_GPU_ASSUMED = (
+    "--gpu, one GPU assumed (the run does not say how many served it: pass --gpus N for a "
+    "server split over several — tensor, pipeline or data parallel)"
+)
+
+
 @dataclass(frozen=True)
 class Deployment:
     gpu: str
@@ -52,6 +58,8 @@ def deployment(recorded: dict[str, Any] | None, gpu: str | None, gpus: int | Non
         raise ConfigError(f"--gpus must be ≥ 1 (got {gpus})")
     rec = _from_engine(recorded)
     if gpu is not None:
+        if gpus is None and rec is None:
+            return Deployment(canonical_gpu(gpu), 1, ONE_GPU_ASSUMED)
         count = gpus if gpus is not None else (rec[1] if rec else 1)
         return Deployment(canonical_gpu(gpu), count, "--gpu/--gpus")
     if rec is not None:
@@ -300,6 +308,8 @@ def cost_of(
         dep = deployment(run.target.simulated, gpu, gpus)
         price = prices.price(dep.gpu)
         usd_h = price.usd_per_gpu_hour * dep.count
+        if dep.source == ONE_GPU_ASSUMED:
+            warnings.append(f"GPUs: {ONE_GPU_ASSUMED}")
         if run.status != "complete":
             warnings.append(
                 _lost(f"the run is {run.status}", run.summary.completed, run.summary.failed)
@@ -317,6 +327,8 @@ def cost_of(
         dep = deployment(sweep.config.engine, gpu, gpus)
         price = prices.price(dep.gpu)
         usd_h = price.usd_per_gpu_hour * dep.count
+        if dep.source == ONE_GPU_ASSUMED:
+            warnings.append(f"GPUs: {ONE_GPU_ASSUMED}")
         rows = [row for row in sweep.measured_rows() if row.completed > 0]
         warnings += [
             _lost(f"level {row.label} is {row.status}", row.completed, row.failed)
