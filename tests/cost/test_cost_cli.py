@@ -146,3 +146,22 @@ def test_a_run_that_lost_requests_gets_no_load_advice(
     assert f"{failed} of " in advice and "servetune diagnose" in advice
     assert not any("bigger batch" in a or "more load" in a for a in doc["advice"])
     assert any(f"{failed} of " in w and "not counted as served" in w for w in doc["warnings"])
+
+
+def test_a_level_that_lost_requests_is_not_the_cheapest_point(
+    sim_sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the sweep's top level (its cheapest and saturated point) as a real server would leave it
+    # past its capacity: a fifth of its requests timed out
+    lossy = tmp_path / "sweep"
+    shutil.copytree(sim_sweep, lossy)
+    doc = json.loads((lossy / "sweep.json").read_text())
+    top = next(r for r in doc["rows"] if r["label"] == "rate-16")
+    top["status"], top["failed"] = "degraded", top["completed"] // 4
+    (lossy / "sweep.json").write_text(json.dumps(doc))
+    assert main(["cost", str(lossy), "--json", "--no-write"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["cheapest"]["label"] != "rate-16" and out["saturation"]["label"] != "rate-16"
+    assert any("level rate-16 is degraded" in w for w in out["warnings"])
+    # it is still listed, with its own figures
+    assert "rate-16" in [lv["label"] for lv in out["levels"]]

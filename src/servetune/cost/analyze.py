@@ -303,6 +303,7 @@ def cost_of(
     warnings: list[str] = []
     points: list[CostPoint] = []
     knee: CostPoint | None = None
+    lossy: set[str] = set()
     if kind == "run":
         run = read_run_result(p)
         dep = deployment(run.target.simulated, gpu, gpus)
@@ -330,6 +331,7 @@ def cost_of(
         if dep.source == ONE_GPU_ASSUMED:
             warnings.append(f"GPUs: {ONE_GPU_ASSUMED}")
         rows = [row for row in sweep.measured_rows() if row.completed > 0]
+        lossy = {row.label for row in rows if row.status != "complete"}
         warnings += [
             _lost(f"level {row.label} is {row.status}", row.completed, row.failed)
             for row in rows
@@ -346,9 +348,13 @@ def cost_of(
         knee = _knee_point(sweep, by_label, usd_h, r)
         if sweep.knee is not None and knee is None:
             warnings.append(f"no knee to price: {sweep.knee.verdict or sweep.knee.status}")
-    priced = [x for x in points if x.blended_usd_per_mtok is not None]
+    # A level that lost requests is no operating point to aim for (requests were lost, and its
+    # latencies describe only those that got through): the cheapest and saturated points are
+    # drawn from the levels that completed, as the knee is, when there are any.
+    pool = [x for x in points if x.label not in lossy] or points
+    priced = [x for x in pool if x.blended_usd_per_mtok is not None]
     cheapest = min(priced, key=lambda x: x.blended_usd_per_mtok or math.inf) if priced else None
-    saturation = max(points, key=lambda x: x.output_tok_s) if len(points) > 1 else None
+    saturation = max(pool, key=lambda x: x.output_tok_s) if len(points) > 1 else None
     if cheapest is not None and cheapest.blended_usd_per_mtok:
         for x in [*points, *([knee] if knee else [])]:
             if x.blended_usd_per_mtok is not None:
