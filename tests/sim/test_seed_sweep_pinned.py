@@ -9,10 +9,11 @@ compares its summaries, server summaries and both JSONL files with the pin in
 
 What the simulation *models* (the fitted constants, the step and front-end models, the memory
 planner, the catalogs, the workload's draws) changes the figures on purpose: the pin carries a
-fingerprint of those files, and when they differ from it *and* the figures changed the test is
-skipped with the command that re-pins (``python tests/sim/test_seed_sweep_pinned.py --write``),
-so a refit never fails here but a speed-up that changes a figure does; an edit of a model file
-that leaves every figure alone (a new input check) keeps the comparison running.
+fingerprint of those files, and when they differ from it *and* the figures changed the test
+fails with the command that re-pins (``python tests/sim/test_seed_sweep_pinned.py --write``):
+a refit re-pins in its own commit, on purpose (it used to skip, and twice the skip went
+unnoticed while other changes slipped through); an edit of a model file that leaves every
+figure alone (a new input check) keeps the comparison running and needs no re-pin.
 """
 
 from __future__ import annotations
@@ -108,9 +109,10 @@ def test_seed_sweep_simulates_as_pinned() -> None:
     }
     changed = {rate: figures for rate, figures in changed.items() if figures}
     if changed and pin["fingerprint"] != fingerprint():
-        # a model file changed and so did the figures: a refit or a new model, re-pinned on
-        # purpose (an edit of a model file that leaves the figures alone still runs the check)
-        pytest.skip(
+        # a model file changed and so did the figures: a refit or a new model. It fails too
+        # (a skip went unnoticed twice and left speed work unguarded): re-pin in the same
+        # commit, on purpose
+        pytest.fail(
             "what the simulation models changed since the seed sweep was pinned (fitted "
             "constants, step/front-end/memory models, catalogs or workload draws) and so did "
             "its figures: re-pin with `.venv/bin/python tests/sim/test_seed_sweep_pinned.py "

@@ -88,7 +88,10 @@ def increase(snapshots: Sequence[Histogram]) -> Histogram | None:
         total_sum += step.sum
     assert bounds is not None
     return Histogram.model_construct(
-        buckets=list(zip(bounds, counts, strict=True)), sum=total_sum, count=total
+        buckets=list(zip(bounds, counts, strict=True)),
+        sum=total_sum,
+        # a count of observations stays a whole number, as the two-snapshot window gives it
+        count=int(total) if float(total).is_integer() else total,
     )
 
 
