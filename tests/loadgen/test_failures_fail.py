@@ -173,3 +173,17 @@ def test_cli_degraded_run_exits_1_and_a_lenient_threshold_exits_0(
     p = run_cli(*common, "--max-failure-rate", "30%", "--result-dir", str(tmp_path / "b"))
     assert p.returncode == 0, p.stderr
     assert json.loads((tmp_path / "b" / "run.json").read_text())["status"] == "complete"
+
+
+@pytest.mark.parametrize("transport", CLIENTS)
+def test_a_server_that_compresses_when_allowed_is_asked_for_plain_bytes(
+    scripted: Factory, tmp_path: Path, transport: str
+) -> None:
+    """A compressing proxy gzips whatever the request's Accept-Encoding allows (none at all
+    allows anything). Neither client decodes a compressed stream (decoding would hold tokens
+    back and blur their arrival stamps), so both must ask for ``identity``: aiohttp's own
+    default (``gzip, deflate``) turned every request of such a server into a malformed one."""
+    srv = scripted({"tpot_ms": 1, "gzip": True})
+    r = run(srv, tmp_path, transport)
+    assert r.status == "complete", r.failures
+    assert r.summary.completed == 20 and r.summary.total_output_tokens == 20 * 12

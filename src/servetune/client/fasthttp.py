@@ -15,7 +15,7 @@ mid-stream"``, ``"server disconnected"``, ``"malformed ..."``, ``"cannot connect
 It speaks exactly what OpenAI-compatible servers answer: a status line, headers, and a body
 framed by ``Content-Length``, ``Transfer-Encoding: chunked`` or connection close. TLS is
 supported through ``ssl`` (``Pool(..., ssl_context=...)`` for a private CA). Everything else
-(proxies, redirects, compression) is aiohttp's job.
+(proxies, redirects) is aiohttp's job; neither asks for a compressed body.
 
 Arrival stamps: on plain-HTTP Linux connections the reads carry the kernel's arrival time
 (:mod:`servetune.client.stamped`); elsewhere (TLS, other platforms) they are stamped when the
@@ -276,6 +276,12 @@ class Pool:
             self._reads.close()
 
 
+IDENTITY = b"Accept-Encoding: identity\r\n"
+"""Asked of every server: the body as it was written. A request without ``Accept-Encoding``
+accepts any coding (RFC 9110), and a compressing proxy would gzip the stream: neither client
+decodes it (decoding would hold tokens back and blur their arrival stamps)."""
+
+
 def build_request(pool: Pool, path: str, body: bytes, api_key: str | None) -> bytes:
     """The request bytes for a JSON POST (assembled once per request body)."""
     auth = f"Authorization: Bearer {api_key}\r\n".encode() if api_key else b""
@@ -285,6 +291,7 @@ def build_request(pool: Pool, path: str, body: bytes, api_key: str | None) -> by
         + b" HTTP/1.1\r\nHost: "
         + pool.host_header
         + b"\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\n"
+        + IDENTITY
         + auth
         + b"Content-Length: "
         + str(len(body)).encode()

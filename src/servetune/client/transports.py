@@ -2,7 +2,7 @@
 
 ``fast`` (default): :mod:`servetune.client.fasthttp`, lean HTTP/1.1 on asyncio Protocols,
 arrivals stamped by the kernel where it can.
-``aiohttp``: the general-purpose client (proxies, compression, anything unusual); arrivals
+``aiohttp``: the general-purpose client (proxies, anything unusual); arrivals
 stamped when its reader wakes up.
 Both stream the 2xx body to a sink as ``(bytes, arrival_ns)`` and return the status and,
 for errors, the first bytes of the body.
@@ -61,7 +61,9 @@ class FastTransport:
 def make_session(
     api_key: str | None = None, limit: int = 0, timeout_s: float | None = None
 ) -> aiohttp.ClientSession:
-    headers = {"Content-Type": "application/json"}
+    # identity: aiohttp would ask for "gzip, deflate" by default, and it does not decode
+    # (auto_decompress=False keeps the bytes as they arrived, for their stamps)
+    headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     connector = aiohttp.TCPConnector(limit=limit, ttl_dns_cache=300)

@@ -67,6 +67,7 @@ def alters_streams(s: Script) -> bool:
             s.malformed_every,
             s.short_output_every,
             s.close_framing,
+            s.gzip,
         )
     )
 

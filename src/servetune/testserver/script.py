@@ -58,6 +58,10 @@ class Script(BaseModel):
     short_output_every: int = 0
     """Every Nth request stops at half its max_tokens with finish_reason "stop" (an EOS):
     a whole, valid stream that is shorter than asked."""
+    gzip: bool = False
+    """Compress streamed bodies (``Content-Encoding: gzip``) whenever the request allows it: an
+    ``Accept-Encoding`` that lists gzip, or none at all (RFC 9110: then any coding will do), as
+    a compressing proxy in front of a server does."""
     close_framing: bool = False
     """Frame streamed bodies by closing the connection (HTTP/1.0 style, no chunked encoding)."""
     tokens_per_word: int = 1

@@ -9,6 +9,7 @@ it prints ``READY <port>`` once it listens.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import time
 from collections.abc import Awaitable
 from typing import Any
@@ -165,6 +166,15 @@ class ScriptedServer:
             ex.respond(200, shape.raw_body, b"application/json")
             c.completed += 1
             return
+        if s.gzip and accepts_gzip(ex.header(b"accept-encoding")):
+            if s.ttft_ms:
+                await asyncio.sleep(s.ttft_ms / 1000)
+            parts = [self.role_event()] if chat and s.role_chunk else []
+            body = b"".join([*parts, *shape.events, shape.tail])
+            ex.respond(200, gzip.compress(body), b"text/event-stream", _GZIP)
+            c.completed += 1
+            c.generated += n
+            return
         if s.close_framing:
             ex.http10 = True  # the body ends when the connection closes (no chunked encoding)
         ex.start(200, b"text/event-stream", _NO_CACHE)
@@ -283,6 +293,21 @@ class ScriptedServer:
                 ],
             }
         )
+
+
+_GZIP = ((b"Content-Encoding", b"gzip"),)
+
+
+def accepts_gzip(accept_encoding: bytes | None) -> bool:
+    """Whether a request's ``Accept-Encoding`` lets the answer be gzipped: none at all means
+    any coding (RFC 9110 §12.5.3); else gzip must be listed, and not with ``q=0``."""
+    if accept_encoding is None:
+        return True
+    for item in accept_encoding.lower().split(b","):
+        coding, _, params = item.strip().partition(b";")
+        if coding.strip() in (b"gzip", b"*"):
+            return params.replace(b" ", b"") not in (b"q=0", b"q=0.0", b"q=0.00", b"q=0.000")
+    return False
 
 
 def _router(srv: ScriptedServer) -> Router:
