@@ -184,3 +184,16 @@ def test_generated_text_in_order() -> None:
     st.feed(ev({"choices": [{"text": "b"}], "usage": {"completion_tokens": 2}}), 2)
     st.feed(ev({"choices": [{"text": "c", "finish_reason": "length"}]}), 3)
     assert st.generated_text() == "abc"
+
+
+@pytest.mark.parametrize("reason", ["abort", "error"])
+def test_a_stream_the_engine_gave_up_on_is_a_server_error(reason: str) -> None:
+    """vLLM ends a request its engine aborted (or failed) with finish_reason ``abort`` /
+    ``error``, then usage and [DONE]: well-formed, but not a whole response."""
+    st = StreamState(chat=False)
+    last = {"choices": [{"index": 0, "text": "x", "finish_reason": reason}]}
+    st.feed(ev(GOOD) + ev(last) + b"data: [DONE]\n\n", 1)
+    st.close(2)
+    cls, msg = st.verdict()
+    assert cls == "server_error" and f"finish_reason {reason!r}" in (msg or "")
+    assert len(st.chunk_ns) == 2  # the partial timings are kept

@@ -57,6 +57,8 @@ def run(srv: Any, tmp_path: Path, transport: str, **kw: Any) -> Any:
         ({"malformed_every": 1, "malformed_kind": "non_object"}, "malformed_event"),
         ({"malformed_every": 1, "malformed_kind": "bad_choices"}, "malformed_event"),
         ({"malformed_every": 1, "malformed_kind": "not_sse"}, "malformed_event"),
+        ({"abort_every": 1}, "server_error"),
+        ({"abort_every": 1, "abort_reason": "error"}, "server_error"),
     ],
 )
 def test_every_request_failing_is_a_failed_run(

@@ -17,6 +17,8 @@ ended normally, the stream decides whether the response was whole:
   the wrong shape, a line that is not SSE) → failed, ``malformed_event``;
 - neither a ``finish_reason`` nor ``[DONE]`` by the end, or an event cut off by the end of the
   body → failed, ``truncated`` (a stream is whole with either: llama.cpp sends no ``[DONE]``);
+- a ``finish_reason`` of ``abort`` or ``error`` (the engine gave up on the request) → failed,
+  ``server_error``;
 - whole, but not one content chunk → failed, ``no_output``.
 
 A failed stream keeps its partial timings (chunk stamps, tokens) in the record; the summary
@@ -33,6 +35,10 @@ from servetune.client.sse import SSEParser
 from servetune.results.record import ErrorClass, class_of_status
 
 _DONE = b"[DONE]"
+GAVE_UP = frozenset(("abort", "error"))
+"""Finish reasons of a request the engine did not finish: vLLM's ``abort`` (aborted inside the
+engine) and ``error`` (a request-level error); SGLang's ``abort`` too. The stream is well
+formed, the response is not whole."""
 _BAD = (AttributeError, TypeError, KeyError, IndexError, ValueError)
 """What a well-formed JSON object of the wrong shape raises when read as a chunk."""
 
@@ -136,6 +142,11 @@ class StreamState:
         if self.cut_event or not (self.done or self.finish_reason):
             why = "an event cut mid-way" if self.cut_event else "neither finish_reason nor [DONE]"
             return "truncated", f"stream truncated: ended with {why} after {n} content chunks"
+        if self.finish_reason in GAVE_UP:
+            return "server_error", (
+                f"the server gave up on the request: finish_reason {self.finish_reason!r} "
+                f"after {n} content chunks"
+            )
         if not n:
             return "no_output", "stream ended with no token"
         return None, None

@@ -305,7 +305,8 @@ METRIC_DEFINITIONS: dict[str, str] = {
     "goodput": "requests meeting every SLO given (ttft, tpot, e2el in ms) / window length",
     "percentiles": "linear interpolation (numpy); p99_ci = 95% bootstrap interval",
     "input_tokens": "planned prompt length (as vLLM bench serve counts it)",
-    "failed": "no whole response; error_class says why (server_error, rate_limited, "
+    "failed": "no whole response; error_class says why (server_error: 5xx, an error object, "
+    "finish_reason abort/error; rate_limited, "
     "client_error, connection_refused, connection_reset, timeout, truncated: no finish_reason "
     "nor [DONE], malformed_event: an event that does not parse, no_output, protocol_error); "
     "partial timings kept in the record, out of every figure",

@@ -28,7 +28,8 @@ ErrorClass = Literal[
 ]
 
 ERROR_CLASSES: dict[str, str] = {
-    "server_error": "the server answered HTTP 5xx, or sent an error object mid-stream",
+    "server_error": "the server answered HTTP 5xx, sent an error object mid-stream, or ended "
+    "the stream with finish_reason abort or error (the engine gave up on the request)",
     "rate_limited": "the server answered HTTP 429 (or an error object with code 429)",
     "client_error": "the server refused the request: HTTP 4xx other than 429 (a bad request, "
     "an unknown model, a prompt beyond max_model_len, a missing API key)",

@@ -66,6 +66,7 @@ def alters_streams(s: Script) -> bool:
             s.truncate_every,
             s.malformed_every,
             s.short_output_every,
+            s.abort_every,
             s.close_framing,
             s.gzip,
         )
@@ -150,6 +151,12 @@ def shape_stream(srv: Renderer, chat: bool, nth: int, prompt_tokens: int, n: int
         return StreamShape(
             [*events[:half], bad, *events[half:]], srv.tail(prompt_tokens, n), whole=False
         )
+    if _every(s.abort_every, nth):
+        m = max(1, n // 2)
+        gave_up = srv.chunks(chat, prompt_tokens, m)
+        finish = b'"finish_reason":"%s"' % s.abort_reason.encode()
+        gave_up[-1] = gave_up[-1].replace(b'"finish_reason":"length"', finish)
+        return StreamShape(gave_up, srv.tail(prompt_tokens, m), aborted=True, whole=False)
     if _every(s.short_output_every, nth):
         m = max(1, n // 2)
         short = srv.chunks(chat, prompt_tokens, m)

@@ -62,6 +62,11 @@ class Script(BaseModel):
     """Compress streamed bodies (``Content-Encoding: gzip``) whenever the request allows it: an
     ``Accept-Encoding`` that lists gzip, or none at all (RFC 9110: then any coding will do), as
     a compressing proxy in front of a server does."""
+    abort_every: int = 0
+    """Every Nth request stops at half its max_tokens with finish_reason ``abort_reason``, then
+    usage and ``[DONE]``: a well-formed stream of a request the engine gave up on."""
+    abort_reason: str = "abort"
+    """vLLM's ``abort`` (the engine aborted the request) or ``error`` (a request-level error)."""
     close_framing: bool = False
     """Frame streamed bodies by closing the connection (HTTP/1.0 style, no chunked encoding)."""
     tokens_per_word: int = 1
