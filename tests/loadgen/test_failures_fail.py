@@ -189,3 +189,34 @@ def test_a_server_that_compresses_when_allowed_is_asked_for_plain_bytes(
     r = run(srv, tmp_path, transport)
     assert r.status == "complete", r.failures
     assert r.summary.completed == 20 and r.summary.total_output_tokens == 20 * 12
+
+
+def _word_tokenizer(d: Path) -> Path:
+    """One token per whitespace-separated word, as the scripted server counts them."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = [f"w{i}" for i in range(64)] + [f"x{i}" for i in range(64)]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, "[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    d.mkdir()
+    tok.save(str(d / "tokenizer.json"))
+    return d
+
+
+@pytest.mark.parametrize("transport", CLIENTS)
+def test_a_server_without_usage_is_counted_by_the_tokenizer_or_said(
+    scripted: Factory, tmp_path: Path, transport: str
+) -> None:
+    """A server that sends no usage, 4 tokens a chunk: counting chunks gives a quarter of the
+    tokens and 4× the TPOT. With --tokenizer the text is counted (as the docs say, and as
+    vLLM's bench does); without one the run says its counts are chunks."""
+    srv = scripted({"tpot_ms": 1, "send_usage": False, "tokens_per_chunk": 4})
+    r = run(srv, tmp_path / "chunks", transport)
+    assert r.status == "complete" and r.summary.tokens_source == {"chunks": 20}
+    assert r.summary.total_output_tokens == 20 * 3  # 12 tokens in 3 chunks each
+    assert any("carried no usage" in w and "--tokenizer" in w for w in r.warnings), r.warnings
+    tok = _word_tokenizer(tmp_path / "tok")
+    r = run(srv, tmp_path / "counted", transport, tokenizer=str(tok), workers=2)
+    assert r.status == "complete" and r.summary.tokens_source == {"tokenizer": 20}
+    assert r.summary.total_output_tokens == 20 * 12
+    assert not any("carried no usage" in w for w in r.warnings), r.warnings

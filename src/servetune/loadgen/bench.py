@@ -218,6 +218,7 @@ async def _run(
         max_concurrency=cfg.max_concurrency,
         stop_after_ns=plan.duration_ns,
         drain_timeout_s=cfg.request_timeout_s,
+        tokenizer=cfg.tokenizer,
     )
     scraper: MetricsScraper | None = None
     if opts.scrape_metrics:

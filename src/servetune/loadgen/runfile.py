@@ -111,6 +111,14 @@ def finish(
     nothing = None if interrupted else empty_window(cfg, summary, failures)
     if nothing is not None:
         warnings.append(nothing)
+    by_chunks = summary.tokens_source.get("chunks", 0)
+    if by_chunks:
+        warnings.append(
+            f"{by_chunks} of {summary.completed} responses carried no usage: their output "
+            "tokens are their content chunks, fewer than the tokens whenever a chunk carries "
+            "several (output throughput too low, TPOT too high); pass --tokenizer DIR to "
+            "count their text"
+        )
     if summary.short_outputs and cfg.ignore_eos:
         warnings.append(
             f"{summary.short_outputs} of {summary.completed} outputs came back shorter than "

@@ -28,6 +28,7 @@ from servetune.loadgen.live import Snapshot
 from servetune.loadgen.progress import ProgressLine
 from servetune.loadgen.sink import RecordSink
 from servetune.results.schema import Endpoint
+from servetune.workload.tokens import HFTokenizer
 
 _REPORT_S = 0.25
 _START_MARGIN_NS = 30_000_000
@@ -46,6 +47,9 @@ class LoopSetup(BaseModel):
     max_concurrency: int | None
     stop_after_ns: int | None
     drain_timeout_s: float | None
+    tokenizer: str | None = None
+    """The local tokenizer (``--tokenizer``) that counts a response's text when the server
+    sends no usage; without one such a response counts its content chunks."""
 
 
 class LoadOutcome(BaseModel):
@@ -69,7 +73,10 @@ async def _drive(
     transport = make_transport(setup.http_client, setup.base_url, setup.api_key)
     sink = RecordSink(setup.requests_path)
     sink.start()
-    client = OpenAIClient(transport, setup.endpoint, t0_ns, setup.timeout_s, worker=index)
+    counter = HFTokenizer(setup.tokenizer) if setup.tokenizer else None
+    client = OpenAIClient(
+        transport, setup.endpoint, t0_ns, setup.timeout_s, tokenizer=counter, worker=index
+    )
     driver = Driver(client, items, sink, t0_ns, setup.max_concurrency, setup.stop_after_ns)
 
     async def reporter() -> None:

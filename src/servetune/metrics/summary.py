@@ -298,8 +298,9 @@ METRIC_DEFINITIONS: dict[str, str] = {
     "queue_delay": "send − scheduled: what a user waits before the request leaves the client",
     "ttft_from_scheduled": "first token − scheduled (coordinated omission included)",
     "e2el_from_scheduled": "last token − scheduled",
-    "output_tokens": "usage.completion_tokens (stream_options.include_usage); else a local "
-    "tokenizer; the source is in each record's tokens_source",
+    "output_tokens": "usage.completion_tokens (stream_options.include_usage); else the text "
+    "counted by --tokenizer; else content chunks (warned); the source is in each record's "
+    "tokens_source",
     "throughput": "completed requests and tokens over the measured window "
     "(warm-up and cool-down excluded) / window length",
     "goodput": "requests meeting every SLO given (ttft, tpot, e2el in ms) / window length",
