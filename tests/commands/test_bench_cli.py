@@ -235,3 +235,39 @@ def test_kill_9_keeps_every_request_finished_a_second_before(
     from servetune.results.io import read_records
 
     assert len(read_records(tmp_path)) == len(parsed)
+
+
+def test_a_run_on_the_simulated_engine_records_its_configuration(tmp_path: Path) -> None:
+    """bench without --base-url starts the simulated engine with known knobs: the run records
+    them (target.simulated), so diagnose reads the batch cap from the configuration (not
+    "--max-num-seqs ? → 2× the current value") and cost knows the GPU."""
+    from servetune.diagnose.knobs import known_config
+    from servetune.results.io import read_run_result
+
+    out = tmp_path / "run"
+    proc = run_cli(
+        "bench",
+        "--max-num-seqs",
+        "48",
+        "--num-prompts",
+        "6",
+        "--request-rate",
+        "inf",
+        "--random-input-len",
+        "32",
+        "--random-output-len",
+        "4",
+        "--no-progress",
+        "--result-dir",
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stderr
+    run = read_run_result(out)
+    sim = run.target.simulated
+    assert sim is not None and sim["max_num_seqs"] == 48 and sim["gpu"] == "A100-80GB"
+    assert sim["memory"]["kv_cache_tokens"] > 0
+    known = known_config(run)
+    assert known.values["max_num_seqs"] == 48 and known.gpu == "A100-80GB"
+    cost = run_cli("cost", str(out))
+    assert cost.returncode == 0, cost.stderr
+    assert "A100-80GB" in cost.stdout

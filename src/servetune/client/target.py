@@ -54,7 +54,9 @@ async def _get_json(session: aiohttp.ClientSession, url: str) -> Any:
 async def probe_target(
     session: aiohttp.ClientSession, base_url: str, model: str | None
 ) -> TargetInfo:
-    """Ask /v1/models what is served; pick ``model`` or the only one listed."""
+    """Ask /v1/models what is served; pick ``model`` or the only one listed. The simulated
+    engine's model card also carries its configuration (``servetune_sim``), recorded as
+    ``target.simulated``."""
     url = normalize_base_url(base_url)
     data = await _get_json(session, url + "/models")
     entries = data.get("data") if isinstance(data, dict) else None
@@ -77,11 +79,13 @@ async def probe_target(
         )
     entry = next(e for e in entries if isinstance(e, dict) and e.get("id") == model)
     max_len = entry.get("max_model_len")
+    sim = entry.get("servetune_sim")  # servetune's simulated engine says what it is
     return TargetInfo(
         base_url=url,
         model=model,
         served_models=served,
         max_model_len=int(max_len) if isinstance(max_len, int) else None,
+        simulated=sim if isinstance(sim, dict) else None,
     )
 
 

@@ -122,6 +122,9 @@ class SimServer:
             "parent": None,
             "max_model_len": self.r.max_model_len,
             "permission": [],
+            # What the engine is, for whoever measures it: a run records it as
+            # target.simulated, so diagnose, cost, compare and the report know its knobs.
+            "servetune_sim": self._info(),
         }
         ex.respond_json(200, {"object": "list", "data": [card]})
 
@@ -133,8 +136,12 @@ class SimServer:
         assert self.rt is not None
         ex.respond_json(200, self.rt.report())
 
+    def _info(self) -> dict[str, object]:
+        """The resolved configuration and its memory plan (``target.simulated``'s shape)."""
+        return {**self.r.summary(), "memory": self.mem.model_dump()}
+
     def _config(self, ex: Exchange) -> None:
-        ex.respond_json(200, {**self.r.summary(), "memory": self.mem.model_dump()})
+        ex.respond_json(200, self._info())
 
     def _tokenize(self, ex: Exchange) -> None:
         payload = json_object(ex.body)
