@@ -197,3 +197,21 @@ def test_a_stream_the_engine_gave_up_on_is_a_server_error(reason: str) -> None:
     cls, msg = st.verdict()
     assert cls == "server_error" and f"finish_reason {reason!r}" in (msg or "")
     assert len(st.chunk_ns) == 2  # the partial timings are kept
+
+
+@pytest.mark.parametrize(
+    ("body", "cls"),
+    [
+        (b'{"error": {"message": "slow down", "code": 429}}\n', "rate_limited"),
+        (b'{"object": "error", "message": "bad model", "type": "x", "code": 400}', "client_error"),
+        (b'{"error": "engine dead"}', "server_error"),
+    ],
+)
+def test_a_2xx_body_that_is_one_error_object_is_that_error(body: bytes, cls: str) -> None:
+    """Some proxies answer an error with status 200 and a JSON error object: the failure is
+    the error (rate limiting, a bad request, ...), not a malformed stream."""
+    st = StreamState(chat=True)
+    st.feed(body, 1)
+    st.close(2)
+    got, msg = st.verdict()
+    assert got == cls and msg is not None and msg.startswith("error body: "), (got, msg)

@@ -11,8 +11,9 @@ and says how the body ended — normally (:meth:`close`, then :meth:`verdict`), 
 (a reset or a timeout, which the client classifies without asking the stream). On a body that
 ended normally, the stream decides whether the response was whole:
 
-- an error object (``{"error": …}``, ``event: error``) → failed, ``server_error`` (or
-  ``rate_limited`` / ``client_error`` by the error's code);
+- an error object (``{"error": …}``, ``event: error``, or a whole 2xx body that is one such
+  object instead of a stream) → failed, ``server_error`` (or ``rate_limited`` /
+  ``client_error`` by the error's code);
 - an event that does not parse (invalid or truncated JSON, not an object, a ``choices`` of
   the wrong shape, a line that is not SSE) → failed, ``malformed_event``;
 - neither a ``finish_reason`` nor ``[DONE]`` by the end, or an event cut off by the end of the
@@ -155,6 +156,8 @@ class StreamState:
     def _block(self, raw: bytes, now_ns: int, *, at_end: bool = False) -> None:
         """One event; ``at_end``: the body's unterminated last one, which may be cut short."""
         name, payload, unknown = SSEParser.inspect_block(raw)
+        if unknown is not None and at_end and self._error_body(raw):
+            return
         if unknown is not None:
             field = unknown.partition(b":")[0]
             cut = raw.endswith(unknown) and any(f.startswith(field) for f in (b"data", b"event"))
@@ -177,6 +180,22 @@ class StreamState:
                 self._bad(raw, "not valid JSON")
             return
         self._object(name, obj, now_ns)
+
+    def _error_body(self, raw: bytes) -> bool:
+        """A 2xx body that is one JSON error object instead of a stream (some proxies answer
+        errors so): the error, classed by its code like an HTTP error, not a malformed event."""
+        if self.chunk_ns or not raw.lstrip().startswith(b"{"):
+            return False
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return False
+        if not isinstance(obj, dict) or not ("error" in obj or obj.get("object") == "error"):
+            return False
+        if self.error is None:
+            self.error = "error body: " + error_message(obj)
+            self.error_code = error_code(obj)
+        return True
 
     def _bad(self, raw: bytes, why: str) -> None:
         self.malformed += 1
