@@ -162,3 +162,17 @@ def test_large_sample_ci_uses_order_statistics_and_brackets_p99() -> None:
     assert st.p99_ci is not None
     lo, hi = st.p99_ci
     assert lo < st.p99 < hi and (hi - lo) / st.p99 < 0.05
+
+
+def test_only_the_servers_own_count_judges_an_output_short() -> None:
+    """A short output is judged on the server's token count (usage) or the simulator's: a
+    count of chunks undercounts, and a local tokenizer re-counting the text can merge tokens
+    across the stream's pieces, so neither may call an output short (with --ignore-eos that
+    would warn that the server ignores it)."""
+    base = rec(0, 0, 10, [5] * 10)  # 11 chunks
+    asked = {"planned_output_len": 12, "output_tokens": 11}
+    usage = base.model_copy(update={**asked, "tokens_source": "usage"})
+    counted = base.model_copy(update={**asked, "id": 1, "tokens_source": "tokenizer"})
+    chunks = base.model_copy(update={**asked, "id": 2, "tokens_source": "chunks"})
+    s = summarize([usage, counted, chunks])
+    assert s.short_outputs == 1 and s.short_output_tokens == 1

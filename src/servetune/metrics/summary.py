@@ -87,9 +87,10 @@ def meets_slo(r: RequestRecord, slo: Slo) -> bool:
 
 def _short(r: RequestRecord) -> int:
     """Tokens a successful output is missing against its max_tokens (0 if none, or unknown:
-    a count from chunks, which may carry several tokens each, cannot tell)."""
+    only the server's own count — usage, or the simulator's — can tell; chunks may carry
+    several tokens each, and a local tokenizer re-counting the text may merge tokens)."""
     want, got = r.planned_output_len, r.output_tokens
-    if want is None or got is None or r.tokens_source == "chunks":
+    if want is None or got is None or r.tokens_source not in ("usage", "sim"):
         return 0
     return max(0, want - got)
 
