@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.diagnose.dx_scenarios import SCENARIOS, run_scenario
@@ -122,3 +123,31 @@ def test_a_tail_nothing_explains_is_a_warning() -> None:
     assert top.rule == "latency_tail" and top.kind == "warning"
     assert "20.0× its median" in top.title and "does not show" in top.title
     assert all(f.rule != "healthy" for f in findings)
+
+
+def test_tokens_that_arrive_in_bunches_are_named_not_called_healthy(
+    scripted: Callable[..., Any], tmp_path: Path
+) -> None:
+    """A server that writes two tokens at once (a stream interval of 2): half the chunk gaps
+    are 0, so the P50 ITL is 0 and the ITL tail's ratio to it unbounded. The diagnosis names
+    the bunching instead of skipping the ratio and calling the run plainly healthy."""
+    from servetune.loadgen.bench import bench
+    from servetune.results.schema import BenchConfig
+
+    srv = scripted({"ttft_ms": 5, "tpot_ms": 8, "events_per_write": 2})
+    cfg = BenchConfig(
+        base_url=srv.base_url,
+        random_input_len=16,
+        random_output_len=16,
+        num_prompts=20,
+        request_rate=20.0,
+        seed=1,
+    )
+    run = bench(cfg, tmp_path, progress=False, scrape_metrics=False)
+    assert run.summary.itl.p50 == 0 and (run.summary.itl.p99 or 0) > 0
+    diag = diagnose_path(tmp_path)
+    assert diag.figures["itl_zero_share"] >= 0.5
+    named = diag.finding("latency_tail")
+    assert named is not None and "arrive in bunches" in named.title, diag.headline
+    if diag.healthy:
+        assert named.title in diag.headline

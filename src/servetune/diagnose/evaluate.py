@@ -248,7 +248,7 @@ def tail_finding(fig: Figures, found: dict[str, Finding]) -> Finding | None:
     }
     over = {k: v for k, v in ratios.items() if v[0] is not None and v[0] >= TAIL_RATIO}
     if not over:
-        return None
+        return bunched_finding(fig)
     if any(found.get(r) is not None and found[r].kind == "bottleneck" for r in TAIL_EXPLAINED_BY):
         return None
     if any(found.get(r) is not None and found[r].kind == "warning" for r in TAIL_EXPLAINED_BY):
@@ -313,6 +313,33 @@ def tail_finding(fig: Figures, found: dict[str, Finding]) -> Finding | None:
         priority=45,
         evidence=evidence,
         figures={k: fig.values[k] for k in ("tpot_tail_ratio", "itl_tail_ratio") if fig.has(k)},
+    )
+
+
+def bunched_finding(fig: Figures) -> Finding | None:
+    """A median ITL of 0 — most chunk gaps are 0: chunks arrived together, several in one
+    read — makes the ITL tail's ratio to its median unbounded; it is named, not skipped: the
+    tokens come in bunches (the server writes several at once, or they queued before the
+    client read them), so ITL shows the bunches' cadence and TPOT is the per-token pace."""
+    p50, p99, share = fig.get("itl_p50_ms"), fig.get("itl_p99_ms"), fig.get("itl_zero_share")
+    if p50 is None or p50 > 0 or not p99 or share is None:
+        return None
+    tpot = render("P99 TPOT {tpot_p99_ms:ms} = {tpot_tail_ratio:x} its median", fig)
+    return Finding(
+        rule="latency_tail",
+        kind="advisory",
+        title=f"P50 ITL 0, P99 ITL {fmt_ms(p99)}: {share:.0%} of the chunk gaps are 0 — tokens "
+        "arrive in bunches, so ITL shows the bunches' cadence and TPOT the per-token pace",
+        seed="(measurement validity) a tail is a finding: P99 TPOT or ITL ≥ 5× its median",
+        confidence="medium",
+        priority=40,
+        evidence=[
+            f"{share:.0%} of the gaps between content chunks are 0: the chunks arrived together "
+            "(the server writes several tokens at once — a stream interval above 1 — or they "
+            "queued before the client read them)",
+            *([tpot] if tpot else []),
+        ],
+        figures={k: fig.values[k] for k in ("itl_zero_share", "tpot_tail_ratio") if fig.has(k)},
     )
 
 

@@ -61,6 +61,9 @@ FIGURES: dict[str, FigureDef] = {
     "stall_prompt_max": FigureDef("longest prompt prefilled during a stall", "tokens"),
     "tpot_tail_ratio": FigureDef("P99 TPOT / P50 TPOT", "ratio"),
     "itl_tail_ratio": FigureDef("P99 ITL / P50 ITL", "ratio"),
+    "itl_zero_share": FigureDef(
+        "share of the chunk gaps that are 0 (chunks that arrived together, in one read)", "pct"
+    ),
     "slow_gaps": FigureDef("token gaps ≥ 5× the P50 ITL (merged over streams)", "count"),
     "slow_gaps_at_prefill_share": FigureDef(
         "share of the slow token gaps in which another request was prefilled", "pct"

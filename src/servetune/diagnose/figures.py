@@ -164,6 +164,10 @@ def _records(
             p50 = fig.get("ttft_p50_ms")
             if p50:
                 fig.put("ttft_short_spike_ratio", short_p99 / p50)
+        gaps = [np.diff(np.asarray(r.chunk_ns, dtype=np.int64)) for r in ok if len(r.chunk_ns) > 1]
+        if gaps:
+            pooled = np.concatenate(gaps)
+            fig.put("itl_zero_share", float(np.count_nonzero(pooled == 0)) / pooled.size)
         _stalls(fig, records)
     sends = np.sort(np.array([r.send_ns for r in records], dtype=float) / 1e9)
     ends = np.sort(np.array([r.end_ns for r in records], dtype=float) / 1e9)

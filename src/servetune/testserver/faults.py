@@ -69,6 +69,7 @@ def alters_streams(s: Script) -> bool:
             s.abort_every,
             s.close_framing,
             s.gzip,
+            s.events_per_write > 1,
         )
     )
 

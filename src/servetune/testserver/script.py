@@ -62,6 +62,9 @@ class Script(BaseModel):
     """Compress streamed bodies (``Content-Encoding: gzip``) whenever the request allows it: an
     ``Accept-Encoding`` that lists gzip, or none at all (RFC 9110: then any coding will do), as
     a compressing proxy in front of a server does."""
+    events_per_write: int = 1
+    """Write this many content events at once (the later ones held back until the last is
+    due), as a server with a stream interval above 1 does: the chunks arrive together."""
     abort_every: int = 0
     """Every Nth request stops at half its max_tokens with finish_reason ``abort_reason``, then
     usage and ``[DONE]``: a well-formed stream of a request the engine gave up on."""

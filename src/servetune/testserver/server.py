@@ -181,6 +181,7 @@ class ScriptedServer:
         loop = asyncio.get_running_loop()
         start = loop.time() - (time.perf_counter() - arrival)
         stamps: list[int] | None = [] if s.record_writes else None
+        held = b""
         try:
             for i, ev in enumerate(shape.events):
                 due = start + (s.ttft_ms + i * s.tokens_per_chunk * s.tpot_ms) / 1000
@@ -194,7 +195,11 @@ class ScriptedServer:
                     ev = self.role_event() + ev
                 if stamps is not None:  # before the write: the bytes cannot be older
                     stamps.append(time.perf_counter_ns())
-                ex.send(ev)
+                if (i + 1) % s.events_per_write and i + 1 < len(shape.events):
+                    held += ev  # goes out with the next events, in one write
+                    continue
+                ex.send(held + ev)
+                held = b""
             if shape.ending == "reset":
                 ex.abort()
             else:
