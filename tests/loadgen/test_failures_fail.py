@@ -57,6 +57,7 @@ def run(srv: Any, tmp_path: Path, transport: str, **kw: Any) -> Any:
         ({"malformed_every": 1, "malformed_kind": "non_object"}, "malformed_event"),
         ({"malformed_every": 1, "malformed_kind": "bad_choices"}, "malformed_event"),
         ({"malformed_every": 1, "malformed_kind": "not_sse"}, "malformed_event"),
+        ({"redirect_to": "/v1/completions?moved=1"}, "protocol_error"),
         ({"abort_every": 1}, "server_error"),
         ({"abort_every": 1, "abort_reason": "error"}, "server_error"),
     ],

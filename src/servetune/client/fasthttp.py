@@ -14,8 +14,8 @@ mid-stream"``, ``"server disconnected"``, ``"malformed ..."``, ``"cannot connect
 
 It speaks exactly what OpenAI-compatible servers answer: a status line, headers, and a body
 framed by ``Content-Length``, ``Transfer-Encoding: chunked`` or connection close. TLS is
-supported through ``ssl`` (``Pool(..., ssl_context=...)`` for a private CA). Everything else
-(proxies, redirects) is aiohttp's job; neither asks for a compressed body.
+supported through ``ssl`` (``Pool(..., ssl_context=...)`` for a private CA). It follows no
+redirect, uses no proxy and asks for no compressed body (nor does the aiohttp transport).
 
 Arrival stamps: on plain-HTTP Linux connections the reads carry the kernel's arrival time
 (:mod:`servetune.client.stamped`); elsewhere (TLS, other platforms) they are stamped when the

@@ -2,8 +2,9 @@
 
 ``fast`` (default): :mod:`servetune.client.fasthttp`, lean HTTP/1.1 on asyncio Protocols,
 arrivals stamped by the kernel where it can.
-``aiohttp``: the general-purpose client (proxies, anything unusual); arrivals
-stamped when its reader wakes up.
+``aiohttp``: the general-purpose client, a cross-check of ``fast``; arrivals stamped when its
+reader wakes up. Neither uses an HTTP proxy (the environment's is not read) nor follows a
+redirect.
 Both stream the 2xx body to a sink as ``(bytes, arrival_ns)`` and return the status and,
 for errors, the first bytes of the body.
 """
@@ -90,12 +91,14 @@ class AiohttpTransport:
         url: str = prepared[0]
         body: bytes = prepared[1]
         clock = time.perf_counter_ns
+        # A redirect is not followed (a failed request, protocol_error, as the fast client
+        # says it): following it would hide a wrong --base-url and add its round trip to TTFT.
         try:
-            resp = await self.session.post(url, data=body)
+            resp = await self.session.post(url, data=body, allow_redirects=False)
         except aiohttp.ServerDisconnectedError:
             # A kept-alive connection closed by the server as we reused it: the request was
             # never seen (no response byte), so it goes once more on a fresh connection.
-            resp = await self.session.post(url, data=body)
+            resp = await self.session.post(url, data=body, allow_redirects=False)
         async with resp:
             if resp.status >= 300:
                 return resp.status, await resp.content.read(4096)

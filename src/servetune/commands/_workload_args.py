@@ -263,7 +263,9 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
         "--http-client",
         choices=["fast", "aiohttp"],
         default="fast",
-        help="transport: fast (lean HTTP/1.1, the default) or aiohttp (proxies and the like)",
+        help="transport: fast (lean HTTP/1.1, kernel arrival stamps; the default) or aiohttp "
+        "(the general-purpose client, stamps taken when its reader wakes: a cross-check); "
+        "neither uses an HTTP proxy nor follows a redirect",
     )
     g.add_argument(
         "--goodput",

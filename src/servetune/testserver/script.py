@@ -62,6 +62,9 @@ class Script(BaseModel):
     """Compress streamed bodies (``Content-Encoding: gzip``) whenever the request allows it: an
     ``Accept-Encoding`` that lists gzip, or none at all (RFC 9110: then any coding will do), as
     a compressing proxy in front of a server does."""
+    redirect_to: str | None = None
+    """Answer every generation request ``307 Temporary Redirect`` to this location (a request
+    target, e.g. ``/v1/completions?moved=1``), which is then served as usual."""
     events_per_write: int = 1
     """Write this many content events at once (the later ones held back until the last is
     due), as a server with a stream interval above 1 does: the chunks arrive together."""

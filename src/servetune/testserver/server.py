@@ -113,6 +113,9 @@ class ScriptedServer:
         if req.get("model") != s.model:
             ex.error(404, f"The model `{req.get('model')}` does not exist.")
             return
+        if s.redirect_to is not None and ex.target != s.redirect_to.encode():
+            ex.respond(307, b"", None, [(b"Location", s.redirect_to.encode())])
+            return
         refused = faults.refusal(s, nth)
         if refused is not None:
             status, headers, body = refused
