@@ -262,6 +262,28 @@ def test_a_client_that_fell_behind_is_named_first(
     assert diagnose_path(scenario_dir("kv_pool_full")).finding("client_behind") is None
 
 
+def test_a_client_behind_is_shown_by_what_it_sent_not_by_what_succeeded(
+    scenario_dir: ScenarioDir, tmp_path: Path
+) -> None:
+    """The evidence that the client fell behind is its own: the rate it planned and the rate
+    it sent. The server's success throughput is lower for other reasons too (failures, the
+    window), so "offered 5, served 4.09" read as the client's lateness when a third of the
+    requests had failed."""
+    d = _copy(scenario_dir, "kv_pool_full", tmp_path)
+
+    def behind(data: dict[str, Any]) -> None:
+        data["client_health"]["behind"] = True
+        data["client_health"]["send_lag"]["p99"] = 48.0
+        data["client_health"]["planned_rate"] = 31.5
+        data["client_health"]["achieved_rate"] = 27.25
+
+    _edit_run(d, behind)
+    top = diagnose_path(d).findings[0]
+    assert top.rule == "client_behind"
+    assert any("planned 31.5 req/s, sent 27.2" in e for e in top.evidence), top.evidence
+    assert not any("served" in e for e in top.evidence), top.evidence
+
+
 def _with_errors(errors: dict[str, int], failed: int) -> Callable[[dict[str, Any]], None]:
     def fn(data: dict[str, Any]) -> None:
         data["summary"]["errors"] = errors

@@ -80,6 +80,8 @@ FIGURES: dict[str, FigureDef] = {
     "prefix_hit_rate_ceiling": FigureDef("highest hit rate the workload allows", "pct"),
     "prefix_cache_excess": FigureDef("hit rate above what the workload allows", "pct"),
     "send_lag_p99_ms": FigureDef("P99 client send lag", "ms"),
+    "client_planned_rate": FigureDef("rate of the client's plan (its send times)", "req/s"),
+    "client_achieved_rate": FigureDef("rate the client really sent at", "req/s"),
     "sending_s": FigureDef("sending period", "s"),
     "inflight_mean": FigureDef("mean requests in flight while sending", "count"),
     "inflight_growth_per_s": FigureDef("growth of requests in flight while sending", "per_s"),

@@ -82,6 +82,8 @@ def _client(fig: Figures, run: RunResult) -> None:
         fig.put("prefix_hit_rate_ceiling", cache.ceiling)
         fig.put("prefix_cache_excess", cache.measured - cache.ceiling)
     fig.put("send_lag_p99_ms", run.client_health.send_lag.p99)
+    fig.put("client_planned_rate", run.client_health.planned_rate)
+    fig.put("client_achieved_rate", run.client_health.achieved_rate)
     if s.completed == 0:
         for name in ("request_throughput", "ttft_p50_ms", "ttft_p99_ms", "tpot_p99_ms"):
             fig.miss(name, no_req)

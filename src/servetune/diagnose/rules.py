@@ -143,7 +143,7 @@ RULES: tuple[Rule, ...] = (
         when=(Cond("client_behind", "==", 1, "the client reports it fell behind"),),
         evidence=(
             "client send lag P99 {send_lag_p99_ms:ms}",
-            "offered {offered_rate:rate}, served {request_throughput:rate}",
+            "planned {client_planned_rate:rate}, sent {client_achieved_rate:rate}",
         ),
         actions=("fix_client",),
     ),
