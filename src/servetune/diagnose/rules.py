@@ -138,8 +138,9 @@ RULES: tuple[Rule, ...] = (
         priority=120,
         seed="(measurement validity) a client that cannot hold its rate hides the server's "
         "behaviour",
-        verdict="The load generator fell behind its schedule: the server saw less load than "
-        "planned, so every verdict below is about a lighter load",
+        verdict="The load generator fell behind its schedule (requests left late, or fewer "
+        "than planned): the server did not see the planned load, so every verdict below is "
+        "about the load it saw",
         when=(Cond("client_behind", "==", 1, "the client reports it fell behind"),),
         evidence=(
             "client send lag P99 {send_lag_p99_ms:ms}",
