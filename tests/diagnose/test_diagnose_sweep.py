@@ -83,6 +83,26 @@ def test_levels_past_the_knee_are_named_with_the_growing_queue(seed_sweep: Diagn
     assert all(f.scope == "level" for lv in diag.levels for f in lv.findings)
 
 
+def test_a_saturated_level_is_limited_at_the_curves_knee_not_at_its_own_guess(
+    seed_sweep: Diagnosis,
+) -> None:
+    """One run alone can only guess a limit (75% of what it completed); within a sweep the
+    knee is known, and a level past it that saturated advises the knee's limit — not a third
+    figure beside the knee's and the other levels' (7.19 and 7.59 beside a knee of 7.70)."""
+    knee = seed_sweep.finding("past_knee")
+    assert knee is not None
+    limit = knee.actions[0]
+    for lv in seed_sweep.levels:
+        if not lv.past_knee:
+            continue
+        for f in lv.findings:
+            ids = [a.id for a in f.actions]
+            assert "rate_limit" not in ids, (lv.label, f.title, ids)
+            if "rate_limit_at_knee" in ids:
+                assert f.actions[ids.index("rate_limit_at_knee")].title == limit.title
+        assert "75% of what the saturated" not in lv.headline, lv.headline
+
+
 def test_the_curve_says_what_limits_capacity_in_cost_order(seed_sweep: Diagnosis) -> None:
     limit = seed_sweep.finding("capacity_limit")
     assert limit is not None

@@ -344,6 +344,7 @@ def _agree_with_the_curve(
         if here is not None and at_knee
         else ""
     )
+    findings, headline = _limit_at_the_knee(knee, row.mode, findings, headline)
     dropped = [f.rule for f in findings if f.rule in CONTRADICT_PAST_KNEE]
     kept = [f for f in findings if f.rule not in CONTRADICT_PAST_KNEE]
     if not dropped:
@@ -375,6 +376,25 @@ def _agree_with_the_curve(
         else ""
     )
     return kept, new_headline
+
+
+def _limit_at_the_knee(
+    knee: Knee, mode: str, findings: list[Finding], headline: str
+) -> tuple[list[Finding], str]:
+    """A level that saturated guesses a rate limit from itself alone (75% of what it
+    completed); on a curve the knee is known, and the limit is the knee's — one figure in
+    the whole diagnosis."""
+    at_knee = _knee_action(knee, mode)
+    out: list[Finding] = []
+    for f in findings:
+        guessed = [a for a in f.actions if a.id == "rate_limit"]
+        if not guessed:
+            out.append(f)
+            continue
+        actions = [at_knee if a.id == "rate_limit" else a for a in f.actions]
+        out.append(f.model_copy(update={"actions": actions}))
+        headline = headline.replace(guessed[0].title, at_knee.title)
+    return out, headline
 
 
 def _headline(findings: list[Finding], knee: Knee | None) -> str:
