@@ -127,6 +127,27 @@ def test_partial_level_is_rerun_from_scratch(tmp_path: Path) -> None:
     assert not (level / "stray.tmp").exists()
 
 
+def test_a_level_cut_short_is_rerun_with_other_prompts(tmp_path: Path) -> None:
+    """A level cut short had sent some of its prompts, which the server's prefix cache may
+    still hold (seen: 78% of a resumed level's prompt tokens answered from the cache). Its
+    re-run draws other prompts — a seed derived from the level's, recorded — and a later
+    resume reuses that finished re-run."""
+    cfg = config(bench=BenchConfig(num_prompts=120, seed=11))
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(cfg, tmp_path, Recorder(interrupt_at="rate-16"), echo=quiet)
+    first = read_run_result(tmp_path / "levels" / "rate-16").config.seed
+    assert first == derive_seed(11, "rate-16")
+    run_sweep(cfg, tmp_path, Recorder(), resume=True, echo=quiet)
+    again = read_run_result(tmp_path / "levels" / "rate-16").config.seed
+    assert again != first
+    assert read_run_result(tmp_path / "levels" / "rate-32").config.seed == derive_seed(
+        11, "rate-32"
+    )  # a level run for the first time keeps its own seed
+    rec = Recorder()
+    run_sweep(cfg, tmp_path, rec, resume=True, echo=quiet)
+    assert rec.ran == []  # the re-run is a finished level like any other
+
+
 def test_ctrl_c_marks_the_sweep_interrupted(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         run_sweep(config(), tmp_path, Recorder(ctrl_c_at="rate-16"), echo=quiet)

@@ -37,6 +37,7 @@ from servetune.sweep.levels import (
     plan_levels,
     probe_level,
 )
+from servetune.workload.seeds import attempt_of, attempt_seed
 
 LevelRunner = Callable[[BenchConfig, Path], RunResult]
 LEVELS_DIR = "levels"
@@ -205,9 +206,23 @@ class SweepRunner:
             done = read_run_result(d)
         except ResultError:
             return None
-        if done.status != "complete" or not same_level_config(done.config, cfg):
+        if done.status != "complete" or attempt_of(cfg.seed, done.config.seed) is None:
+            return None  # (a re-run after a cut has a seed of its own, derived from the level's)
+        if not same_level_config(done.config, cfg.model_copy(update={"seed": done.config.seed})):
             return None
         return done
+
+    def _next_attempt(self, d: Path, level_seed: int) -> int:
+        """The attempt a level's run is: 0 on a clean directory; after a run cut short in
+        ``d`` (whose prompts the server may still cache), the one after it."""
+        if not d.exists():
+            return 0
+        try:
+            seed = read_run_result(d).config.seed
+        except ResultError:
+            return 1  # cut before its run.json: it sent the level's own prompts, if any
+        k = attempt_of(level_seed, seed)
+        return 1 if k is None else k + 1
 
     def _ensure_server(self, log_path: Path) -> None:
         if self.server is not None and not self._server_up:
@@ -236,6 +251,9 @@ class SweepRunner:
             self.reused.append(level.label)
             self.echo(level_line(row, index, total, "done before: reused"))
         else:
+            attempt = self._next_attempt(d, cfg.seed)
+            if attempt:
+                cfg = cfg.model_copy(update={"seed": attempt_seed(cfg.seed, attempt)})
             if d.exists():
                 # A level cut short by a kill: its partial files must not mix with a new run.
                 shutil.rmtree(d)

@@ -9,7 +9,8 @@ measures that cache, not the server. So
   with ``--seed`` to repeat the very same prompts and arrivals);
 - a sweep draws (or takes) one seed and gives every level and every repeat its own,
   :func:`derive_seed` of the sweep's seed and the level's label: reproducible, recorded in
-  each level's ``run.json``, and distinct prompts at every level.
+  each level's ``run.json``, and distinct prompts at every level; a level re-run after it
+  was cut short (``--resume``) draws yet other prompts (:func:`attempt_seed`).
 """
 
 from __future__ import annotations
@@ -32,3 +33,22 @@ def derive_seed(base: int, *parts: str | int) -> int:
     text = "\x1f".join(str(p) for p in (base, *parts)).encode()
     digest = hashlib.blake2b(text, digest_size=8).digest()
     return int.from_bytes(digest, "big") >> (64 - SEED_BITS)
+
+
+MAX_ATTEMPTS = 64
+"""How many re-runs of one sweep level :func:`attempt_of` recognises."""
+
+
+def attempt_seed(level_seed: int, attempt: int) -> int:
+    """The seed of a level's ``attempt``-th run (0: the level's own seed). A level cut short
+    (a kill, Ctrl-C, a failure) had sent some of its prompts, which a server's prefix cache may
+    still hold: its re-run on ``--resume`` draws other prompts."""
+    return level_seed if attempt == 0 else derive_seed(level_seed, "attempt", attempt)
+
+
+def attempt_of(level_seed: int, seed: int) -> int | None:
+    """Which attempt of the level ``seed`` is the seed of, or None if it is none of them."""
+    for k in range(MAX_ATTEMPTS + 1):
+        if attempt_seed(level_seed, k) == seed:
+            return k
+    return None
