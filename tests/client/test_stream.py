@@ -215,3 +215,12 @@ def test_a_2xx_body_that_is_one_error_object_is_that_error(body: bytes, cls: str
     st.close(2)
     got, msg = st.verdict()
     assert got == cls and msg is not None and msg.startswith("error body: "), (got, msg)
+
+
+def test_an_error_event_with_plain_text_data_is_the_error() -> None:
+    """``event: error`` names the event an error whatever its data: plain text is the
+    message, not a malformed event."""
+    st = StreamState(chat=False)
+    st.feed(ev(GOOD) + b"event: error\ndata: upstream timed out\n\n", 1)
+    st.close(2)
+    assert st.verdict() == ("server_error", "server error mid-stream: upstream timed out")

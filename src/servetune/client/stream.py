@@ -174,6 +174,11 @@ class StreamState:
         try:
             obj = orjson.loads(payload)
         except orjson.JSONDecodeError:
+            if name == b"error":  # an error event whose data is plain text: still the error
+                if self.error is None:
+                    text = payload.decode("utf-8", "replace").strip()[:300]
+                    self.error = "server error mid-stream: " + (text or "event: error")
+                return
             if at_end:
                 self.cut_event = True  # cut mid-event by the end of the body
             else:
