@@ -192,11 +192,12 @@ def test_a_server_that_compresses_when_allowed_is_asked_for_plain_bytes(
     assert r.summary.completed == 20 and r.summary.total_output_tokens == 20 * 12
 
 
-def _word_tokenizer(d: Path) -> Path:
-    """One token per whitespace-separated word, as the scripted server counts them."""
+def _word_tokenizer(d: Path, filler: int = 0) -> Path:
+    """One token per whitespace-separated word, as the scripted server counts them;
+    ``filler`` more words make the vocabulary (and its loading time) as large as a real one."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    words = [f"w{i}" for i in range(64)] + [f"x{i}" for i in range(64)]
+    words = [f"w{i}" for i in range(64)] + [f"x{i}" for i in range(64 + filler)]
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, "[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     d.mkdir()
@@ -221,3 +222,30 @@ def test_a_server_without_usage_is_counted_by_the_tokenizer_or_said(
     assert r.status == "complete" and r.summary.tokens_source == {"tokenizer": 20}
     assert r.summary.total_output_tokens == 20 * 12
     assert not any("carried no usage" in w for w in r.warnings), r.warnings
+
+
+def test_the_tokenizer_is_loaded_before_the_start_clock(
+    scripted: Factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading a tokenizer takes a while (a 150k vocabulary: ~1 s here; this one's 40k a
+    fraction of it, beyond the start clock's margin): loaded after the start clock is set, it
+    would make the first sends late, as if the client fell behind."""
+    import time
+
+    from servetune.loadgen import runner
+
+    loaded: list[int] = []
+    real = runner.HFTokenizer
+
+    class Timed(real):  # type: ignore[misc,valid-type]
+        def __init__(self, path: str) -> None:
+            super().__init__(path)
+            loaded.append(time.perf_counter_ns())
+
+    monkeypatch.setattr(runner, "HFTokenizer", Timed)
+    srv = scripted({"tpot_ms": 1, "send_usage": False})
+    tok = _word_tokenizer(tmp_path / "tok", filler=40_000)
+    r = run(srv, tmp_path / "run", "fast", tokenizer=str(tok), workers=1)
+    assert r.summary.tokens_source == {"tokenizer": 20}
+    assert loaded and r.environment.clock_t0_ns is not None
+    assert max(loaded) < r.environment.clock_t0_ns, (loaded, r.environment.clock_t0_ns)

@@ -67,13 +67,14 @@ async def _drive(
     t0_ns: int,
     stop: asyncio.Event,
     report: Callable[[Snapshot], None] | None,
+    counter: HFTokenizer | None = None,
 ) -> tuple[bool, Snapshot]:
-    """Run one driver until its plan is done or ``stop`` is set; returns (interrupted, final)."""
+    """Run one driver until its plan is done or ``stop`` is set; returns (interrupted, final).
+    ``counter``: :func:`load_counter`'s, loaded before t0 (loading takes a while)."""
     cpu0 = time.process_time()
     transport = make_transport(setup.http_client, setup.base_url, setup.api_key)
     sink = RecordSink(setup.requests_path)
     sink.start()
-    counter = HFTokenizer(setup.tokenizer) if setup.tokenizer else None
     client = OpenAIClient(
         transport, setup.endpoint, t0_ns, setup.timeout_s, tokenizer=counter, worker=index
     )
@@ -122,6 +123,12 @@ async def _drive(
     return interrupted, final
 
 
+def load_counter(setup: LoopSetup) -> HFTokenizer | None:
+    """The local tokenizer that counts a response without usage, loaded before the start
+    clock is set: loading a large vocabulary takes long enough to make the first sends late."""
+    return HFTokenizer(setup.tokenizer) if setup.tokenizer else None
+
+
 def _freeze_heap() -> None:
     """Take everything built so far (the plan, request bodies, imports), which lives for the
     whole run, out of the collector's view: no full collection then stalls the loop mid-run
@@ -151,6 +158,7 @@ async def _worker_async(
     index: int, setup: LoopSetup, items: list[PlannedRequest], conn: Connection
 ) -> None:
     loop = asyncio.get_running_loop()
+    counter = load_counter(setup)
     _freeze_heap()
     conn.send(("ready", index))
     msg = await loop.run_in_executor(None, conn.recv)
@@ -170,7 +178,7 @@ async def _worker_async(
 
     loop.add_reader(conn.fileno(), on_message)
     interrupted, final = await _drive(
-        index, setup, items, t0_ns, stop, lambda s: conn.send(("stats", s))
+        index, setup, items, t0_ns, stop, lambda s: conn.send(("stats", s)), counter
     )
     with contextlib.suppress(Exception):
         loop.remove_reader(conn.fileno())
@@ -221,6 +229,7 @@ async def _run_inline(
     stop: asyncio.Event,
     on_start: Callable[[int], Awaitable[None]] | None,
 ) -> LoadOutcome:
+    counter = load_counter(setup)
     _freeze_heap()
     t0 = time.perf_counter_ns() + _START_MARGIN_NS // 3
     if on_start is not None:
@@ -233,7 +242,7 @@ async def _run_inline(
 
     cpu0 = time.process_time()
     with progress:
-        interrupted, final = await _drive(0, setup, items, t0, stop, report)
+        interrupted, final = await _drive(0, setup, items, t0, stop, report, counter)
         progress.update([final], final=True)
     cpu = time.process_time() - cpu0
     return LoadOutcome(t0_ns=t0, interrupted=interrupted, snapshots=[final], cpu_s=cpu)
