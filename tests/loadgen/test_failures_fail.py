@@ -224,6 +224,20 @@ def test_a_server_without_usage_is_counted_by_the_tokenizer_or_said(
     assert not any("carried no usage" in w for w in r.warnings), r.warnings
 
 
+@pytest.mark.parametrize("transport", CLIENTS)
+def test_a_usage_of_zero_tokens_beside_generated_text_is_not_believed(
+    scripted: Factory, tmp_path: Path, transport: str
+) -> None:
+    """A proxy that fills usage with zeros: 12 tokens streamed, usage says 0. Believed, the
+    run had no output tokens, no TPOT, and (with --ignore-eos) every output "short". Like
+    vLLM's bench (``if not output_len:``), the tokens are counted otherwise."""
+    srv = scripted({"tpot_ms": 1, "zero_usage": True})
+    r = run(srv, tmp_path, transport, ignore_eos=True)
+    assert r.status == "complete" and r.summary.tokens_source == {"chunks": 20}
+    assert r.summary.total_output_tokens == 20 * 12 and r.summary.tpot.count == 20
+    assert r.summary.short_outputs == 0
+
+
 def test_the_tokenizer_is_loaded_before_the_start_clock(
     scripted: Factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

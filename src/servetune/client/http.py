@@ -195,7 +195,9 @@ class OpenAIClient:
         t0 = self.t0_ns
         chunks = [c - t0 for c in st.chunk_ns]
         out_tokens, source = st.completion_tokens, "usage"
-        if out_tokens is None and chunks:
+        # No usage, or a usage of 0 tokens beside generated text (some proxies fill usage with
+        # zeros): count otherwise, as vLLM's bench does (`if not output_len:` → tokenize).
+        if chunks and (out_tokens is None or (out_tokens == 0 and st.texts)):
             if self.tokenizer is not None and self.tokenizer.exact:
                 out_tokens, source = self.tokenizer.count(st.generated_text()), "tokenizer"
             else:

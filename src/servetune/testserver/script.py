@@ -24,6 +24,8 @@ class Script(BaseModel):
     tokens_per_chunk: int = 1
     max_model_len: int = 32768
     send_usage: bool = True
+    zero_usage: bool = False
+    """The usage chunk reports 0 tokens (as proxies that fill it with zeros do)."""
     usage_in_last_chunk: bool = False
     """llama.cpp style: usage on the last content chunk instead of a separate chunk."""
     send_done: bool = True

@@ -276,9 +276,9 @@ class ScriptedServer:
                     "model": s.model,
                     "choices": [],
                     "usage": {
-                        "prompt_tokens": prompt_tokens,
-                        "completion_tokens": n,
-                        "total_tokens": prompt_tokens + n,
+                        "prompt_tokens": 0 if s.zero_usage else prompt_tokens,
+                        "completion_tokens": 0 if s.zero_usage else n,
+                        "total_tokens": 0 if s.zero_usage else prompt_tokens + n,
                     },
                 }
             )
