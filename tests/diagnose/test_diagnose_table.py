@@ -165,6 +165,25 @@ def test_a_rule_with_a_known_false_condition_says_nothing() -> None:
     assert evaluate_rule(rule, fig) is None
 
 
+def test_a_cannot_tell_asserts_nothing_it_could_not_see() -> None:
+    """The cap is known (the engine's configuration) but too few samples show whether the
+    batch sat at it: "cannot tell" must not read "Running requests sit at their cap (256)
+    while others wait" — a run whose mean running was 3. Once those conditions are seen to
+    hold and only the GPU's side is unknown, it says what held."""
+    rule = next(r for r in RULES if r.id == "batch_capped")
+    few = "only 5 server samples in the measured window"
+    fig = Figures(values={"running_cap": 256.0, "kv_p95": 0.01})
+    for name in ("running_at_cap_share", "waiting_share"):
+        fig.missing[name] = few
+    f = evaluate_rule(rule, fig)
+    assert f is not None and f.kind == "cannot_tell"
+    assert "sit at their cap" not in f.title and few in f.title, f.title
+    fig = Figures(values={"running_cap": 256.0, "running_at_cap_share": 0.9, "waiting_share": 0.8})
+    f = evaluate_rule(rule, fig)
+    assert f is not None and f.kind == "cannot_tell"
+    assert f.title.startswith("Running requests sit at their cap (256)"), f.title
+
+
 def test_a_run_with_no_server_metrics_gets_cannot_tells_and_no_verdict() -> None:
     run = _run(
         completed=50,

@@ -107,7 +107,13 @@ def evaluate_rule(rule: Rule, fig: Figures) -> Finding | None:
     kind: FindingKind
     confidence: Confidence
     if unknown_required or need_any_unmet:
-        so_far = render(rule.cannot_tell, fig, extra) if rule.cannot_tell else None
+        # What held so far — only when it was seen to hold: with a required condition
+        # unknown, the phrase would assert what the run could not show.
+        so_far = (
+            render(rule.cannot_tell, fig, extra)
+            if rule.cannot_tell and not unknown_required
+            else None
+        )
         title = f"{so_far or rule.id.replace('_', ' ')}: cannot tell"
         title = f"{title} — {missing[0]}" if missing else title
         kind, confidence, action_ids = "cannot_tell", "low", rule.fallback_actions
