@@ -224,3 +224,14 @@ def test_an_error_event_with_plain_text_data_is_the_error() -> None:
     st.feed(ev(GOOD) + b"event: error\ndata: upstream timed out\n\n", 1)
     st.close(2)
     assert st.verdict() == ("server_error", "server error mid-stream: upstream timed out")
+
+
+@pytest.mark.parametrize(("reason", "cls"), [("length", None), ("abort", "server_error")])
+def test_a_finish_reason_object_is_read_by_its_type(reason: str, cls: str | None) -> None:
+    """SGLang's native finish reason is an object (``{"type": "length", "length": 2}``): it
+    is read by its type, a word in the record — never an error of the client's own."""
+    st = StreamState(chat=False)
+    last = {"choices": [{"index": 0, "text": "b", "finish_reason": {"type": reason}}]}
+    st.feed(ev(GOOD) + ev(last) + b"data: [DONE]\n\n", 1)
+    st.close(2)
+    assert st.verdict()[0] == cls and st.finish_reason == reason

@@ -245,11 +245,22 @@ class StreamState:
         self.chunk_ns.append(now_ns)
         if text:
             self.texts.append(text)
-        if choice.get("finish_reason"):
-            self.finish_reason = choice["finish_reason"]
+        reason = choice.get("finish_reason")
+        if reason:
+            self.finish_reason = finish_reason_word(reason)
 
     def generated_text(self) -> str:
         return "".join(t for t in self.texts if isinstance(t, str))
+
+
+def finish_reason_word(reason: Any) -> str:
+    """A finish reason as a word: OpenAI servers send a string; SGLang's native shape is an
+    object (``{"type": "length", "length": 16}``), whose type is the word."""
+    if isinstance(reason, str):
+        return reason
+    if isinstance(reason, dict) and isinstance(reason.get("type"), str):
+        return str(reason["type"])
+    return str(reason)
 
 
 def error_message(obj: Any) -> str:
