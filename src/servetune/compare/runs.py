@@ -194,8 +194,9 @@ def compare_windows(
             lo, hi = test.t - width, test.t + width
             if test.scale == "log":
                 lo, hi = va * math.expm1(lo), va * math.expm1(hi)
-            elif f.kind in ("rate", "count"):
-                # block values of a rate or a count add up to the run's
+            elif f.kind == "count":
+                # a count's block values add up to the run's; a rate's do not (the run's rate
+                # is the blocks' rates averaged over their seconds), so its T ± h stands as is
                 lo, hi = lo * test.blocks, hi * test.blocks
             # The interval holds the typical change at the same moments of both runs; it is
             # widened to take in the whole-run difference too, so that a difference is called
