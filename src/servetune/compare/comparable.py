@@ -23,6 +23,10 @@ from servetune.results.schema import BenchConfig, RunResult
 Severity = Literal["refuse", "warn", "note"]
 LENGTH_TOLERANCE = 0.02
 """Measured mean prompt / output lengths may differ by 2% (tokenizer rounding)."""
+LENGTH_SAMPLING_Z = 4.0
+"""…and by what drawing the requests alone makes of their means: a difference within this
+many standard errors (from each run's spread of lengths) is another draw of the same lengths
+(two seeds of ``--random-range-ratio 0.9`` differ by 2.4% ± 2.4%; a ShareGPT sample more)."""
 
 
 class Difference(BaseModel):
@@ -129,6 +133,23 @@ def _mean_len(run: RunResult, which: str) -> float | None:
     return None if stats.mean is None else float(stats.mean)
 
 
+def _mean_len_se(run: RunResult, which: str) -> float:
+    """Standard error of a run's mean length (0 when every request had the same length)."""
+    stats = getattr(run.summary, which)
+    if stats.std is None or not stats.count:
+        return 0.0
+    return float(stats.std) / math.sqrt(stats.count)
+
+
+def lengths_differ(la: float, lb: float, se_a: float, se_b: float) -> bool:
+    """Whether two runs' mean lengths differ beyond tokenizer rounding *and* beyond the
+    chance of drawing the requests (:data:`LENGTH_SAMPLING_Z` standard errors)."""
+    diff = abs(la - lb)
+    return diff / max(la, lb) > LENGTH_TOLERANCE and diff > LENGTH_SAMPLING_Z * math.hypot(
+        se_a, se_b
+    )
+
+
 def run_differences(a: RunResult, b: RunResult) -> list[Difference]:
     """Everything that keeps two runs from measuring the same thing (see the module doc)."""
     out = config_differences(a.config, b.config)
@@ -147,7 +168,7 @@ def run_differences(a: RunResult, b: RunResult) -> list[Difference]:
         ("output_tokens_per_request", "measured output length (mean tokens)"),
     ):
         la, lb = _mean_len(a, which), _mean_len(b, which)
-        if la and lb and abs(la - lb) / max(la, lb) > LENGTH_TOLERANCE:
+        if la and lb and lengths_differ(la, lb, _mean_len_se(a, which), _mean_len_se(b, which)):
             out.append(
                 Difference(
                     field=name,
