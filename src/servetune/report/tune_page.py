@@ -235,7 +235,10 @@ def _gain_text(result: TuneResult, best: Measured | None, base: Measured | None)
             "run-to-run spread (not shown to be real)."
         )
     else:
-        text += "Each was measured once: no spread to judge the gain against (--repeats ≥ 2)."
+        text += (
+            "One of them was measured once (--repeats < 2, or a repeat failed): no spread to "
+            "judge the gain against."
+        )
     if (
         result.spec.baseline is not None
         and result.gain_over_default is not None

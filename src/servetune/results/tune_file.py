@@ -210,6 +210,11 @@ class Repeat(BaseModel):
     def measured(self) -> list[float]:
         return [v for v in self.values if v is not None]
 
+    @property
+    def failed(self) -> bool:
+        """The engine failed in a repeat (``values`` holds None there)."""
+        return any(v is None for v in self.values)
+
 
 class OfatRow(BaseModel):
     knob: str

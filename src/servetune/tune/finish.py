@@ -190,8 +190,12 @@ def finish(
             repeat_config(spec, backend, t, out_dir / "repeats" / f"{t.number:04d}") for t in top
         ]
         scored = [(r, t) for r, t in zip(result.repeats, top, strict=True) if r.score is not None]
-        if scored:
-            best = max(scored, key=lambda rt: (rt[0].score or 0.0, not rt[0].unstable))[1]
+        # a configuration whose engine failed in a repeat (crashed, OOM under load, would not
+        # start) is not recommended, whatever its other repeats measured: the search fails a
+        # trial for the same thing (only if every repeated one failed is the best of them kept)
+        whole = [(r, t) for r, t in scored if not r.failed]
+        if whole or scored:
+            best = max(whole or scored, key=lambda rt: (rt[0].score or 0.0, not rt[0].unstable))[1]
     result.best = best
     result.best_command = command_line(spec, best.config)
     best_rep = _repeat_of(result, best)
@@ -279,6 +283,8 @@ def _verdict(
         "pareto": "output tok/s",
     }[spec.objective]
     text = f"Best: {b_val:.3g} {what}{_spread(rep)} with {config_text(result.best.config)}"
+    if rep is not None and rep.failed:
+        text += f" — it FAILED in a repeat, as did every configuration repeated ({rep.note})"
     label = spec.reference_label
     if spec.baseline is not None and result.baseline is not None:
         label += f" ({config_text(result.baseline.config)})"
@@ -294,7 +300,7 @@ def _verdict(
         elif result.gain_beyond_noise is False:
             text += ", within the run-to-run spread: not shown to be real)"
         else:
-            text += ", each measured once: no spread to judge it by)"
+            text += ", not both measured twice or more: no spread to judge it by)"
     elif baseline is not None and baseline.status != "ok":
         text += f"; {label} met the SLOs at no rate tried ({baseline.status})"
     elif baseline is None:
