@@ -264,6 +264,9 @@ class TuneResult(BaseModel):
     at least twice, so there is no spread to judge the gain against)."""
     repeats: list[Repeat] = Field(default_factory=list)
     ofat: list[OfatRow] = Field(default_factory=list)
+    ofat_rate: float | None = None
+    """The request rate of the one-knob-at-a-time table: the best's lowest SLO-max over its
+    repeats (the rate it held in every draw of the workload)."""
     pareto: list[TrialRecord] = Field(default_factory=list)
     validation: list[Validation] = Field(default_factory=list)
     verdict: str = ""

@@ -10,8 +10,8 @@ whose repeats spread more than ``unstable_spread`` of their median ((max − min
 flagged *unstable*.
 
 One knob at a time (the seed's step 4): from the winner, each searched knob one step down and
-one step up its grid, alone, measured at the winner's SLO-max rate: P50/P99 TTFT and TPOT,
-tok/s, KV-cache and GPU use, and whether the SLOs still hold.
+one step up its grid, alone, measured at the rate the winner held in every repeat: P50/P99
+TTFT and TPOT, tok/s, KV-cache and GPU use, and whether the SLOs still hold.
 """
 
 from __future__ import annotations
@@ -213,7 +213,10 @@ def finish(
             result.gain_beyond_noise = min(got_b) > max(got_d)
     if spec.objective == "slo-max" and spec.ofat and measure_more and b_val:
         echo("one knob at a time around the best configuration")
-        result.ofat = ofat(spec, backend, best, b_val, out_dir / "ofat")
+        # at the rate the best held in every repeat: its median may be one it met only with
+        # another draw of the workload, and the table would show the best itself missing
+        result.ofat_rate = min(best_rep.measured) if best_rep and best_rep.measured else b_val
+        result.ofat = ofat(spec, backend, best, result.ofat_rate, out_dir / "ofat")
     result.status = "complete"
     result.verdict = _verdict(spec, result, b_val, base_val, best_rep, base_rep, d_val)
     return result

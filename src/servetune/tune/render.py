@@ -25,7 +25,8 @@ def render_result(r: TuneResult) -> str:
                 + (f"  ({x.note})" if x.note else "")
             )
     if r.ofat:
-        out.append("one knob at a time around the best (at its SLO-max rate):")
+        at = f"{fmt.num(r.ofat_rate)} req/s, " if r.ofat_rate else ""
+        out.append(f"one knob at a time around the best (at {at}the rate it held in every repeat):")
         out.append(
             f"  {'knob':<30}{'P50 TTFT':>10}{'P99 TTFT':>10}{'P99 TPOT':>10}{'tok/s':>9}"
             f"{'KV':>6}  SLOs"
