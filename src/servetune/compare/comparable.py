@@ -187,7 +187,12 @@ def run_differences(a: RunResult, b: RunResult) -> list[Difference]:
                     a=a.status,
                     b=b.status,
                     severity="refuse",
-                    why="a run that did not finish measured only part of its load",
+                    why=(
+                        "more of its requests failed than its --max-failure-rate allows: its "
+                        "latencies describe only the requests that succeeded"
+                        if run.status == "degraded"
+                        else "a run that did not finish measured only part of its load"
+                    ),
                 )
             )
             break
