@@ -1,7 +1,8 @@
-"""A configuration whose engine fails in a repeat is not recommended: the search fails a
-trial for an engine that dies under load, and the repeats hold it to the same rule.
+"""A configuration is not recommended when its engine fails in a repeat (the search fails a
+trial for an engine that dies under load; the repeats hold it to the same rule), nor, under
+any objective, when more than 1% of its requests fail.
 
-The search runs for real on the simulated engine; the failure is the engine error a real
+The search runs for real on the simulated engine; a dying engine is the engine error a real
 engine's session raises when it exits under load, raised in the winner's repeat sessions."""
 
 from __future__ import annotations
@@ -63,3 +64,23 @@ def test_a_config_that_dies_in_a_repeat_is_not_the_best(
     died = [r for r in done.repeats if r.config == winner]
     assert died and died[0].failed and "out of memory" in died[0].note
     assert "FAILED" not in done.verdict
+
+
+def test_a_config_whose_requests_fail_scores_nothing_under_the_throughput_objective(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # prompts of 512–1536 tokens: a 1,200-token context refuses the longer ones (engine alive)
+    out = tmp_path / "t"
+    args = ["tune", "--engine", "sim", "--gpu", "A100-80GB", "--model", "Qwen/Qwen2.5-7B-Instruct"]
+    args += ["--random-input-len", "1024", "--random-range-ratio", "0.5", "--num-prompts", "300"]
+    args += ["--objective", "throughput", "--request-rate", "inf", "--max-concurrency", "32"]
+    args += ["--knob", "max_model_len=1200,4096", "--trials", "3", "--seed", "2"]
+    args += ["--result-dir", str(out)]
+    assert main(args) == 0, capsys.readouterr().out
+    result = read_tune_result(out / "tune.json")
+    short = [t for t in result.trials if t.config.get("max_model_len") == 1200]
+    assert short, [t.config for t in result.trials]
+    for t in short:
+        assert t.status == "no-rate" and not t.value, t
+        assert t.reason is not None and "requests failed" in t.reason
+    assert result.best is not None and result.best.config.get("max_model_len") != 1200

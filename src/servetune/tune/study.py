@@ -33,6 +33,7 @@ from typing import Any, Literal
 import optuna
 
 from servetune.errors import ConfigError, ServetuneError
+from servetune.metrics.slo_spec import MAX_FAILED_SHARE
 from servetune.results.tune_file import DEFAULT, TrialRecord, TuneSpec
 from servetune.tune.backends import Backend, engine_error_reason
 from servetune.tune.search import find_slo_max
@@ -365,6 +366,15 @@ class TrialRunner:
             return
         rec.throughput = p.figures.get("output_throughput")
         rec.p99_latency_ms = p.figures.get("p99_e2el_ms")
+        if p.failed_share > MAX_FAILED_SHARE:
+            # as for the SLO-max: its throughput counts only the requests that succeeded
+            rec.status, rec.value = "no-rate", 0.0
+            rec.reason = (
+                f"{p.failed_share:.0%} of the requests failed (more than "
+                f"{MAX_FAILED_SHARE:.0%}): a configuration that errors under load serves nobody"
+            )
+            rec.limiting = p.limiting
+            return
         if self.spec.objective == "goodput":
             rec.value = p.figures.get("request_goodput") or 0.0
         else:
