@@ -45,6 +45,12 @@ class Method(BaseModel):
     level: float = 0.95
     family_critical: dict[str, float] = Field(default_factory=dict)
     """Max-T critical value of each family (half-width = it × the figure's replicate RMS)."""
+    decode_s: float = 0.0
+    """The longer of the two runs' median decode (first to last token), seconds."""
+    short_blocks: bool = False
+    """Blocks shorter than 1.5× a request's decode (runs not both past capacity): neighbouring
+    blocks share their load, and the test calls a difference more often than 5% when nothing
+    changed."""
 
 
 class PairComparison(BaseModel):

@@ -33,6 +33,12 @@ from servetune.compare.windows import (
 from servetune.results.schema import Slo
 
 GROWTH_WARN = 3.0
+LIFETIMES = 1.5
+"""Blocks shorter than this many times a request's decode are not independent enough for
+the test's 5%: two seeds of one configuration came out "different" in 15–50% of pairs
+(simulated engine; Llama-3.1-8B/H100 512/256 at 15 req/s, 1,000 requests, blocks ≈ 1.0
+decode: 8 of 40; 256/1,024: 10 of 20; 60 s runs of 1,024/128 at 8 req/s: 6 of 40), against
+7 of 120 for the calibration workload at 8 req/s (blocks 1.6–2.7 decodes)."""
 QUEUEING_SOURCES = ("ttft", "e2el", "good")
 """What a request's wait in the queue is part of."""
 
@@ -170,7 +176,11 @@ def compare_windows(
         blocks=blocks,
         replicates=min(replicates, 2**blocks),
         level=level,
+        decode_s=max(wa.decode_s, wb.decode_s),
     )
+    # (past capacity in both runs the queue's own dependence is taken as it is, and the
+    # calibration holds there: 1 of 40 at three times the capacity)
+    method.short_blocks = not persistent and block * wa.width_s < LIFETIMES * method.decode_s
     half: dict[str, float] = {}
     figures: dict[str, FigureResult] = {}
     for name, keys in (("headline", headline), ("detail", {f.key for f in figs} - headline)):
@@ -215,6 +225,16 @@ def _warnings(out: PairComparison, wa: WindowedRun, wb: WindowedRun, blocks: int
     warns = [f"{d.text()}" for d in out.differences if d.severity in ("refuse", "warn")]
     if out.forced:
         warns.insert(0, "compared with --force although the runs are not comparable")
+    m = out.method
+    if m.short_blocks:
+        warns.append(
+            f"the blocks ({m.block_windows * m.window_s[0]:.1f} s) are shorter than "
+            f"{LIFETIMES:g}× a request's decode ({m.decode_s:.1f} s): neighbouring blocks share "
+            "their load, and "
+            "two seeds of one configuration come out 'different' well over 5% of the time in "
+            "such runs (15–50% measured); run longer (more --num-prompts) before acting on a "
+            "difference"
+        )
     if blocks < MIN_BLOCKS:
         warns.append(
             f"the runs hold only {blocks} independent stretches of time (blocks of "
@@ -258,4 +278,6 @@ def _verdict(out: PairComparison) -> str:
         parts.append("better " + ", ".join(better))
     if worse:
         parts.append("worse " + ", ".join(worse))
+    if out.method.short_blocks:
+        return f"B may differ from A (short run: see the warning on blocks): {'; '.join(parts)}"
     return f"B differs from A: {'; '.join(parts)}"

@@ -68,6 +68,9 @@ class WindowedRun:
     requests: int = 0
     active: np.ndarray = field(default_factory=lambda: np.zeros(0))
     """Seconds of each window that lie inside the measured window (rates divide by them)."""
+    decode_s: float = 0.0
+    """Median time a measured request spent decoding (first to last token): how long a
+    request shares the server's batch with the ones that arrive after it."""
 
     @property
     def duration_s(self) -> float:
@@ -169,6 +172,7 @@ def build_windows(
         good = np.array([1.0 if meets_slo(r, slo) else 0.0 for r in ok])
         out.sums["good"] = good @ life if len(ok) else np.zeros(n)
     out.sums["failed"] = sums([(win(r.scheduled_ns), 1.0) for r in failed])
+    out.decode_s = float(np.median(last - first)) / NS if len(ok) else 0.0
     _add_server(out, samples, start / NS, end / NS, width_ns / NS)
     return out
 
