@@ -64,6 +64,8 @@ def test_tune_beats_the_default_and_writes_everything(
     assert len(lines) == len(r["trials"])
     assert (out / "report.html").read_text().count("<svg") >= 1
     assert "command: vllm serve" in text and "one knob at a time" in text
+    # progress through the repeats and the table, one line as each is measured
+    assert "  repeated 1/" in text and "  1/" in text and " best: meets SLOs" in text
 
 
 def test_the_gain_is_over_the_users_baseline(

@@ -94,6 +94,7 @@ def ofat(
     best: TrialRecord,
     rate: float,
     out_dir: Path,
+    echo: Callable[[str], None] = lambda _m: None,
 ) -> list[OfatRow]:
     rows: list[OfatRow] = []
 
@@ -120,12 +121,16 @@ def ofat(
             row.figures = dict(p.figures)
         rows.append(row)
 
-    measure_one(best.params, "—", "", "best")
+    todo: list[tuple[dict[str, Any], str, Any, str]] = [(best.params, "—", "", "best")]
     for d in spec.space.dims:
         for value in neighbours(spec.space, best.params, d.name):
             cur = spec.space.dim(d.name).index(best.params[d.name])
             direction = "up" if d.index(value) > cur else "down"
-            measure_one({**best.params, d.name: value}, d.name, value, direction)
+            todo.append(({**best.params, d.name: value}, d.name, value, direction))
+    for i, (params, knob, value, direction) in enumerate(todo, 1):
+        measure_one(params, knob, value, direction)
+        name = "best" if direction == "best" else f"{knob}={value}"
+        echo(f"  {i}/{len(todo)} {name}: {rows[-1].status}")
     return rows
 
 
@@ -186,9 +191,12 @@ def finish(
     best = top[0]
     if spec.objective == "slo-max" and spec.repeats > 1 and measure_more:
         echo(f"repeating the {len(top)} best configurations {spec.repeats}× (other seeds)")
-        result.repeats = [
-            repeat_config(spec, backend, t, out_dir / "repeats" / f"{t.number:04d}") for t in top
-        ]
+        result.repeats = []
+        for i, t in enumerate(top, 1):
+            rep = repeat_config(spec, backend, t, out_dir / "repeats" / f"{t.number:04d}")
+            result.repeats.append(rep)
+            vals = ", ".join("failed" if v is None else f"{v:.3g}" for v in rep.values)
+            echo(f"  repeated {i}/{len(top)}: [{vals}]  {config_text(t.config)}")
         scored = [(r, t) for r, t in zip(result.repeats, top, strict=True) if r.score is not None]
         # a configuration whose engine failed in a repeat (crashed, OOM under load, would not
         # start) is not recommended, whatever its other repeats measured: the search fails a
@@ -216,7 +224,7 @@ def finish(
         # at the rate the best held in every repeat: its median may be one it met only with
         # another draw of the workload, and the table would show the best itself missing
         result.ofat_rate = min(best_rep.measured) if best_rep and best_rep.measured else b_val
-        result.ofat = ofat(spec, backend, best, result.ofat_rate, out_dir / "ofat")
+        result.ofat = ofat(spec, backend, best, result.ofat_rate, out_dir / "ofat", echo)
     result.status = "complete"
     result.verdict = _verdict(spec, result, b_val, base_val, best_rep, base_rep, d_val)
     return result
