@@ -202,8 +202,16 @@ def finish(
         # start) is not recommended, whatever its other repeats measured: the search fails a
         # trial for the same thing (only if every repeated one failed is the best of them kept)
         whole = [(r, t) for r, t in scored if not r.failed]
+        ref = _key(baseline.params) if baseline is not None else None
+
+        def rank(rt: tuple[Repeat, TrialRecord]) -> tuple[float, bool, bool, int]:
+            # equal scores: steady first, then the reference (no change for nothing), then
+            # the shortest command (a flag that changes nothing is a flag to maintain)
+            r, t = rt
+            return (r.score or 0.0, not r.unstable, _key(t.params) == ref, -len(t.config))
+
         if whole or scored:
-            best = max(whole or scored, key=lambda rt: (rt[0].score or 0.0, not rt[0].unstable))[1]
+            best = max(whole or scored, key=rank)[1]
     result.best = best
     result.best_command = command_line(spec, best.config)
     best_rep = _repeat_of(result, best)
