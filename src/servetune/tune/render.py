@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-from servetune.results.tune_file import TuneResult, config_text
+from servetune.results.tune_file import OfatRow, TuneResult, config_text
 from servetune.sweep import fmt
+
+
+def ofat_label(o: OfatRow) -> str:
+    """A row of the one-knob table: the knob's step, with its direction on the knob's grid (a
+    switch has no up or down: it is turned on or off)."""
+    if o.direction == "best":
+        return "best"
+    if isinstance(o.value, bool):
+        return f"{o.knob}={o.value}"
+    return f"{o.knob}={o.value} ({o.direction})"
 
 
 def render_result(r: TuneResult) -> str:
@@ -27,16 +37,18 @@ def render_result(r: TuneResult) -> str:
     if r.ofat:
         at = f"{fmt.num(r.ofat_rate)} req/s, " if r.ofat_rate else ""
         out.append(f"one knob at a time around the best (at {at}the rate it held in every repeat):")
+        names = [ofat_label(o) for o in r.ofat]
+        width = max(30, *(len(n) + 2 for n in names))
         out.append(
-            f"  {'knob':<30}{'P50 TTFT':>10}{'P99 TTFT':>10}{'P99 TPOT':>10}{'tok/s':>9}"
+            f"  {'knob':<{width}}{'P50 TTFT':>10}{'P99 TTFT':>10}{'P99 TPOT':>10}{'tok/s':>9}"
             f"{'KV':>6}  SLOs"
         )
-        for o in r.ofat:
+        for o, name in zip(r.ofat, names, strict=True):
             f = o.figures
             kv = f.get("kv_cache_usage_mean")
-            name = "best" if o.direction == "best" else f"{o.knob}={o.value} ({o.direction})"
             out.append(
-                f"  {name:<30}{fmt.ms(f.get('p50_ttft_ms')):>10}{fmt.ms(f.get('p99_ttft_ms')):>10}"
+                f"  {name:<{width}}{fmt.ms(f.get('p50_ttft_ms')):>10}"
+                f"{fmt.ms(f.get('p99_ttft_ms')):>10}"
                 f"{fmt.ms(f.get('p99_tpot_ms')):>10}{fmt.num(f.get('output_throughput')):>9}"
                 f"{'–' if kv is None else f'{kv:.0%}':>6}  {o.status}"
             )
