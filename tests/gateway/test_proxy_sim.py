@@ -133,6 +133,37 @@ def test_tpm_exact_under_concurrency(engine: EmbeddedServer, tmp_path: Path) -> 
     assert all(orjson.loads(r[1])["error"]["type"] == "tokens" for r in refused)
 
 
+def test_batched_prompts_reserve_max_tokens_for_each_prompt(
+    engine: EmbeddedServer, tmp_path: Path
+) -> None:
+    """A completions request with a list of 4 prompts makes the engine generate up to 4 ×
+    max_tokens: it reserves that, so 50 at once against a quota worth 10 of them admit 10
+    (it reserved one max_tokens for the whole batch: 40 admitted, 4× the quota generated)."""
+    batch = [PROMPT] * 4
+    body = orjson.dumps({"model": MODEL, "prompt": batch})
+    worth = InputCounter().count(parse_body(body, "completions")) + 4 * 64
+
+    async def main() -> list[int]:
+        cfg = gateway_config(
+            tmp_path,
+            groups=[{"name": "g", "urls": [engine.base_url]}],
+            defaults={"tpm": 10 * worth},
+        )
+        async with running(cfg) as gw, client() as s:
+            res = await asyncio.gather(
+                *(complete(s, gw, max_tokens=64, prompt=batch) for _ in range(50))  # type: ignore[arg-type]
+            )
+            return [r[0] for r in res]
+
+    codes = asyncio.run(main())
+    assert codes.count(200) == 10 and codes.count(429) == 40, codes
+    # token ids: one list is one prompt, a list of lists one per element
+    ids = parse_body(orjson.dumps({"model": MODEL, "prompt": [1, 2, 3], "n": 2}), "completions")
+    assert ids.choices == 2
+    ids = parse_body(orjson.dumps({"model": MODEL, "prompt": [[1], [2], [3]]}), "completions")
+    assert ids.choices == 3
+
+
 def test_concurrency_cap_exact(engine: EmbeddedServer, tmp_path: Path) -> None:
     async def main() -> list[int]:
         cfg = gateway_config(

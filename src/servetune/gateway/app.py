@@ -7,7 +7,7 @@ through, in order — each step refuses with an OpenAI-shaped error and nothing 
 2. **body** — a JSON object with ``model`` and well-typed fields (400 otherwise);
 3. **caps** — input tokens over ``max_input_tokens`` → 400; ``max_tokens`` over the cap →
    clamped (or 400 with ``max_tokens_policy: refuse``), and set to the cap when absent;
-4. **quota** — concurrency, rpm and tpm reserved at once (``input + max_tokens × n``), 429
+4. **quota** — concurrency, rpm and tpm reserved at once (``input + max_tokens × n × prompts``), 429
    with ``Retry-After`` when a bucket is short;
 5. **route** — a group by weight (canary), then a slot on one of its upstreams, waiting in
    the fair queue when all are at their admission limit (429 past the deadline or bound);

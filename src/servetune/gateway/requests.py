@@ -73,7 +73,9 @@ class Parsed:
     max_tokens: int | None
     """As asked (``max_tokens`` or chat's ``max_completion_tokens``); None when not given."""
     choices: int
-    """``n`` (or ``best_of`` when larger): each choice generates up to max_tokens."""
+    """Sequences generated, each up to max_tokens: ``n`` (or ``best_of`` when larger), times
+    the number of prompts of a batched completions request (a list of strings or of token-id
+    lists: the engine completes each one)."""
     usage_asked: bool
     """The client asked for ``stream_options.include_usage``."""
     modified: bool = False
@@ -138,7 +140,18 @@ def parse_body(raw: bytes, endpoint: Endpoint) -> Parsed:
             raise BadRequest(
                 "'input' must be a string, a list of strings, or token ids", param="input"
             )
-    return Parsed(body, endpoint, model, stream, max_tokens, max(n, best_of), usage_asked)
+    choices = max(n, best_of)
+    if endpoint == "completions":
+        choices *= _prompts_in(body["prompt"])
+    return Parsed(body, endpoint, model, stream, max_tokens, choices, usage_asked)
+
+
+def _prompts_in(p: Any) -> int:
+    """Prompts in a checked ``prompt``: a string or one list of token ids is one; a list of
+    strings or of token-id lists is one per element."""
+    if isinstance(p, list) and not isinstance(p[0], int):
+        return len(p)
+    return 1
 
 
 def _prompt_ok(p: Any) -> bool:
