@@ -4,6 +4,7 @@ disconnects, bad bodies."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +22,9 @@ from harness import (
     wait_until,
 )
 
+from servetune.gateway.app import Gateway
 from servetune.gateway.keys import hash_key, new_key
+from servetune.gateway.quota import MemoryQuota
 from servetune.gateway.requests import InputCounter, parse_body
 from servetune.sim.embedded import EmbeddedServer
 
@@ -210,6 +213,56 @@ def test_client_disconnect_aborts_the_engine_request(
             assert await engine_metric(engine, "vllm:num_requests_running") == 0
             pool = gw.pools["g"]
             await wait_until(lambda: _true(pool.upstreams[0].inflight == 0), 5, "slot freed")
+
+    asyncio.run(main())
+
+
+def test_a_client_that_leaves_before_the_answer_is_charged_what_the_engine_may_have_made(
+    engine: EmbeddedServer, tmp_path: Path
+) -> None:
+    """A non-streamed answer's head comes with its end: a client that hangs up while the engine
+    generates keeps its reservation spent (it was given all back: the engine made tokens for
+    nothing charged, a client could take any amount by hanging up just before the end); a
+    stream that left mid-way is charged its prompt and the tokens it got."""
+    frozen = MemoryQuota(clock=lambda: 1000.0)  # no refill: the level shows what was charged
+
+    def level() -> float:
+        return frozen._buckets[("default", "tpm")][0]
+
+    async def main() -> None:
+        cfg = gateway_config(
+            tmp_path,
+            groups=[{"name": "g", "urls": [engine.base_url]}],
+            defaults={"tpm": 100_000},
+        )
+        gw = Gateway(cfg, None, frozen)
+        await gw.start()
+        try:
+            async with client() as s:
+                await complete(s, gw, max_tokens=4)  # the bucket exists
+                for stream in (False, True):
+                    before = level()
+                    gen0 = await engine_metric(engine, "vllm:generation_tokens_total")
+                    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 2000, "stream": stream}
+
+                    async def hang_up(body: dict[str, object] = body) -> None:
+                        async with s.post(url(gw), json=body) as r:
+                            await r.content.read(1000)
+                            await asyncio.sleep(30)  # cancelled: the client leaves
+
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(hang_up(), 1.0)
+                    await wait_until(lambda: _true(frozen.inflight("default") == 0), 10, "settled")
+                    made = await engine_metric(engine, "vllm:generation_tokens_total") - gen0
+                    charged = before - level()
+                    assert made > 20, made  # the engine did work for this client
+                    if stream:
+                        assert charged >= made, (charged, made)
+                        assert charged < prompt_tokens() + 2000
+                    else:
+                        assert charged == prompt_tokens() + 2000, (charged, made)
+        finally:
+            await gw.stop(drain_s=2.0)
 
     asyncio.run(main())
 

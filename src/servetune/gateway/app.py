@@ -472,7 +472,7 @@ class Gateway:
                 parsed.modified = True
         if parsed.modified:
             payload = orjson.dumps(body)
-        return Prepared(payload, n_in, n_in + out_reserve, strip_usage, headers)
+        return Prepared(payload, n_in, n_in + out_reserve, strip_usage, headers, parsed.stream)
 
     def _quota_refused(self, ex: Exchange, name: str, res: q.Refusal) -> None:
         if res.reason == "tpm_too_large":

@@ -112,7 +112,7 @@ class Host(Protocol):
 class Prepared:
     """A checked request: what goes upstream and what it reserves."""
 
-    __slots__ = ("headers", "n_in", "payload", "reserve", "strip_usage")
+    __slots__ = ("headers", "n_in", "payload", "reserve", "stream", "strip_usage")
 
     def __init__(
         self,
@@ -121,6 +121,7 @@ class Prepared:
         reserve: int,
         strip_usage: bool,
         headers: list[tuple[bytes, bytes]],
+        stream: bool = True,
     ) -> None:
         self.payload = payload
         self.n_in = n_in
@@ -131,15 +132,29 @@ class Prepared:
         """The gateway asked for the usage chunk: remove it from the client's stream."""
         self.headers = headers
         """Extra response headers (a clamp notice)."""
+        self.stream = stream
+        """The client asked for a stream (a whole answer's head comes only with its end)."""
 
 
 class Attempt:
     """What one request ended with (for settlement, metrics and the canary)."""
 
-    __slots__ = ("code", "error", "first_ns", "output", "prompt", "sent_ns", "usage_exact")
+    __slots__ = (
+        "code",
+        "error",
+        "first_ns",
+        "output",
+        "prompt",
+        "sent_ns",
+        "unanswered",
+        "usage_exact",
+    )
 
     def __init__(self) -> None:
         self.code = 0
+        self.unanswered = False
+        """The client left after the request reached the engine and before the answer's head:
+        nothing says what the engine generated (see :meth:`Flight._end`)."""
         self.error = False
         self.first_ns = 0
         self.sent_ns = 0
@@ -505,6 +520,7 @@ class Flight:
                 _settle_stream(relay, self.att)
                 self._release(time.perf_counter() - self.t_start)
             else:
+                self.att.unanswered = True
                 self._release()
         else:
             self._release()
@@ -547,6 +563,13 @@ class Flight:
             used = att.prompt + att.output
         elif att.sent_ns:
             used = prep.n_in + att.output  # no usage from the engine: counted chunks
+        elif att.unanswered:
+            # the client left while the engine had the request. A stream's head comes before
+            # its first token: the prompt was all it cost. A whole answer's head comes with its
+            # end, so up to max_tokens may have been generated, which nothing tells: the
+            # reservation is kept (else a client that hangs up just before a long answer ends
+            # would never be charged for it)
+            used = prep.reserve if not prep.stream else prep.n_in
         else:
             used = 0  # never reached an engine
         self.used = used
