@@ -115,6 +115,38 @@ def test_keys_caps_and_clamping(engine: EmbeddedServer, tmp_path: Path) -> None:
     asyncio.run(main())
 
 
+def test_tool_definitions_and_calls_count_as_input(engine: EmbeddedServer, tmp_path: Path) -> None:
+    """A chat's tools and earlier tool calls are rendered into the prompt by the template: they
+    count against max_input_tokens (moving the text there passed a 20-token cap with ~200)."""
+    key = new_key()
+    described = " ".join(["word"] * 200)
+    tools = [{"type": "function", "function": {"name": "f", "description": described}}]
+    call = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": described}}]
+
+    async def main() -> None:
+        cfg = gateway_config(
+            tmp_path,
+            groups=[{"name": "g", "urls": [engine.base_url]}],
+            tenants=[{"name": "a", "keys": [hash_key(key)], "max_input_tokens": 20}],
+        )
+        async with running(cfg) as gw, client() as s:
+            headers = {"Authorization": f"Bearer {key}"}
+            short = [{"role": "user", "content": "hi"}]
+            for body in (
+                {"messages": short, "tools": tools},
+                {"messages": [*short, {"role": "assistant", "tool_calls": call}]},
+            ):
+                body |= {"model": MODEL, "max_tokens": 4}
+                async with s.post(url(gw, "/v1/chat/completions"), json=body, headers=headers) as r:
+                    text = await r.text()
+                    assert r.status == 400 and "this key's limit is 20" in text, text
+            body = {"model": MODEL, "max_tokens": 4, "messages": short}
+            async with s.post(url(gw, "/v1/chat/completions"), json=body, headers=headers) as r:
+                assert r.status == 200, await r.text()
+
+    asyncio.run(main())
+
+
 def test_tpm_exact_under_concurrency(engine: EmbeddedServer, tmp_path: Path) -> None:
     """tpm worth exactly 10 requests, 50 at once: exactly 10 admitted, 40 told when to retry."""
     worth = prompt_tokens() + 64

@@ -12,7 +12,10 @@ word-piece counter (:class:`~servetune.workload.tokens.ApproxTokenizer`: a word 
 characters or a punctuation mark is one token, a longer word one per 7 characters). Chat
 templates add a few tokens per message that neither counts. The estimate decides only the
 ``max_input_tokens`` cap and the size of the reservation; the reservation is settled to the
-engine's own count (``usage``) when the request ends.
+engine's own count (``usage``) when the request ends. A chat's tool definitions (``tools``,
+``functions``) and earlier turns' ``tool_calls`` are counted too (as their JSON text): the
+chat template renders them into the prompt, so leaving them out would let a request pass the
+input cap, and reserve less than it uses, by moving its text there.
 """
 
 from __future__ import annotations
@@ -169,6 +172,11 @@ def _prompt_ok(p: Any) -> bool:
     return False
 
 
+_RENDERED = ("tools", "functions")
+"""Chat request fields other than the messages that the engine's chat template puts in the
+prompt."""
+
+
 class InputCounter:
     """Prompt tokens of a request: exact with a tokenizer, else the documented estimate."""
 
@@ -178,6 +186,14 @@ class InputCounter:
 
     def _text(self, text: str) -> int:
         return self.counter.count(text) if text else 0
+
+    def _json(self, value: Any) -> int:
+        """A JSON value the chat template renders into the prompt (tool definitions, tool
+        calls): counted as its JSON text."""
+        try:
+            return self._text(orjson.dumps(value).decode())
+        except TypeError:
+            return 0
 
     def _prompt(self, p: Any) -> int:
         if isinstance(p, str):
@@ -200,6 +216,13 @@ class InputCounter:
                     for part in content:
                         if isinstance(part, dict) and isinstance(part.get("text"), str):
                             total += self._text(part["text"])
+                calls = m.get("tool_calls")
+                if calls:  # an assistant turn's calls: rendered into the prompt
+                    total += self._json(calls)
+            for key in _RENDERED:  # tool and function definitions: rendered into the prompt
+                extra = body.get(key)
+                if extra:
+                    total += self._json(extra)
             return total
         key = "prompt" if parsed.endpoint == "completions" else "input"
         return self._prompt(body.get(key))
