@@ -107,3 +107,38 @@ def test_invalid_reload_keeps_the_running_configuration(tmp_path: Path) -> None:
         engine.stop()
     rows = read_audit(tmp_path / "audit.jsonl")
     assert rows[-1]["action"] == "reload_refused" and "YAML" in rows[-1]["reason"]
+
+
+def test_a_reload_refused_late_changes_nothing_that_runs(tmp_path: Path) -> None:
+    """A configuration that passes the checks but fails while being applied (a tokenizer or a
+    sweep that cannot be read) is refused as a whole: the live upstream keeps its admission
+    limit and circuit threshold (they were changed first, then the refusal said "kept")."""
+    from servetune.gateway.app import Gateway
+    from servetune.gateway.config import load_config
+
+    cfg = tmp_path / "gateway.yaml"
+    group = "groups:\n  - name: g\n    urls: [http://127.0.0.1:9/v1]\n    adaptive: false\n"
+    cfg.write_text(
+        group + "    max_concurrency: 4\nbreaker: {failures: 5}\n"
+        f"audit_log: {tmp_path / 'audit.jsonl'}\nlisten: 127.0.0.1:0\n"
+    )
+
+    async def main() -> None:
+        gw = Gateway(load_config(str(cfg)), str(cfg))
+        await gw.start()
+        try:
+            u = gw.pools["g"].upstreams[0]
+            assert (u.limit, u.breaker.threshold) == (4, 5)
+            cfg.write_text(
+                group + f"    max_concurrency: 1\n    tokenizer: {tmp_path / 'none'}\n"
+                f"breaker: {{failures: 1}}\naudit_log: {tmp_path / 'audit.jsonl'}\n"
+            )
+            assert not await gw.reload()
+            assert (u.limit, u.breaker.threshold) == (4, 5)
+            assert gw.pools["g"].upstreams[0] is u
+        finally:
+            await gw.stop(drain_s=1.0)
+
+    asyncio.run(main())
+    rows = read_audit(tmp_path / "audit.jsonl")
+    assert rows[-1]["action"] == "reload_refused" and "no tokenizer" in rows[-1]["reason"]

@@ -148,12 +148,19 @@ class Gateway:
         classes = len(cfg.queue.priorities)
         pools: dict[str, Pool] = {}
         counters: dict[str, InputCounter] = {}
-        for g in cfg.groups:
+        limits: dict[str, int | None] = {}
+        for g in cfg.groups:  # what can fail (a sweep, a tokenizer), before anything changes
             limit = g.max_concurrency
             if g.from_sweep:
                 swept, source = comfortable_concurrency(g.from_sweep)
                 limit = swept if limit is None else min(limit, swept)
                 log.info("group %s: admission limit %d per upstream (%s)", g.name, limit, source)
+            limits[g.name] = limit
+            counters[g.name] = InputCounter(g.tokenizer)
+        # from here on nothing fails: a refused reload has changed nothing that runs (the
+        # upstreams below are the live ones, shared with in-flight requests)
+        for g in cfg.groups:
+            limit = limits[g.name]
             ups = []
             for url in g.urls:
                 u = self.upstreams.get((g.name, url))
@@ -178,7 +185,6 @@ class Gateway:
                 old.running.extend([0] * (classes - len(old.running)))
                 pool.running = old.running
             pools[g.name] = pool
-            counters[g.name] = InputCounter(g.tokenizer)
         live = {(g.name, url) for g in cfg.groups for url in g.urls}
         for gone in [k for k in self.upstreams if k not in live]:
             del self.upstreams[gone]  # in-flight requests keep their reference
