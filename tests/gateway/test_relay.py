@@ -179,3 +179,53 @@ def test_event_ends_found_like_a_plain_search() -> None:
         assert _last_event_end(buf) == last_end(buf), buf
         at = rnd.randint(0, len(buf))
         assert _event_end(buf, at) == end_after(buf, at), (buf, at)
+
+
+@pytest.mark.parametrize("space", [True, False])
+def test_a_stream_without_usage_is_charged_its_events_in_either_sse_spelling(
+    space: bool, tmp_path: Any
+) -> None:
+    """An upstream that reports no usage (or a stream cut before it) is settled to the prompt
+    plus the content events counted — also when the server writes ``data:{…}`` without the
+    space (TGI): those events were not counted and the stream cost only its prompt."""
+    from harness import gateway_config
+
+    from servetune.gateway.app import Gateway
+    from servetune.gateway.quota import MemoryQuota
+    from servetune.testserver.script import Script
+    from servetune.testserver.server import ScriptedServer
+
+    frozen = MemoryQuota(clock=lambda: 1000.0)  # no refill: the level shows what was charged
+
+    async def main() -> float:
+        srv = ScriptedServer(Script(send_usage=False, data_space=space))
+        port = await srv.start()
+        cfg = gateway_config(
+            tmp_path,
+            groups=[{"name": "g", "urls": [f"http://127.0.0.1:{port}/v1"]}],
+            defaults={"tpm": 100_000},
+        )
+        gw = Gateway(cfg, None, frozen)
+        await gw.start()
+        try:
+            import aiohttp
+
+            body = {
+                "model": "scripted-model",
+                "prompt": "one two three",
+                "max_tokens": 50,
+                "stream": True,
+            }
+            async with (
+                aiohttp.ClientSession() as s,
+                s.post(f"http://127.0.0.1:{gw.port}/v1/completions", json=body) as r,
+            ):
+                data = await r.read()
+            assert r.status == 200 and data.count(b"data:") == 51, data[:300]  # 50 + [DONE]
+        finally:
+            await gw.stop(drain_s=1.0)
+            await srv.close()
+        return 100_000 - frozen._buckets[("default", "tpm")][0]
+
+    charged = asyncio.run(main())
+    assert 3 + 49 <= charged <= 3 + 50, charged  # the prompt and the events counted

@@ -278,7 +278,8 @@ class Relay:
             if not self.first_token_ns and b"data:" in data and _token_piece(data):
                 self.first_token_ns = now
             if self.usage is None:  # the fallback count: not needed once usage is in
-                self.events += data.count(b"data: {")
+                # both spellings the SSE standard allows (TGI writes ``data:{``)
+                self.events += data.count(b"data: {") + data.count(b"data:{")
             self._out.append(data)
 
     def _scan(self, data: bytes, at: int) -> bytes:

@@ -36,6 +36,9 @@ class Script(BaseModel):
     keepalive_comments: bool = False
     """Interleave ``: ping`` comments between events."""
     crlf: bool = False
+    data_space: bool = True
+    """``data: {…}`` as vLLM writes it; False: ``data:{…}`` (no space after the colon, as
+    TGI's server writes it; the SSE standard allows both)."""
     fail_every: int = 0
     """Every Nth request is answered ``fail_status`` (1 = every request)."""
     fail_status: int = 500

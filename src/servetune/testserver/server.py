@@ -50,6 +50,7 @@ class ScriptedServer:
         self.port = 0
         sep = b"\r\n\r\n" if script.crlf else b"\n\n"
         self._sep = sep
+        self._data = b"data: " if script.data_space else b"data:"
         self._prerendered: dict[tuple[bool, int, int], bytes] = {}
         self.writes: list[tuple[int, list[int]]] = []
         """(arrival, the time of each content write) of each stream, with ``record_writes``."""
@@ -220,7 +221,7 @@ class ScriptedServer:
 
     # -- rendering -----------------------------------------------------------------------
     def event(self, obj: Any) -> bytes:
-        return b"data: " + orjson.dumps(obj) + self._sep
+        return self._data + orjson.dumps(obj) + self._sep
 
     def chunk_event(
         self, chat: bool, i: int, n_tokens: int, finish: str | None, usage: dict[str, int] | None
@@ -283,7 +284,7 @@ class ScriptedServer:
                 }
             )
         if s.send_done:
-            data += b"data: [DONE]" + self._sep
+            data += self._data + b"[DONE]" + self._sep
         return data
 
     def role_event(self) -> bytes:
