@@ -76,3 +76,29 @@ def test_half_width_shrinks_with_information() -> None:
     assert half_width(0.0, 0.1, 0.01) == 0.0
     wide, narrow = half_width(0.01, 0.1, 0.0125), half_width(0.0001, 0.1, 0.0125)
     assert wide > narrow > 0
+
+
+def _whole_answers(ratio: float, tpot_one_side: bool = False) -> tuple[str, str]:
+    """Non-streamed traffic: TTFT and E2E measured, no TPOT (tokens came together)."""
+    rng = random.Random(7)
+    a = StepAnalysis(CanaryPolicy(min_requests=100, min_batches=10), "cand", 0)
+    for i in range(20_000):
+        cand = i % 5 == 0
+        e2e = 0.5 * (ratio if cand else 1.0) * math.exp(rng.gauss(0, 0.3))
+        tpot = 0.02 if (tpot_one_side and not cand) else None
+        a.add(Observation("cand" if cand else "base", 0, e2e, tpot, e2e, False))
+        if i % 25 == 0:
+            decision, reason, _ev = a.decide()
+            if decision != "continue":
+                return decision, reason
+    return "continue", ""
+
+
+def test_a_latency_neither_group_had_does_not_hold_the_step() -> None:
+    # TPOT used to be recorded for whole answers as the microseconds between two stamps in
+    # the gateway; now it is not measured, and the step is decided on what was
+    decision, reason = _whole_answers(1.0)
+    assert decision == "promote" and "tpot: not measured" in reason, reason
+    assert _whole_answers(1.5)[0] == "rollback"
+    # measured on one side only: nothing to compare it with, it does not pass by default
+    assert _whole_answers(1.0, tpot_one_side=True)[0] == "continue"

@@ -63,6 +63,9 @@ def test_streams_pass_through_with_usage_stripped(engine: EmbeddedServer, tmp_pa
                 text = await r.text()
             assert 'servetune_gateway_tokens_total{tenant="default",kind="completion"} 30' in text
             assert "servetune_gateway_ttft_seconds_bucket" in text
+            # the two streams have a TPOT; the whole answer none (not ~2 µs: its tokens came
+            # together, and the gap between two stamps in the gateway is no time per token)
+            assert 'servetune_gateway_tpot_seconds_count{tenant="default",group="g"} 2' in text
 
     asyncio.run(main())
 

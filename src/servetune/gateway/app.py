@@ -547,8 +547,8 @@ class Gateway:
         ok = 200 <= att.code < 300 and not att.error
         ttft = (att.first_ns - arrival_ns) / 1e9 if ok and att.first_ns else None
         e2e = (now - arrival_ns) / 1e9 if ok else None
-        tpot = None
-        if ok and att.first_ns and att.output > 1:
+        tpot = None  # a whole answer has none: its tokens came together (not 0 s apart)
+        if ok and att.first_ns and att.output > 1 and not att.whole:
             tpot = (now - att.first_ns) / 1e9 / (att.output - 1)
         self.metrics.observe_request(
             tenant,

@@ -23,7 +23,8 @@ tolerance for errors:
 - **as good** d̄ + w < δ: the candidate is at most ``tolerance`` worse → this metric passes;
 - otherwise undecided: keep collecting.
 
-A step is promoted when every metric passes, each group has ``min_requests`` and there are
+A step is promoted when every metric passes (a latency no request of either group had — TPOT
+of non-streamed answers — is not compared), each group has ``min_requests`` and there are
 ``min_batches`` batches; rolled back as soon as one metric is worse (or the quality gate
 fails); an undecided step ends after ``max_step_s`` (``on_timeout``). The variance is a plug-in
 estimate, which is why a minimum sample is required before any decision.
@@ -236,14 +237,24 @@ class StepAnalysis:
                 "candidate worse than tolerated: " + ", ".join(_describe(m) for m in worse),
                 self.evidence(percentiles=True),
             )
-        if all(m["verdict"] == "as_good" for m in metrics):
+        judged = [m for m in metrics if not self._unmeasured(str(m["metric"]))]
+        if all(m["verdict"] == "as_good" for m in judged):
+            unmeasured = [str(m["metric"]) for m in metrics if m not in judged]
             return (
                 "promote",
-                "candidate as good as the baseline on " + ", ".join(_describe(m) for m in metrics),
+                "candidate as good as the baseline on "
+                + ", ".join(_describe(m) for m in judged)
+                + (f" ({', '.join(unmeasured)}: not measured)" if unmeasured else ""),
                 self.evidence(percentiles=True),
             )
         open_ = [str(m["metric"]) for m in metrics if m["verdict"] == "undecided"]
         return "continue", "undecided on " + ", ".join(open_), ev
+
+    def _unmeasured(self, metric: str) -> bool:
+        """No request of either group had this latency in the step (TPOT of non-streamed
+        answers, TTFT and TPOT of embeddings): nothing to compare, so it does not hold the
+        step back. Measured on one side only, it stays undecided."""
+        return metric in LATENCIES and not self.cand.all[metric] and not self.base.all[metric]
 
 
 def _describe(m: dict[str, float | int | str]) -> str:

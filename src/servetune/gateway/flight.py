@@ -148,6 +148,7 @@ class Attempt:
         "sent_ns",
         "unanswered",
         "usage_exact",
+        "whole",
     )
 
     def __init__(self) -> None:
@@ -161,6 +162,8 @@ class Attempt:
         self.prompt = 0
         self.output = 0
         self.usage_exact = False
+        self.whole = False
+        """A non-streamed answer: its tokens came at once (no time per output token)."""
 
 
 class Flight:
@@ -596,6 +599,7 @@ def _settle_stream(relay: Relay, att: Attempt) -> None:
 
 def _usage_from_json(data: bytes, att: Attempt) -> None:
     att.first_ns = time.perf_counter_ns()
+    att.whole = True
     if b'"usage"' not in data:
         return
     try:
