@@ -409,3 +409,30 @@ def test_bad_bodies_are_4xx(engine: EmbeddedServer, tmp_path: Path) -> None:
                 assert r.status == 404
 
     asyncio.run(main())
+
+
+def test_a_tokenizer_named_by_any_group_counts_the_input(
+    engine: EmbeddedServer, tmp_path: Path
+) -> None:
+    """Only the second group names a tokenizer (e.g. the candidate's config carries it): the
+    input is counted with it, not estimated (the first group's counter was always used)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"<unk>": 0, "the": 1, "cat": 2}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+
+    async def main() -> None:
+        cfg = gateway_config(
+            tmp_path,
+            groups=[
+                {"name": "a", "urls": [engine.base_url]},
+                {"name": "b", "urls": [engine.base_url], "tokenizer": str(tmp_path)},
+            ],
+            defaults={"max_input_tokens": 1},
+        )
+        async with running(cfg) as gw, client() as s:
+            status, body, _ = await complete(s, gw, prompt="the cat sat")
+            assert status == 400 and b"3 tokens (counted)" in body, body
+
+    asyncio.run(main())

@@ -201,7 +201,11 @@ class Gateway:
         if rollout is not None and not rollout.done:
             weights = {**weights, **rollout.weights}
         self.router.set(weights)
-        self.default_counter = next(iter(counters.values()))
+        # one count per request, made before routing picks its group: with the tokenizer of
+        # the first group that names one (the estimate when none does)
+        self.default_counter = next(
+            (c for c in counters.values() if c.exact), next(iter(counters.values()))
+        )
         self.config_id = config_hash(cfg.model_dump_json().encode())
 
     def _tenant(
