@@ -101,3 +101,57 @@ def test_equal_candidate_is_promoted(tmp_path: Path) -> None:
     assert st.weights == {"baseline": 0.0, "candidate": 100.0}
     actions = [a["action"] for a in audit]
     assert actions.count("step_passed") == 2 and actions[-1] == "promote"
+
+
+def test_a_candidate_that_never_answers_is_not_promoted_on_timeout(tmp_path: Path) -> None:
+    """The candidate refuses connections: its requests fail before any answer, its circuit
+    opens and routing goes around it. Those failures are the canary's errors (they were not
+    observed at all: 0 candidate requests), and on_timeout=promote does not promote a
+    candidate short of its minimum sample (it was promoted to 100 % while down)."""
+    base = sim()
+    admin = new_key()
+    try:
+
+        async def main() -> RolloutState:
+            cfg = gateway_config(
+                tmp_path,
+                admin_keys=[hash_key(admin)],
+                retries=0,
+                groups=[{"name": "baseline", "urls": [base.base_url]},
+                        {"name": "candidate", "urls": ["http://127.0.0.1:9/v1"], "weight": 0}],
+                canary={"min_requests": 20, "min_batches": 4, "batch_size": 3,
+                        "max_step_s": 10, "on_timeout": "promote"},
+            )  # fmt: skip
+            async with running(cfg) as gw:
+                stop = asyncio.Event()
+                load = asyncio.create_task(drive(url(gw), stop, concurrency=4))
+                headers = {"Authorization": f"Bearer {admin}"}
+                try:
+                    async with client() as s:
+                        r = await s.post(
+                            url(gw, "/admin/rollout"),
+                            json={"candidate": "candidate", "steps": [50, 100]},
+                            headers=headers,
+                        )
+                        assert r.status == 202, await r.text()
+                        for _ in range(240):
+                            await asyncio.sleep(0.5)
+                            r = await s.get(url(gw, "/admin/rollout"), headers=headers)
+                            st = RolloutState.model_validate_json(await r.read())
+                            if st.done:
+                                return st
+                        raise AssertionError("the rollout did not end within 120 s")
+                finally:
+                    stop.set()
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(load, 30)
+
+        st = asyncio.run(main())
+    finally:
+        base.stop()
+    assert st.status == "rolled_back", st.reason
+    assert st.weights == {"baseline": 100.0, "candidate": 0.0}
+    assert "below the minimum sample" in st.reason, st.reason
+    assert st.evidence is not None
+    cand = st.evidence["candidate"]
+    assert cand["requests"] >= 1 and cand["errors"] == cand["requests"], cand

@@ -212,6 +212,14 @@ class StepAnalysis:
             out["baseline"] = self.base.summary()
         return out
 
+    def enough(self) -> bool:
+        """The minimum sample is in: ``min_requests`` of each group, ``min_batches`` batches."""
+        return (
+            self.cand.total >= self.policy.min_requests
+            and self.base.total >= self.policy.min_requests
+            and self.batches >= self.policy.min_batches
+        )
+
     def decide(self) -> tuple[Decision, str, dict[str, object]]:
         """(decision, one-line reason, evidence); the evidence of a promote or rollback
         carries the groups' percentiles."""
@@ -219,12 +227,7 @@ class StepAnalysis:
         metrics = ev["metrics"]
         assert isinstance(metrics, list)
         worse = [m for m in metrics if m["verdict"] == "worse"]
-        enough = (
-            self.cand.total >= self.policy.min_requests
-            and self.base.total >= self.policy.min_requests
-            and self.batches >= self.policy.min_batches
-        )
-        if not enough:
+        if not self.enough():
             need = (
                 f"{self.cand.total}/{self.policy.min_requests} candidate and "
                 f"{self.base.total}/{self.policy.min_requests} baseline requests, "

@@ -336,7 +336,12 @@ class RolloutController:
             await self._publish()
             if self._clock() - t0 > self.policy.max_step_s:
                 why = f"step undecided after {self.policy.max_step_s:g} s ({reason})"
-                if self.policy.on_timeout == "promote":
+                if self.policy.on_timeout == "promote" and not analysis.enough():
+                    # on_timeout=promote is for a test that could not tell the groups apart,
+                    # not for a candidate that never served its minimum sample (its
+                    # upstreams refused, or their circuits opened and routing went around it)
+                    why += "; on_timeout=promote does not apply below the minimum sample"
+                elif self.policy.on_timeout == "promote":
                     await self._audit(
                         "step_passed", reason=why + "; on_timeout=promote", evidence=evidence
                     )
