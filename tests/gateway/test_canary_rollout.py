@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
+import pytest
 from harness import MODEL, client, gateway_config, running, sim, url
 
 from servetune.gateway.audit import read_audit
@@ -103,11 +104,19 @@ def test_equal_candidate_is_promoted(tmp_path: Path) -> None:
     assert actions.count("step_passed") == 2 and actions[-1] == "promote"
 
 
-def test_a_candidate_that_never_answers_is_not_promoted_on_timeout(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("breaker_failures", "why"),
+    [(1, "below the minimum sample"), (5, "candidate failing")],
+)
+def test_a_candidate_that_never_answers_is_not_promoted_on_timeout(
+    tmp_path: Path, breaker_failures: int, why: str
+) -> None:
     """The candidate refuses connections: its requests fail before any answer, its circuit
     opens and routing goes around it. Those failures are the canary's errors (they were not
     observed at all: 0 candidate requests), and on_timeout=promote does not promote a
-    candidate short of its minimum sample (it was promoted to 100 % while down)."""
+    candidate short of its minimum sample (it was promoted to 100 % while down). With its
+    circuit open after one failure it fails too few times to tell (rolled back at the step's
+    timeout); after five it is plainly failing (rolled back at once)."""
     base = sim()
     admin = new_key()
     try:
@@ -117,6 +126,7 @@ def test_a_candidate_that_never_answers_is_not_promoted_on_timeout(tmp_path: Pat
                 tmp_path,
                 admin_keys=[hash_key(admin)],
                 retries=0,
+                breaker={"failures": breaker_failures, "cooldown_s": 30},
                 groups=[{"name": "baseline", "urls": [base.base_url]},
                         {"name": "candidate", "urls": ["http://127.0.0.1:9/v1"], "weight": 0}],
                 canary={"min_requests": 20, "min_batches": 4, "batch_size": 3,
@@ -151,7 +161,7 @@ def test_a_candidate_that_never_answers_is_not_promoted_on_timeout(tmp_path: Pat
         base.stop()
     assert st.status == "rolled_back", st.reason
     assert st.weights == {"baseline": 100.0, "candidate": 0.0}
-    assert "below the minimum sample" in st.reason, st.reason
+    assert why in st.reason, st.reason
     assert st.evidence is not None
     cand = st.evidence["candidate"]
     assert cand["requests"] >= 1 and cand["errors"] == cand["requests"], cand

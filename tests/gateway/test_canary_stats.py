@@ -102,3 +102,28 @@ def test_a_latency_neither_group_had_does_not_hold_the_step() -> None:
     assert _whole_answers(1.5)[0] == "rollback"
     # measured on one side only: nothing to compare it with, it does not pass by default
     assert _whole_answers(1.0, tpot_one_side=True)[0] == "continue"
+
+
+def _early(cand_fail: float, base_fail: float, seed: int) -> tuple[str, str, int]:
+    """Feed a 20 % canary whose requests fail at ``cand_fail`` until the minimum sample."""
+    rng = random.Random(seed)
+    a = StepAnalysis(CanaryPolicy(min_requests=100, min_batches=10), "cand", 0)
+    for i in range(2_000):
+        cand = i % 5 == 0
+        err = rng.random() < (cand_fail if cand else base_fail)
+        lat = None if err else 0.1 * math.exp(rng.gauss(0, 0.3))
+        a.add(Observation("cand" if cand else "base", 0, lat, lat, lat, err))
+        decision, reason, _ev = a.decide()
+        if decision != "continue" or a.enough():
+            return decision, reason, a.cand.total
+    return "continue", "", a.cand.total
+
+
+def test_a_plainly_failing_candidate_is_rolled_back_before_the_minimum_sample() -> None:
+    decision, reason, n = _early(1.0, 0.0, 1)
+    assert decision == "rollback" and reason.startswith("candidate failing") and n <= 10, reason
+    decision, _reason, n = _early(0.5, 0.0, 2)
+    assert decision == "rollback" and n < 100  # half its requests fail
+    # equal error rates (both 2 %), many seeds: never rolled back early
+    early = [_early(0.02, 0.02, s) for s in range(200)]
+    assert not [e for e in early if e[0] == "rollback" and e[2] < 100]

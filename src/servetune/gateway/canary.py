@@ -26,8 +26,11 @@ tolerance for errors:
 A step is promoted when every metric passes (a latency no request of either group had — TPOT
 of non-streamed answers — is not compared), each group has ``min_requests`` and there are
 ``min_batches`` batches; rolled back as soon as one metric is worse (or the quality gate
-fails); an undecided step ends after ``max_step_s`` (``on_timeout``). The variance is a plug-in
-estimate, which is why a minimum sample is required before any decision.
+fails); an undecided step ends after ``max_step_s`` (``on_timeout``). Before the minimum
+sample the one decision is an early rollback of a plainly failing candidate (see
+:meth:`StepAnalysis._failing`): one that fails outright would never reach the sample. The
+variance is a plug-in estimate, which is why a minimum sample is required before any other
+decision.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ from servetune.gateway.config import CanaryPolicy
 Verdict = Literal["worse", "as_good", "undecided"]
 Decision = Literal["promote", "rollback", "continue"]
 LATENCIES = ("ttft", "tpot", "e2e")
+EARLY_MIN_ERRORS = 5
+"""Failed candidate requests before the early rollback (:meth:`StepAnalysis._failing`)."""
 _FLOOR_S = 1e-5
 
 
@@ -228,6 +233,9 @@ class StepAnalysis:
         assert isinstance(metrics, list)
         worse = [m for m in metrics if m["verdict"] == "worse"]
         if not self.enough():
+            failing = self._failing()
+            if failing:
+                return "rollback", failing, self.evidence(percentiles=True)
             need = (
                 f"{self.cand.total}/{self.policy.min_requests} candidate and "
                 f"{self.base.total}/{self.policy.min_requests} baseline requests, "
@@ -253,11 +261,42 @@ class StepAnalysis:
         open_ = [str(m["metric"]) for m in metrics if m["verdict"] == "undecided"]
         return "continue", "undecided on " + ", ".join(open_), ev
 
+    def _failing(self) -> str:
+        """Before the minimum sample: is the candidate plainly failing? Its error rate's exact
+        (Clopper-Pearson) lower bound above the baseline's upper bound plus the tolerance,
+        with at least :data:`EARLY_MIN_ERRORS` failed requests (a blip of one or two does not
+        decide). The bound is taken at α / metrics / ``min_requests``: a union bound over
+        every look up to the minimum sample, after which the paired test decides. A candidate
+        that fails outright (its circuits open, routing goes around it) would otherwise never
+        reach the minimum sample and wait out ``max_step_s``."""
+        c, b = self.cand, self.base
+        e, n = c.total_errors, c.total
+        if e < EARLY_MIN_ERRORS or n > self.policy.min_requests:
+            return ""
+        from scipy.stats import beta  # only when a candidate fails: not at the gateway's start
+
+        a = self.policy.alpha / len(self.tests)
+        lo = float(beta.ppf(a / self.policy.min_requests, e, n - e + 1))
+        hi = 1.0 if not b.total else _upper(b.total_errors, b.total, a)
+        if lo <= hi + self.policy.error_tolerance:
+            return ""
+        return (
+            f"candidate failing: {e} of its {n} requests failed (error rate ≥ {lo:.2f}; "
+            f"baseline ≤ {hi:.3f} over {b.total}), before the minimum sample"
+        )
+
     def _unmeasured(self, metric: str) -> bool:
         """No request of either group had this latency in the step (TPOT of non-streamed
         answers, TTFT and TPOT of embeddings): nothing to compare, so it does not hold the
         step back. Measured on one side only, it stays undecided."""
         return metric in LATENCIES and not self.cand.all[metric] and not self.base.all[metric]
+
+
+def _upper(errors: int, n: int, alpha: float) -> float:
+    """Clopper-Pearson upper bound of an error rate (one-sided, level ``alpha``)."""
+    from scipy.stats import beta
+
+    return 1.0 if errors >= n else float(beta.ppf(1 - alpha, errors + 1, n - errors))
 
 
 def _describe(m: dict[str, float | int | str]) -> str:
