@@ -124,3 +124,56 @@ def test_rollout_against_something_that_is_no_gateway(
         assert "did not answer as a servetune gateway" in err and "hint:" in err
     finally:
         srv.shutdown()
+
+
+def test_rollout_follow_does_not_report_another_rollouts_outcome(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The followed rollout is aborted and another (straight to 100 %: promoted at once) is
+    started between two of the command's looks: it exits 1 naming what happened, not 0 with
+    the other rollout's "promoted"."""
+    import argparse
+    import asyncio
+
+    from harness import gateway_config, running, url
+
+    from servetune.commands.rollout import _main
+    from servetune.gateway.keys import hash_key, new_key
+
+    admin = new_key()
+
+    async def scenario() -> int:
+        cfg = gateway_config(
+            tmp_path,
+            admin_keys=[hash_key(admin)],
+            groups=[{"name": "base", "urls": ["http://127.0.0.1:9/v1"]},
+                    {"name": "cand", "urls": ["http://127.0.0.1:9/v1"], "weight": 0}],
+        )  # fmt: skip
+        async with running(cfg) as gw:
+            import aiohttp
+
+            args = argparse.Namespace(
+                gateway=f"http://127.0.0.1:{gw.port}", candidate="cand", no_follow=False,
+                timeout=60.0, status=False, abort=False,
+            )  # fmt: skip
+            follow = asyncio.create_task(_main(args, admin, [50.0, 100.0]))
+            h = {"Authorization": f"Bearer {admin}"}
+            async with aiohttp.ClientSession() as s:
+                for _ in range(200):  # the command has started its rollout
+                    async with s.get(url(gw, "/admin/rollout"), headers=h) as r:
+                        if r.status == 200:
+                            break
+                    await asyncio.sleep(0.05)
+                async with s.delete(url(gw, "/admin/rollout"), headers=h) as r:
+                    assert r.status == 200
+                body = {"candidate": "cand", "steps": [100]}
+                async with s.post(url(gw, "/admin/rollout"), json=body, headers=h) as r:
+                    assert r.status == 202
+            return await asyncio.wait_for(follow, 60)
+
+    rc = asyncio.run(scenario())
+    out, err = capsys.readouterr()
+    assert rc == 1, out + err
+    # (rarely it looked in the moment between the abort and the new start: then it saw its own
+    # rollout aborted, also exit 1)
+    assert "ended unseen" in err or "[aborted]" in out, out + err

@@ -5,8 +5,9 @@ step on what it measures and promotes or rolls back by itself.
 
 The admin key comes from ``--admin-key-file`` or ``$SERVETUNE_ADMIN_KEY``. The command follows
 the rollout and prints each decision; its exit status says how it ended: 0 promoted,
-1 rolled back or aborted. ``--status`` prints the current state, ``--abort`` stops a running
-rollout (the candidate's weight goes back to 0), ``--no-follow`` returns once it started.
+1 rolled back or aborted (or ended unseen: another rollout replaced it between two looks).
+``--status`` prints the current state, ``--abort`` stops a running rollout (the candidate's
+weight goes back to 0), ``--no-follow`` returns once it started.
 """
 
 from __future__ import annotations
@@ -160,7 +161,8 @@ async def _main(args: argparse.Namespace, key: str, steps: list[float]) -> int:
                 + f": POST /admin/rollout answered HTTP {status}: {_error_of(obj)}",
                 hint=None if refused else "is --gateway the URL of `servetune gateway`?",
             )
-        print(f"rollout {obj['id']} of {args.candidate!r} started: steps {steps}", flush=True)
+        rid = obj["id"]
+        print(f"rollout {rid} of {args.candidate!r} started: steps {steps}", flush=True)
         if args.no_follow:
             return 0
         seen = 0
@@ -170,6 +172,14 @@ async def _main(args: argparse.Namespace, key: str, steps: list[float]) -> int:
             status, obj = await admin.call("GET", "/admin/rollout")
             if status != 200 or not isinstance(obj, dict):
                 raise TargetError(f"GET /admin/rollout: HTTP {status}: {_error_of(obj)}")
+            if obj.get("id") != rid:
+                # ours ended between two looks and another started: its outcome is not ours
+                print(
+                    f"rollout {rid} ended unseen: the gateway runs rollout {obj.get('id')} "
+                    f"now ({_line(obj)}); see the gateway's audit log for {rid}",
+                    file=sys.stderr,
+                )
+                return 1
             history = obj.get("history") or []
             for h in history[seen:]:
                 weights = h.get("new_weights")
