@@ -21,7 +21,7 @@ from servetune.metrics.slo_spec import parse_slos
 from servetune.results.schema import BenchConfig
 from servetune.results.tune_file import TrialRecord, TuneSpec
 from servetune.tune.space import build_space
-from servetune.tune.study import create_study, open_storage, storage_url
+from servetune.tune.study import create_study, grace_for, open_storage, storage_url
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -141,6 +141,7 @@ def test_a_killed_worker_leaves_no_engine_and_its_trial_is_requeued(
     assert engine is not None, "the worker never started an engine"
     time.sleep(1.5)  # the trial is under way (engine starting or being loaded)
     os.kill(a.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
     a.wait(timeout=30)
     deadline = time.monotonic() + 30
     while group_members(engine) and time.monotonic() < deadline:
@@ -151,6 +152,11 @@ def test_a_killed_worker_leaves_no_engine_and_its_trial_is_requeued(
     ]
     assert len(running) == 1
     killed = running[0].number
+    # A trial counts as dead once its worker has not beaten for the grace period (7 s at a 2-s
+    # heartbeat). The next worker fails and re-queues it when it starts a trial after that: one
+    # started sooner may finish both its trials first on a quiet box (seen in a fresh-clone
+    # run), leaving it running. Start it when the killed trial is stale.
+    time.sleep(max(0.0, killed_at + grace_for(2) + 1.0 - time.monotonic()))
     b = _worker(pg, "killed", tmp_path / "b", 2)
     out, _ = b.communicate(timeout=500)
     assert b.returncode == 0, out.decode()
