@@ -10,11 +10,16 @@ For each candidate (one replica's configuration, :mod:`servetune.plan.space`):
 4. $/Mtok at the planned traffic (:mod:`servetune.cost.formula`; the average rate when given,
    else the peak), at the SLO limit (every replica at its SLO-max rate) and saturated.
 
-The cheapest that holds the peak wins (ties: more headroom); it is then simulated once more at
-exactly its per-replica rate with twice the requests. One that misses gets one more replica and
-the candidates are ranked again: the cheapest of them is confirmed in turn (up to
-:data:`MAX_CONFIRMS` re-simulations), so the winner is the cheapest confirmed one.
-Candidates run in worker processes (one per core by default).
+The search's SLO-max rate is found on one draw of the traffic (optimistic: it is the highest
+rate that passed on that draw). The cheapest candidate (ties: more headroom) is therefore
+confirmed on :data:`~servetune.plan.capacity.DRAWS` independent draws
+(:func:`~servetune.plan.capacity.confirm`): its SLO-max rate steps down until the SLO holds on
+every draw, and its replicas, $/hour, headroom and costs are recomputed from the confirmed
+rate (a candidate refuted at every rate tried misses the SLO). The candidates are then ranked
+again and the new cheapest is confirmed in turn, until the first is a confirmed one (at most
+:data:`MAX_CONFIRMS` candidates). A confirmation only lowers a rate, so the candidates left
+unconfirmed below the winner could not beat it. Candidates and draws run in worker processes
+(one per core by default).
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from multiprocessing import get_context
 from typing import Any
@@ -35,8 +41,19 @@ from pydantic import BaseModel, ConfigDict
 from servetune.cost.formula import FORMULA, token_cost
 from servetune.cost.prices import PriceBook
 from servetune.errors import ConfigError, SimError
-from servetune.plan.capacity import Capacity, describe_miss, find_capacity, misses
-from servetune.plan.simulate import Point, simulate
+from servetune.plan.capacity import (
+    DRAWS,
+    Capacity,
+    Confirmation,
+    confirm,
+    describe_draws_miss,
+    draws_misses,
+    find_capacity,
+    simulate_draw,
+    spread,
+    worst,
+)
+from servetune.plan.simulate import Point
 from servetune.plan.space import Candidate
 from servetune.plan.workload import Workload
 from servetune.results.plan_file import PlannedCandidate, PlannedPoint, PlanResult
@@ -99,11 +116,18 @@ def _evaluate(index: int, cand: Candidate) -> _Outcome:
     )
 
 
+def _draw(cand: Candidate, rate: float, draw: int) -> Point:
+    """One independent draw of the traffic at ``rate`` on one replica of ``cand``."""
+    r = cand.engine.resolve()
+    return simulate_draw(r, plan_memory(r), _W["workload"], rate, _W["n"], draw)
+
+
 def _pp(p: Point | None) -> PlannedPoint | None:
     if p is None:
         return None
     return PlannedPoint(
         rate=None if math.isinf(p.rate) else p.rate,
+        requests=p.requests,
         request_throughput=p.request_throughput,
         input_tok_s=p.input_tok_s,
         output_tok_s=p.output_tok_s,
@@ -248,24 +272,47 @@ def make_plan(
     workers = req.workers or min(len(cands), os.cpu_count() or 1, 4)
     outcomes: dict[int, _Outcome] = {}
     say = progress or (lambda _m: None)
-    if workers <= 1:
-        _init(req.workload, req.slo, n)
-        for i, c in enumerate(cands):
-            outcomes[i] = _evaluate(i, c)
-            say(_progress_line(len(outcomes), len(cands), c, outcomes[i]))
-    else:
-        ctx = get_context("fork") if sys.platform.startswith("linux") else None
-        with ProcessPoolExecutor(
-            max_workers=workers,
-            mp_context=ctx,
-            initializer=_init,
-            initargs=(req.workload, req.slo, n),
-        ) as pool:
+    with ExitStack() as stack:
+        pool: Executor | None = None
+        if workers <= 1:
+            _init(req.workload, req.slo, n)
+            for i, c in enumerate(cands):
+                outcomes[i] = _evaluate(i, c)
+                say(_progress_line(len(outcomes), len(cands), c, outcomes[i]))
+        else:
+            ctx = get_context("fork") if sys.platform.startswith("linux") else None
+            pool = stack.enter_context(
+                ProcessPoolExecutor(
+                    max_workers=max(workers, 2),
+                    mp_context=ctx,
+                    initializer=_init,
+                    initargs=(req.workload, req.slo, n),
+                )
+            )
             futures = [pool.submit(_evaluate, i, c) for i, c in enumerate(cands)]
             for fut in as_completed(futures):
                 o = fut.result()
                 outcomes[o.index] = o
                 say(_progress_line(len(outcomes), len(cands), cands[o.index], o))
+        result, sims = _assemble(req, prices, cands, outcomes, dup_notes)
+        winner, confirms = _confirm(req, cands, result, pool, say)
+    sims += confirms
+    if winner is not None:
+        _quality_note(result, winner)
+    result.winner = winner
+    result.simulations = sims
+    result.elapsed_s = time.perf_counter() - t0
+    return result
+
+
+def _assemble(
+    req: PlanRequest,
+    prices: PriceBook,
+    cands: list[Candidate],
+    outcomes: dict[int, _Outcome],
+    dup_notes: list[str],
+) -> tuple[PlanResult, int]:
+    n = req.requests_per_point
     planned = rank([_price(req, prices, cands[i], outcomes[i]) for i in range(len(cands))])
     sims = sum(c.simulations for c in planned)
     result = PlanResult(
@@ -284,30 +331,27 @@ def make_plan(
         formula=FORMULA,
         candidates=planned,
         warnings=dup_notes,
+        confirm_draws=DRAWS,
     )
-    winner, confirms = _confirm(req, cands, result)
-    sims += confirms
-    if winner is not None:
-        _quality_note(result, winner)
-    result.winner = winner
-    result.simulations = sims
-    result.elapsed_s = time.perf_counter() - t0
-    return result
+    return result, sims
 
 
 MAX_CONFIRMS = 8
-"""Re-simulations of the cheapest candidate at most (each is one more simulation of twice the
-requests; the budget of 60 s for ≥ 100 candidates cannot spare an unbounded loop)."""
+"""Candidates confirmed at most (each :data:`~servetune.plan.capacity.DRAWS` simulations per
+rate tried; the budget of 60 s for ≥ 100 candidates cannot spare an unbounded loop)."""
 
 
 def _confirm(
-    req: PlanRequest, cands: list[Candidate], result: PlanResult
+    req: PlanRequest,
+    cands: list[Candidate],
+    result: PlanResult,
+    pool: Executor | None,
+    say: Callable[[str], None],
 ) -> tuple[PlannedCandidate | None, int]:
-    """The cheapest candidate re-simulated at exactly its per-replica rate with twice the
-    requests; one that misses gets one more replica and the candidates are ranked again, so
-    that the winner is still the cheapest (another candidate may now cost less) and the
-    re-simulation shown is of the replicas planned. Returns the winner and the simulations run."""
+    """Confirm the cheapest candidate on independent draws, rank again, until the first is a
+    confirmed one. Returns the winner and the simulations run."""
     by_label = {c.label: c for c in cands}
+    done: dict[str, Confirmation] = {}
     runs = 0
     while True:
         result.candidates = rank(result.candidates)
@@ -315,35 +359,104 @@ def _confirm(
         if top is None or top.status != "ok":
             result.confirmed = result.confirmed_meets_slo = None
             return None, runs
-        if runs >= MAX_CONFIRMS:
+        if top.label in done:
+            result.confirmed = _pp(worst(done[top.label].draws, req.slo))
+            result.confirmed_meets_slo = True
+            return top, runs
+        if len(done) >= MAX_CONFIRMS:
+            result.confirmed = result.confirmed_meets_slo = None
             result.warnings.append(
-                f"stopped re-simulating after {MAX_CONFIRMS} misses: the winner's replicas "
-                "were not confirmed at the SLO"
+                f"stopped confirming after {MAX_CONFIRMS} candidates: the winner's SLO-max "
+                "rate is the search's one draw, not confirmed on independent draws"
             )
             return top, runs
-        assert top.replicas is not None
-        r = by_label[top.label].engine.resolve()
-        rate = req.peak_rate / top.replicas
-        p = simulate(r, plan_memory(r), req.workload, rate, 2 * req.requests_per_point)
-        runs += 1
-        result.confirmed = _pp(p)
-        missed = misses(p, req.slo)
-        result.confirmed_meets_slo = not missed
-        if not missed:
-            return top, runs
-        what = "; ".join(describe_miss(p, req.slo, m) for m in missed)
-        note = (
-            f"missed the SLO when re-simulated at {rate:.3g} req/s per replica with "
-            f"{2 * req.requests_per_point} requests ({what}): "
-            f"{top.replicas} → {top.replicas + 1} replicas"
+        cand = by_label[top.label]
+        assert top.slo_max_rate_per_replica is not None
+        conf = confirm(top.slo_max_rate_per_replica, req.slo, _draws_runner(cand, pool))
+        runs += conf.evaluations
+        done[top.label] = conf
+        _apply_confirmation(req, top, conf)
+        say(f"confirmed {top.label} on {DRAWS} independent draws: {_held(conf)}")
+
+
+def _draws_runner(cand: Candidate, pool: Executor | None) -> Callable[[float], list[Point]]:
+    def run(rate: float) -> list[Point]:
+        draws = range(1, DRAWS + 1)
+        if pool is None:
+            return [_draw(cand, rate, d) for d in draws]
+        return [f.result() for f in [pool.submit(_draw, cand, rate, d) for d in draws]]
+
+    return run
+
+
+def _held(conf: Confirmation) -> str:
+    if conf.rate is None:
+        return f"refuted down to {conf.missed_rate:.3g} req/s"
+    if conf.rate < conf.searched_rate:
+        return f"{conf.searched_rate:.3g} → {conf.rate:.3g} req/s per replica"
+    return f"{conf.rate:.3g} req/s per replica held"
+
+
+def _apply_confirmation(req: PlanRequest, c: PlannedCandidate, conf: Confirmation) -> None:
+    """The candidate's shown figures become the confirmed ones: SLO-max rate, the point at
+    it, replicas, $/hour, headroom, costs — none is left from a refuted search."""
+    c.confirm_draws = DRAWS
+    c.simulations += conf.evaluations
+    n_req = (conf.draws or conf.missed)[0].requests
+    what = f"{DRAWS} independent draws of {n_req:,} requests (other arrivals and request order)"
+    if conf.rate is not None and conf.rate >= conf.searched_rate:
+        c.draws = _keep(conf.draws)
+        return
+    c.search_slo_max_rate = conf.searched_rate
+    missed = describe_draws_miss(conf.missed, req.slo)
+    c.limiting_metric = draws_misses(conf.missed, req.slo)[1][0]
+    if conf.rate is None:
+        c.draws = _keep(conf.missed)
+        c.status = "misses_slo"
+        _clear(c)
+        c.reason = (
+            f"the SLO held at {conf.searched_rate:.3g} req/s per replica on the search's draw "
+            f"of the traffic, not on {what}: {missed}"
         )
-        top.notes.append(note)
-        result.warnings.append(f"{top.label}: {note}")
-        if top.replicas + 1 > req.max_replicas:
-            top.status = "too_many_replicas"
-            top.reason = note + f", more than --max-replicas {req.max_replicas}"
-            continue
-        _set_replicas(top, req, top.replicas + 1, req.workload)
+        return
+    c.draws = _keep(conf.draws)
+    at = worst(conf.draws, req.slo)
+    c.slo_max_rate_per_replica = conf.rate
+    c.at_slo = _pp(at)
+    c.concurrency_at_slo = at.running_mean
+    assert c.usd_per_gpu_hour is not None
+    c.slo_limit_output_usd_per_mtok = token_cost(
+        c.usd_per_gpu_hour * c.tensor_parallel_size, at.input_tok_s, at.output_tok_s, req.r
+    ).output_usd_per_mtok
+    note = (
+        f"SLO-max {conf.searched_rate:.3g} req/s per replica on the search's draw; on {what} "
+        f"{missed}; held on all {DRAWS} at {conf.rate:.3g} req/s ({spread(conf.draws, req.slo)})"
+    )
+    c.notes.append(note)
+    replicas = max(1, math.ceil(req.peak_rate / conf.rate - 1e-9))
+    if replicas > req.max_replicas:
+        c.status = "too_many_replicas"
+        _clear(c)
+        c.reason = (
+            f"holds {conf.rate:.3g} req/s per replica at the SLO on {DRAWS} independent draws: "
+            f"{replicas} replicas needed for {req.peak_rate:g} req/s, more than --max-replicas "
+            f"{req.max_replicas}"
+        )
+        return
+    _set_replicas(c, req, replicas, req.workload)
+
+
+def _keep(points: list[Point]) -> list[PlannedPoint]:
+    return [pp for p in points if (pp := _pp(p)) is not None]
+
+
+def _clear(c: PlannedCandidate) -> None:
+    """No figure of a deployment that was not confirmed: replicas, $/hour, headroom, costs."""
+    if c.status == "misses_slo":
+        c.slo_max_rate_per_replica = c.at_slo = c.concurrency_at_slo = None
+        c.slo_limit_output_usd_per_mtok = None
+    c.replicas = c.gpus_total = c.usd_per_hour = c.headroom = None
+    c.input_usd_per_mtok = c.output_usd_per_mtok = c.blended_usd_per_mtok = None
 
 
 def _quantized(c: PlannedCandidate) -> list[str]:

@@ -5,6 +5,11 @@ dataset file (ShareGPT JSON or JSONL, as ``bench`` reads them) or a measured run
 successful request's prompt and output tokens, ``--from-run``). Arrivals are Poisson (or gamma
 with ``burstiness``) drawn once at 1 req/s from the seed and scaled by 1/rate, so every
 candidate sees the same requests in the same order, only faster or slower.
+
+One draw is one sample of the traffic: the P99 of 1,000 Poisson requests near a replica's
+capacity differs from draw to draw by tens of %. :meth:`Workload.redrawn` gives independent
+draws of the same traffic (other arrivals, the requests in another order) to check a figure
+found on the first one.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ class Workload(BaseModel):
     """Send offsets (s) at a rate of 1 req/s; divide by the rate."""
     source: str
     burstiness: float = 1.0
+    seed: int = 0
+    """The seed the arrivals were drawn from (redraws derive theirs from it)."""
 
     @property
     def mean_input(self) -> float:
@@ -44,6 +51,23 @@ class Workload(BaseModel):
     @property
     def max_request(self) -> int:
         return max(s.input_len + s.output_len for s in self.specs)
+
+    def redrawn(self, draw: int) -> Workload:
+        """Draw number ``draw`` of the same traffic, independent of this one (0: this one):
+        other Poisson/gamma arrivals and the requests in another order — the first ``n`` of a
+        pool larger than ``n`` are other requests, not only reordered. Deterministic in
+        (seed, draw)."""
+        if draw == 0:
+            return self
+        state = np.random.SeedSequence([self.seed, draw, 0x51AB]).generate_state(2)
+        order = np.random.default_rng(int(state[0])).permutation(len(self.specs))
+        return Workload.model_construct(
+            specs=[self.specs[i] for i in order],
+            unit_offsets=_offsets(len(self.specs), int(state[1]), self.burstiness),
+            source=self.source,
+            burstiness=self.burstiness,
+            seed=self.seed,
+        )
 
 
 def _offsets(n: int, seed: int, burstiness: float) -> list[float]:
@@ -74,6 +98,7 @@ def synthetic(
         unit_offsets=_offsets(n, seed, burstiness),
         source=f"random lengths: {input_len}{spread} in, {output_len}{spread} out",
         burstiness=burstiness,
+        seed=seed,
     )
 
 
@@ -101,6 +126,7 @@ def from_dataset(
         unit_offsets=_offsets(len(specs), seed, burstiness),
         source=f"{name} dataset {p}",
         burstiness=burstiness,
+        seed=seed,
     )
 
 
@@ -142,6 +168,7 @@ def from_run(path: str, n: int, seed: int, burstiness: float) -> tuple[Workload,
             source=f"request lengths of the run {p} ({served} successful requests"
             + (f" and {lost} failed ones, at their planned lengths)" if lost else ")"),
             burstiness=burstiness,
+            seed=seed,
         ),
         run.config,
     )

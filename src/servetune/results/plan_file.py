@@ -25,6 +25,8 @@ class PlannedPoint(BaseModel):
 
     rate: float | None
     """Offered req/s; None: every request at once (saturation)."""
+    requests: int | None = None
+    """Requests simulated."""
     request_throughput: float
     input_tok_s: float
     output_tok_s: float
@@ -55,6 +57,15 @@ class PlannedCandidate(BaseModel):
     usd_per_gpu_hour: float | None = None
     usd_per_hour: float | None = None
     slo_max_rate_per_replica: float | None = None
+    """The highest rate at which the SLO held: on every one of ``confirm_draws`` independent
+    draws of the traffic when confirmed, else on the search's one draw (optimistic by the
+    draw-to-draw spread)."""
+    confirm_draws: int = 0
+    """Independent draws the SLO-max rate was checked on (0: not confirmed)."""
+    search_slo_max_rate: float | None = None
+    """The search's figure on its one draw, when the confirmation lowered or refuted it."""
+    draws: list[PlannedPoint] = Field(default_factory=list)
+    """The confirmation's draws at the SLO-max rate (or, refuted, at the last rate tried)."""
     limiting_metric: str | None = None
     headroom: float | None = None
     """(SLO-max rate × replicas) ÷ the rate planned for − 1."""
@@ -95,8 +106,11 @@ class PlanResult(BaseModel):
     candidates: list[PlannedCandidate]
     winner: PlannedCandidate | None = None
     confirmed: PlannedPoint | None = None
-    """The winner re-simulated at exactly its per-replica rate with twice the requests."""
+    """The winner's worst draw at its SLO-max rate (of ``confirm_draws`` independent ones)."""
     confirmed_meets_slo: bool | None = None
+    """True: the SLO held on every draw; None: the winner could not be confirmed."""
+    confirm_draws: int = 0
+    """Independent draws of the traffic each confirmation simulates."""
     elapsed_s: float = 0.0
     simulations: int = 0
     warnings: list[str] = Field(default_factory=list)
