@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
+from servetune.metrics.timeline import in_flight, slope
 from servetune.plan.workload import Workload, offsets_at
 from servetune.results.schema import BenchConfig
 from servetune.sim.config import ResolvedConfig
@@ -92,17 +93,19 @@ def _pct(values: list[float], q: float) -> float | None:
 
 
 def _late_growth(sends: np.ndarray, ends: np.ndarray, rate: float) -> float | None:
-    """In-flight growth (req/s) over the second half of the sending period ÷ the rate."""
+    """In-flight growth (req/s) over the second half of the sending period ÷ the rate.
+
+    The same figure as diagnose's ``inflight_growth_late_share`` (diagnose/figures.py, from a
+    run's records; diagnose/window.py, from a window of a run) on the same primitives
+    (:func:`servetune.metrics.timeline.in_flight`, :func:`~servetune.metrics.timeline.slope`),
+    sampled on 40 points of the second half; the offered rate is the plan's, not measured."""
     if math.isinf(rate) or sends.size < 20:
         return None
     t0, t1 = float(sends[0]), float(sends[-1])
     if t1 - t0 <= 0:
         return None
     ts = np.linspace((t0 + t1) / 2, t1, 40)
-    inflight = np.searchsorted(sends, ts, "right") - np.searchsorted(ends, ts, "right")
-    tc = ts - ts.mean()
-    slope = float((tc * (inflight - inflight.mean())).sum() / (tc @ tc))
-    return slope / rate
+    return slope(ts, in_flight(sends, ends, ts)) / rate
 
 
 def simulate(r: ResolvedConfig, mem: MemoryPlan, w: Workload, rate: float, n: int) -> Point:
