@@ -501,3 +501,22 @@ def test_from_run_keeps_the_requests_the_run_lost(tmp_path: Path) -> None:
     assert code == 0
     assert doc["mean_input_tokens"] == pytest.approx(everyone, abs=15)
     assert f"{len(records) - len(ok)} failed ones" in doc["workload"]
+
+
+def test_a_confirmed_rate_that_needs_more_replicas_than_allowed_is_not_planned(
+    tmp_path: Path,
+) -> None:
+    """The search's 9.03 req/s per replica fits 9 req/s into one replica; confirmed on the
+    independent draws it is ~8.4, which needs two: with --max-replicas 1 no candidate holds
+    the traffic (before, the one A100 was the winner on the search's figure)."""
+    out = tmp_path / "plan.json"
+    args = ["plan", "--json", "-o", str(out), "--workers", "1", "--peak-rate", "9"]
+    args += ["--slo", "ttft:2000", "tpot:100", "--gpus", "A100-80GB", "--tp", "1"]
+    args += ["--quantizations", "auto", "--knob-set", "default", "--max-replicas", "1"]
+    assert main(args) == 1
+    doc = json.loads(out.read_text())
+    (c,) = doc["candidates"]
+    assert doc["winner"] is None and c["status"] == "too_many_replicas"
+    assert c["search_slo_max_rate"] > 9 > c["slo_max_rate_per_replica"]
+    assert c["replicas"] is None and c["headroom"] is None and c["usd_per_hour"] is None
+    assert f"on {DRAWS} independent draws: 2 replicas needed" in c["reason"]
