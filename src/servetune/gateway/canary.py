@@ -23,6 +23,20 @@ tolerance for errors:
 - **as good** d̄ + w < δ: the candidate is at most ``tolerance`` worse → this metric passes;
 - otherwise undecided: keep collecting.
 
+The geometric means do not see a tail: 5 % of the candidate's requests 5× slower (preemption
+under peaks) move them ×1.08, inside a ×1.10 tolerance. So each latency also has a *tail*
+test (``canary.tail_quantile`` q, default 0.95; None turns it off) on the same batches: with T
+the baseline's q quantile over its recent requests (fixed before the batch),
+
+    d_i = share of candidate requests above (1 + tolerance) · T − share of baseline ones above T
+
+A candidate at the tolerance — its latencies divided by 1 + tolerance distributed as the
+baseline's — has E d_i = 0 for *any* T, so the confidence sequence keeps its error bound
+whatever T is. *Worse* (roll back): the interval lies above 0 — the candidate's q quantile is
+above (1 + tolerance) × the baseline's; *as good*: it lies below ``tail_margin`` (0.02: the
+candidate's P93 ≤ (1 + tolerance) × the baseline's P95). The mixture is tuned to τ =
+``tail_margin``; α is split over all seven tests.
+
 A step is promoted when every metric passes (a latency no request of either group had — TPOT
 of non-streamed answers — is not compared), each group has ``min_requests`` and there are
 ``min_batches`` batches; rolled back as soon as one metric is worse (or the quality gate
@@ -78,10 +92,17 @@ def half_width(var_mean: float, tau: float, alpha: float) -> float:
 class MetricTest:
     """The running sequence of batch differences of one metric (Welford's sums)."""
 
-    def __init__(self, name: str, tolerance: float) -> None:
+    def __init__(
+        self, name: str, tolerance: float, good_below: float | None = None, tau: float = 0.0
+    ) -> None:
         self.name = name
         self.tolerance = tolerance
-        """δ on the metric's scale (log ratio for latencies, absolute for the error rate)."""
+        """δ on the metric's scale (log ratio for latencies, absolute for the error rate):
+        worse when the interval lies above it."""
+        self.good_below = tolerance if good_below is None else good_below
+        """As good when the interval lies below this (the tail's margin; else δ)."""
+        self.tau = max(tau or tolerance, 1e-3)
+        """The effect size the mixture is tuned to."""
         self.k = 0
         self._mean = 0.0
         self._m2 = 0.0
@@ -98,13 +119,12 @@ class MetricTest:
             return {"metric": self.name, "batches": k, "verdict": "undecided"}
         mean = self._mean
         var = self._m2 / (k - 1)
-        tau = max(self.tolerance, 1e-3)
-        w = half_width(var / k, tau, alpha)
+        w = half_width(var / k, self.tau, alpha)
         lo, hi = mean - w, mean + w
         verdict: Verdict = "undecided"
         if lo > self.tolerance:
             verdict = "worse"
-        elif hi < self.tolerance:
+        elif hi < self.good_below:
             verdict = "as_good"
         out: dict[str, float | int | str] = {
             "metric": self.name,
@@ -115,7 +135,9 @@ class MetricTest:
             "tolerance": self.tolerance,
             "verdict": verdict,
         }
-        if self.name != "errors":
+        if self.name.endswith("_tail"):
+            out["margin"] = self.good_below
+        elif self.name != "errors":
             out["ratio"] = math.exp(mean)
             out["ratio_low"] = math.exp(lo)
             out["ratio_high"] = math.exp(hi)
@@ -175,10 +197,18 @@ class StepAnalysis:
         self.step = step
         self.cand = _Side()
         self.base = _Side()
-        tol = math.log1p(policy.tolerance)
+        self.tol = tol = math.log1p(policy.tolerance)
         self.tests = {m: MetricTest(m, tol) for m in LATENCIES}
+        self.tail_q = policy.tail_quantile
+        if self.tail_q is not None:
+            margin = policy.tail_margin
+            for m in LATENCIES:
+                self.tests[f"{m}_tail"] = MetricTest(f"{m}_tail", 0.0, margin, tau=margin)
         self.tests["errors"] = MetricTest("errors", policy.error_tolerance)
         self.batches = 0
+        self._tail_log: dict[str, float] = {}
+        """Per latency, log of the baseline's recent ``tail_quantile`` before the open batch
+        (the tail test's threshold; set once the baseline has enough requests)."""
 
     def add(self, o: Observation) -> None:
         if o.step != self.step:
@@ -195,10 +225,36 @@ class StepAnalysis:
             if c.logs[m] and b.logs[m]:
                 d = sum(c.logs[m]) / len(c.logs[m]) - sum(b.logs[m]) / len(b.logs[m])
                 self.tests[m].add(d)
+                cut = self._tail_log.get(m)
+                if cut is not None:  # the shares above the threshold, candidate's at ×(1+tol)
+                    above_c = sum(x > cut + self.tol for x in c.logs[m]) / len(c.logs[m])
+                    above_b = sum(x > cut for x in b.logs[m]) / len(b.logs[m])
+                    self.tests[f"{m}_tail"].add(above_c - above_b)
         self.tests["errors"].add(c.errors / c.n - b.errors / b.n)
         self.batches += 1
         c.reset_batch()
         b.reset_batch()
+        if self.tail_q is not None:
+            self._update_thresholds(self.tail_q)
+
+    def _update_thresholds(self, q: float) -> None:
+        """The tail threshold of each latency for the next batch: the ``q`` quantile of the
+        baseline's last 20 / (1 − q) requests (400 for P95; a recent window, so slow and fast
+        minutes move it), once it has 5 / (1 − q). A sort of that window per batch, on the
+        rollout's tick, not per request. The threshold only has to be fixed before the batch,
+        not exact: a candidate at the tolerance (its latencies divided by 1 + tolerance
+        distributed as the baseline's) has the baseline's share above *any* threshold, so
+        the test's error bound does not depend on it."""
+        window = math.ceil(20 / (1 - q))
+        for m in LATENCIES:
+            xs = self.base.all[m]
+            n = len(xs)
+            if n < 5 / (1 - q):
+                continue
+            recent = sorted(xs[-window:])
+            self._tail_log[m] = math.log(
+                max(recent[min(len(recent) - 1, int(q * len(recent)))], _FLOOR_S)
+            )
 
     def evidence(self, percentiles: bool = False) -> dict[str, object]:
         """The test's state; with ``percentiles`` also each group's P50/P99 over the step
@@ -212,6 +268,12 @@ class StepAnalysis:
             "baseline": {"requests": self.base.total, "errors": self.base.total_errors},
             "metrics": [t.state(alpha) for t in self.tests.values()],
         }
+        for st in out["metrics"]:  # type: ignore[attr-defined]
+            name = str(st["metric"])
+            if name.endswith("_tail"):
+                cut = self._tail_log.get(name.removesuffix("_tail"))
+                st["quantile"] = self.tail_q
+                st["threshold_ms"] = None if cut is None else math.exp(cut) * 1e3
         if percentiles:
             out["candidate"] = self.cand.summary()
             out["baseline"] = self.base.summary()
@@ -289,6 +351,7 @@ class StepAnalysis:
         """No request of either group had this latency in the step (TPOT of non-streamed
         answers, TTFT and TPOT of embeddings): nothing to compare, so it does not hold the
         step back. Measured on one side only, it stays undecided."""
+        metric = metric.removesuffix("_tail")
         return metric in LATENCIES and not self.cand.all[metric] and not self.base.all[metric]
 
 
@@ -300,7 +363,15 @@ def _upper(errors: int, n: int, alpha: float) -> float:
 
 
 def _describe(m: dict[str, float | int | str]) -> str:
-    if m["metric"] == "errors":
+    name = str(m["metric"])
+    if name.endswith("_tail"):
+        q = float(m["quantile"])
+        return (
+            f"{name} share above the baseline's P{q * 100:g} {float(m['mean']):+.3f} over the "
+            f"baseline's (interval {float(m['low']):+.3f}..{float(m['high']):+.3f}, passes "
+            f"below {float(m['margin']):+.3f})"
+        )
+    if name == "errors":
         return (
             f"errors {float(m['mean']):+.3f} (interval {float(m['low']):+.3f}.."
             f"{float(m['high']):+.3f}, tolerated {float(m['tolerance']):+.3f})"

@@ -180,6 +180,14 @@ class CanaryPolicy(_Strict):
     """A latency ratio up to 1 + tolerance (candidate / baseline, geometric mean) is 'as good'."""
     error_tolerance: float = Field(default=0.01, ge=0)
     """Error-rate difference (absolute) still 'as good'."""
+    tail_quantile: float | None = Field(default=0.95, gt=0.5, lt=1)
+    """The tail judged besides the geometric means: the candidate's share of requests above
+    (1 + tolerance) × the baseline's latency at this quantile against the baseline's share
+    above it (None: the tail is not judged)."""
+    tail_margin: float = Field(default=0.02, gt=0, lt=0.5)
+    """The tail passes when the candidate's share above that threshold is at most this much
+    over the baseline's (0.95 and 0.02: the candidate's P93 ≤ 1.1 × the baseline's P95); it
+    is worse as soon as any excess is established."""
     max_step_s: float = Field(default=900.0, gt=0)
     """A step still undecided after this long is rolled back (``on_timeout``)."""
     on_timeout: Literal["rollback", "promote"] = "rollback"
