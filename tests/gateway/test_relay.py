@@ -181,13 +181,19 @@ def test_event_ends_found_like_a_plain_search() -> None:
         assert _event_end(buf, at) == end_after(buf, at), (buf, at)
 
 
-@pytest.mark.parametrize("space", [True, False])
-def test_a_stream_without_usage_is_charged_its_events_in_either_sse_spelling(
-    space: bool, tmp_path: Any
+@pytest.mark.parametrize(
+    ("space", "per_chunk", "chat", "crlf"),
+    [(True, 1, False, False), (False, 1, False, False), (True, 4, False, False),
+     (True, 3, True, False), (False, 5, True, True)],
+)  # fmt: skip
+def test_a_stream_without_usage_is_charged_its_tokens(
+    space: bool, per_chunk: int, chat: bool, crlf: bool, tmp_path: Any
 ) -> None:
     """An upstream that reports no usage (or a stream cut before it) is settled to the prompt
-    plus the content events counted — also when the server writes ``data:{…}`` without the
-    space (TGI): those events were not counted and the stream cost only its prompt."""
+    plus the output estimated from the stream — also when the server writes ``data:{…}``
+    without the space (TGI): those events were not counted and the stream cost only its
+    prompt; and when it sends several tokens per event (speculative decoding): each event
+    was charged as one token, 4 tokens per event charged 12 of 50."""
     from harness import gateway_config
 
     from servetune.gateway.app import Gateway
@@ -198,7 +204,15 @@ def test_a_stream_without_usage_is_charged_its_events_in_either_sse_spelling(
     frozen = MemoryQuota(clock=lambda: 1000.0)  # no refill: the level shows what was charged
 
     async def main() -> float:
-        srv = ScriptedServer(Script(send_usage=False, data_space=space))
+        srv = ScriptedServer(
+            Script(
+                send_usage=False,
+                data_space=space,
+                tokens_per_chunk=per_chunk,
+                crlf=crlf,
+                tpot_ms=1.0,
+            )  # events written one by one: the sample is not the stream
+        )
         port = await srv.start()
         cfg = gateway_config(
             tmp_path,
@@ -210,22 +224,129 @@ def test_a_stream_without_usage_is_charged_its_events_in_either_sse_spelling(
         try:
             import aiohttp
 
-            body = {
-                "model": "scripted-model",
-                "prompt": "one two three",
-                "max_tokens": 50,
-                "stream": True,
-            }
+            body: dict[str, Any] = {"model": "scripted-model", "max_tokens": 50, "stream": True}
+            if chat:
+                body["messages"] = [{"role": "user", "content": "one two three"}]
+            else:
+                body["prompt"] = "one two three"
+            path = "chat/completions" if chat else "completions"
             async with (
                 aiohttp.ClientSession() as s,
-                s.post(f"http://127.0.0.1:{gw.port}/v1/completions", json=body) as r,
+                s.post(f"http://127.0.0.1:{gw.port}/v1/{path}", json=body) as r,
             ):
                 data = await r.read()
-            assert r.status == 200 and data.count(b"data:") == 51, data[:300]  # 50 + [DONE]
+            events = -(-50 // per_chunk) + 1 + chat  # the content, [DONE], the role chunk
+            assert r.status == 200 and data.count(b"data:") == events, data[:300]
         finally:
             await gw.stop(drain_s=1.0)
             await srv.close()
         return 100_000 - frozen._buckets[("default", "tpm")][0]
 
     charged = asyncio.run(main())
-    assert 3 + 49 <= charged <= 3 + 50, charged  # the prompt and the events counted
+    assert 3 + 49 <= charged <= 3 + 50, charged  # the prompt and the output
+
+
+def test_a_client_that_hangs_up_mid_stream_is_charged_the_tokens_it_was_sent(
+    tmp_path: Any,
+) -> None:
+    """The usage comes at a stream's end: a client that hangs up mid-stream is settled on the
+    stream's own count. With 4 tokens per event (speculative decoding) it was charged one
+    token per event (a quarter); now the tokens relayed, give or take the events in flight
+    when the hang-up is seen (bounds of 10 events, 0.8 s at 20 ms a token, for a slow box)."""
+    from harness import gateway_config
+
+    from servetune.gateway.app import Gateway
+    from servetune.gateway.quota import MemoryQuota
+    from servetune.testserver.script import Script
+    from servetune.testserver.server import ScriptedServer
+
+    frozen = MemoryQuota(clock=lambda: 1000.0)  # no refill: the level shows what was charged
+    level = lambda: frozen._buckets[("default", "tpm")][0]  # noqa: E731
+
+    async def main() -> tuple[float, int]:
+        srv = ScriptedServer(Script(tokens_per_chunk=4, tpot_ms=20.0))
+        port = await srv.start()
+        cfg = gateway_config(
+            tmp_path,
+            groups=[{"name": "g", "urls": [f"http://127.0.0.1:{port}/v1"]}],
+            defaults={"tpm": 100_000},
+        )
+        gw = Gateway(cfg, None, frozen)
+        await gw.start()
+        seen = 0
+        try:
+            import aiohttp
+
+            body = {"model": "scripted-model", "prompt": "one two three", "max_tokens": 400,
+                    "stream": True}  # fmt: skip
+            async with (
+                aiohttp.ClientSession() as s,
+                s.post(f"http://127.0.0.1:{gw.port}/v1/completions", json=body) as r,
+            ):
+                assert r.status == 200
+                async for line in r.content:
+                    seen += line.startswith(b"data: {")
+                    if seen == 10:
+                        break  # and hang up: the session closes the connection
+            for _ in range(200):  # settled once the reservation (3 + 400) is given back
+                if 100_000 - level() < 3 + 400:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await gw.stop(drain_s=1.0)
+            await srv.close()
+        return 100_000 - level(), seen
+
+    charged, seen = asyncio.run(main())
+    assert seen == 10
+    assert 3 + 4 * seen - 4 <= charged <= 3 + 4 * (seen + 10), charged
+
+
+def _chat_stream(tokens: list[list[str]], how: str = "utf8") -> list[bytes]:
+    """A vLLM-shaped chat stream (role chunk, content events of several tokens, finish),
+    one piece per event; ``how``: its text as UTF-8 (vLLM), with ``\\u`` escapes (Python's
+    json), or with ``/`` escaped too (neither)."""
+    import json
+
+    def chunk(delta: dict[str, str], finish: str | None = None) -> bytes:
+        obj = {"id": "chatcmpl-7f3a", "object": "chat.completion.chunk", "created": 1764,
+               "model": "m", "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                          "finish_reason": finish}]}  # fmt: skip
+        data = json.dumps(obj, ensure_ascii=how != "utf8")
+        return b"data: " + (data.replace("/", "\\/") if how == "slash" else data).encode() + b"\n\n"
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    out += [chunk({"content": "".join(t)}) for t in tokens]
+    return [*out, chunk({}, "length"), DONE]
+
+
+@pytest.mark.parametrize("how", ["utf8", "ascii"])
+def test_the_output_estimate_follows_the_tokens_not_the_events(how: str) -> None:
+    """Speculative decoding: 1 to 4 tokens per event, fewer in the opening events than later
+    (the estimate reads the opening 4 KB only). Each token one word of the word-piece
+    counter, some of them not ASCII."""
+    import random
+
+    rng = random.Random(3)
+    words = [" the", " cat", " señor", " sat", " naïve", " on"]
+    sizes = [1] * 10 + [rng.randint(1, 4) for _ in range(300)]
+    tokens = [[rng.choice(words) for _ in range(k)] for k in sizes]
+    r, _out, _ = relay_through(_chat_stream(tokens, how), strip=False)
+    count = ApproxTokenizer().count
+    est = r.output_estimate(count)
+    truth = count("".join("".join(t) for t in tokens))  # the counter's tokens of the output
+    assert r.events == len(sizes) + 2  # the role chunk and the finish
+    # the opening 4 KB against the whole: −14 % to +33 % over 30 seeds with this mix of 4- and
+    # 11-byte words (\\u escapes), −9 % to +15 % in UTF-8; one token per event was −58 %
+    assert abs(est - truth) <= 0.2 * truth, (est, truth)
+
+
+def test_the_output_estimate_falls_back_to_tokens_per_event() -> None:
+    # text written in a way the estimate does not recognise ("\/"): the opening events'
+    # tokens per event (2 here) times the events
+    r, _out, _ = relay_through(_chat_stream([[" a/b", " c"]] * 100, "slash"), strip=False)
+    count = ApproxTokenizer().count
+    per_event = count(" a/b c")
+    assert per_event > 1
+    # the finish event is not in the opening events: counted as one with text
+    assert r.output_estimate(count) == per_event * 101

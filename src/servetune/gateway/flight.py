@@ -45,7 +45,7 @@ from servetune.gateway.deadlines import HeadDeadlines
 from servetune.gateway.exposition import GatewayMetrics
 from servetune.gateway.pool import Pool, QueueRefusal, Router, Slot, Upstream
 from servetune.gateway.relay import Relay, UpstreamLost
-from servetune.gateway.requests import error_body
+from servetune.gateway.requests import InputCounter, error_body
 from servetune.gateway.upstream import ConnectionPool, UpstreamConnection
 from servetune.http import Exchange
 
@@ -79,6 +79,8 @@ class Host(Protocol):
     head_deadlines: HeadDeadlines
     router: Router
     pools: dict[str, Pool]
+    counters: dict[str, InputCounter]
+    default_counter: InputCounter
     _canary_step: Callable[[], int | None]
 
     def _healthy(self) -> dict[str, bool] | None: ...
@@ -496,7 +498,7 @@ class Flight:
         else:
             u.breaker.success()
         if relay.sse:
-            _settle_stream(relay, att)
+            self._settle_stream(relay)
         if ok and relay.conn.keep:
             self.gw._conns(u).put(relay.conn)
         else:
@@ -520,7 +522,7 @@ class Flight:
             self.upstream.breaker.neutral()
             if self.att.sent_ns:  # its answer had begun
                 self.att.code = 499
-                _settle_stream(relay, self.att)
+                self._settle_stream(relay)
                 self._release(time.perf_counter() - self.t_start)
             else:
                 self.att.unanswered = True
@@ -544,6 +546,26 @@ class Flight:
         self._release()
         self._end()
 
+    def _settle_stream(self, relay: Relay) -> None:
+        att = self.att
+        att.first_ns = relay.first_token_ns
+        u = relay.usage
+        if u is not None:
+            att.prompt = int(u.get("prompt_tokens") or 0)
+            att.output = int(u.get("completion_tokens") or 0)
+            att.usage_exact = True
+        elif relay.events:
+            # no usage (cut, or an engine that does not send it): estimated from the stream
+            # with the serving group's counter, at most the max_tokens reserved
+            gw = self.gw
+            own = gw.counters.get(self.group)
+            counter = own if own is not None and own.exact else gw.default_counter
+            est = relay.output_estimate(counter.text)
+            cap = self.prep.reserve - self.prep.n_in  # max_tokens × choices (0: none given)
+            att.output = min(est, max(cap, relay.events - 1)) if cap > 0 else est
+        else:
+            att.output = 0
+
     def _release(self, service_s: float | None = None) -> None:
         u, self._holding = self._holding, None
         if u is not None and self.pool is not None:
@@ -565,7 +587,7 @@ class Flight:
         if att.usage_exact:
             used = att.prompt + att.output
         elif att.sent_ns:
-            used = prep.n_in + att.output  # no usage from the engine: counted chunks
+            used = prep.n_in + att.output  # no usage from the engine: estimated from the stream
         elif att.unanswered:
             # the client left while the engine had the request. A stream's head comes before
             # its first token: the prompt was all it cost. A whole answer's head comes with its
@@ -584,17 +606,6 @@ class Flight:
         fut = self._finished
         if fut is not None and not fut.done():
             fut.set_result(None)
-
-
-def _settle_stream(relay: Relay, att: Attempt) -> None:
-    att.first_ns = relay.first_token_ns
-    u = relay.usage
-    if u is not None:
-        att.prompt = int(u.get("prompt_tokens") or 0)
-        att.output = int(u.get("completion_tokens") or 0)
-        att.usage_exact = True
-    else:
-        att.output = max(0, relay.events - 1) if relay.events else 0
 
 
 def _usage_from_json(data: bytes, att: Attempt) -> None:

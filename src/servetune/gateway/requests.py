@@ -184,20 +184,21 @@ class InputCounter:
         self.counter: TokenCounter = load_tokenizer(tokenizer) if tokenizer else ApproxTokenizer()
         self.exact = tokenizer is not None
 
-    def _text(self, text: str) -> int:
+    def text(self, text: str) -> int:
+        """Tokens of a piece of text (the output estimate of a stream without usage too)."""
         return self.counter.count(text) if text else 0
 
     def _json(self, value: Any) -> int:
         """A JSON value the chat template renders into the prompt (tool definitions, tool
         calls): counted as its JSON text."""
         try:
-            return self._text(orjson.dumps(value).decode())
+            return self.text(orjson.dumps(value).decode())
         except TypeError:
             return 0
 
     def _prompt(self, p: Any) -> int:
         if isinstance(p, str):
-            return self._text(p)
+            return self.text(p)
         if isinstance(p, list):
             if p and all(isinstance(x, int) for x in p):
                 return len(p)
@@ -211,11 +212,11 @@ class InputCounter:
             for m in body["messages"]:
                 content = m.get("content")
                 if isinstance(content, str):
-                    total += self._text(content)
+                    total += self.text(content)
                 elif isinstance(content, list):
                     for part in content:
                         if isinstance(part, dict) and isinstance(part.get("text"), str):
-                            total += self._text(part["text"])
+                            total += self.text(part["text"])
                 calls = m.get("tool_calls")
                 if calls:  # an assistant turn's calls: rendered into the prompt
                     total += self._json(calls)
