@@ -436,3 +436,46 @@ def test_a_tokenizer_named_by_any_group_counts_the_input(
             assert status == 400 and b"3 tokens (counted)" in body, body
 
     asyncio.run(main())
+
+
+def test_groups_with_different_tokenizers_count_the_input_with_each(
+    engine: EmbeddedServer, tmp_path: Path
+) -> None:
+    """A canary of another model: the groups name different tokenizers and the count is made
+    before routing. The first group's tokenizer alone counted for both, so a prompt over the
+    cap with the candidate's tokenizer went through; now the largest count is the request's."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    for name, digits in (("words", False), ("digits", True)):
+        tok = Tokenizer(models.WordLevel({"<unk>": 0, "the": 1}, unk_token="<unk>"))
+        tok.pre_tokenizer = (
+            pre_tokenizers.Sequence(
+                [pre_tokenizers.Whitespace(), pre_tokenizers.Digits(individual_digits=True)]
+            )
+            if digits
+            else pre_tokenizers.Whitespace()
+        )
+        (tmp_path / name).mkdir()
+        tok.save(str(tmp_path / name / "tokenizer.json"))
+
+    async def main() -> None:
+        cfg = gateway_config(
+            tmp_path,
+            groups=[
+                {"name": "a", "urls": [engine.base_url], "tokenizer": str(tmp_path / "words")},
+                {
+                    "name": "b",
+                    "urls": [engine.base_url],
+                    "tokenizer": str(tmp_path / "digits"),
+                    "weight": 0,
+                },
+            ],
+            defaults={"max_input_tokens": 4},
+        )
+        async with running(cfg) as gw, client() as s:
+            status, body, _ = await complete(s, gw, prompt="the 12345")  # 2 tokens, or 6
+            assert status == 400 and b"6 tokens (counted)" in body, body
+            status, body, _ = await complete(s, gw, prompt="the 123")  # 2, or 4: under the cap
+            assert status == 200, body
+
+    asyncio.run(main())

@@ -201,11 +201,13 @@ class Gateway:
         if rollout is not None and not rollout.done:
             weights = {**weights, **rollout.weights}
         self.router.set(weights)
-        # one count per request, made before routing picks its group: with the tokenizer of
-        # the first group that names one (the estimate when none does)
-        self.default_counter = next(
-            (c for c in counters.values() if c.exact), next(iter(counters.values()))
-        )
+        # the count is made before routing picks a group: with the tokenizer of the first
+        # group that names one (the estimate when none does); groups naming different
+        # tokenizers (a canary of another model) each count, and the largest count is the
+        # request's — the reservation and the input cap hold whichever group serves it
+        exact = {g.tokenizer: counters[g.name] for g in cfg.groups if g.tokenizer}
+        self.default_counter = next(iter(exact.values()), next(iter(counters.values())))
+        self.other_counters = [c for c in exact.values() if c is not self.default_counter]
         self.config_id = config_hash(cfg.model_dump_json().encode())
 
     def _tenant(
@@ -424,6 +426,8 @@ class Gateway:
             return None
         body = parsed.body
         n_in = self.default_counter.count(parsed)
+        for other in self.other_counters:  # only when groups name different tokenizers
+            n_in = max(n_in, other.count(parsed))
         if lim.max_input_tokens is not None and n_in > lim.max_input_tokens:
             how = "counted" if self.default_counter.exact else "estimated"
             self._refuse(
