@@ -73,8 +73,10 @@ def test_equal_candidate_with_the_tail_judged_other_spreads(sigma: float) -> Non
 def test_a_candidate_worse_only_in_its_tail_is_rolled_back() -> None:
     # 5 % of the candidate's requests 5× slower (preemption under peaks): its geometric mean
     # is ×1.08, inside the ×1.10 tolerance, so the test of the means alone never rolls it
-    # back; its P95 is far above 1.1 × the baseline's. Fixed seeds; detection took 900–4,600
-    # candidate requests in 200 seeds, the bound here is 12,000.
+    # back; its P95 is far above 1.1 × the baseline's. Fixed seeds (0–9 all caught). Over 200
+    # seeds: 200 caught with the load pulled back to its level (median 2,341 candidate
+    # requests, max 7,806); 197 under the random walk (median 3,528, max 11,926; 3 promoted:
+    # an excess of ~0.03 is near the 0.02 margin). The bound here is 12,000.
     for revert in (False, True):
         means_only = [
             drive(1.0, seed, n_max=15_000, revert=revert, slow_share=0.05, tail_quantile=None)
