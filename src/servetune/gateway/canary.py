@@ -103,6 +103,8 @@ class MetricTest:
         """As good when the interval lies below this (the tail's margin; else δ)."""
         self.tau = max(tau or tolerance, 1e-3)
         """The effect size the mixture is tuned to."""
+        self.scale = 0.0
+        """A tail test's latency tolerance (log): the candidate's threshold is T · e^scale."""
         self.k = 0
         self._mean = 0.0
         self._m2 = 0.0
@@ -137,6 +139,7 @@ class MetricTest:
         }
         if self.name.endswith("_tail"):
             out["margin"] = self.good_below
+            out["ratio_tolerated"] = math.exp(self.scale)
         elif self.name != "errors":
             out["ratio"] = math.exp(mean)
             out["ratio_low"] = math.exp(lo)
@@ -203,7 +206,8 @@ class StepAnalysis:
         if self.tail_q is not None:
             margin = policy.tail_margin
             for m in LATENCIES:
-                self.tests[f"{m}_tail"] = MetricTest(f"{m}_tail", 0.0, margin, tau=margin)
+                t = self.tests[f"{m}_tail"] = MetricTest(f"{m}_tail", 0.0, margin, tau=margin)
+                t.scale = tol
         self.tests["errors"] = MetricTest("errors", policy.error_tolerance)
         self.batches = 0
         self._tail_log: dict[str, float] = {}
@@ -366,10 +370,13 @@ def _describe(m: dict[str, float | int | str]) -> str:
     name = str(m["metric"])
     if name.endswith("_tail"):
         q = float(m["quantile"])
+        cut = m.get("threshold_ms")
+        at = f" ({float(cut):.4g} ms)" if cut is not None else ""
         return (
-            f"{name} share above the baseline's P{q * 100:g} {float(m['mean']):+.3f} over the "
-            f"baseline's (interval {float(m['low']):+.3f}..{float(m['high']):+.3f}, passes "
-            f"below {float(m['margin']):+.3f})"
+            f"{name}: candidate's share above ×{float(m['ratio_tolerated']):.2f} the baseline's "
+            f"P{q * 100:g}{at} minus the baseline's share above it {float(m['mean']):+.3f} "
+            f"(interval {float(m['low']):+.3f}..{float(m['high']):+.3f}, passes below "
+            f"{float(m['margin']):+.3f})"
         )
     if name == "errors":
         return (
