@@ -8,9 +8,11 @@ from pydantic import BaseModel, Field
 
 from servetune.compare.comparable import Difference, FlagDifference
 
-Verdict = Literal["better", "worse", "same", "not measured", "past capacity"]
-"""``past capacity``: both runs' queues grew throughout, so a figure that includes the wait in
-the queue measures the run's length and its realized arrivals; it is shown, not tested."""
+Verdict = Literal["better", "worse", "same", "not measured", "past capacity", "cannot tell"]
+"""``cannot tell``: the runs are too short for their requests' lifetime (too few independent
+blocks over their arrivals). ``past capacity``: both runs' queues grew throughout, so a figure
+that includes the wait in the queue measures the run's length and its realized arrivals; it is
+shown, not tested."""
 
 
 class FigureResult(BaseModel):
@@ -36,21 +38,28 @@ class FigureResult(BaseModel):
 class Method(BaseModel):
     """How the intervals were made (enough to reproduce them)."""
 
-    name: str = "sign-flip test on aligned time blocks, max-T over each family"
+    name: str = "studentized sign-flip test on aligned time blocks, bound over each family"
     windows: int = 0
     window_s: tuple[float, float] = (0.0, 0.0)
     block_windows: int = 1
     blocks: int = 0
+    arrival_blocks: int = 0
+    """Blocks over the stretch where requests arrived (the rest of a run only drains)."""
     replicates: int = 0
     level: float = 0.95
     family_critical: dict[str, float] = Field(default_factory=dict)
-    """Max-T critical value of each family (half-width = it × the figure's replicate RMS)."""
+    """Critical value c of each family (half-width = c × the figure's standard error)."""
+    rule: dict[str, str] = Field(default_factory=dict)
+    """How each family's c was found: ``sign-flip max-T`` (≥ 10 blocks: the 95% quantile of
+    the largest studentized replicate over the family) or ``Student-Bonferroni`` (fewer)."""
     decode_s: float = 0.0
-    """The longer of the two runs' median decode (first to last token), seconds."""
-    short_blocks: bool = False
-    """Blocks shorter than 1.5× a request's decode (runs not both past capacity): neighbouring
-    blocks share their load, and the test calls a difference more often than 5% when nothing
-    changed."""
+    """The longer of the two runs' median decode (first to last token), seconds; blocks last
+    at least twice that."""
+    needed_requests: int = 0
+    """The requests each run would need for 12 such blocks over its arrivals, at its rate."""
+    too_short: bool = False
+    """Fewer than 5 blocks over the arrivals: nothing is tested, the verdict is "cannot
+    tell"."""
 
 
 class PairComparison(BaseModel):

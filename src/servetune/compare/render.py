@@ -41,6 +41,7 @@ def _mark(f: FigureResult) -> str:
         "same": "·",
         "not measured": "",
         "past capacity": "(past capacity: not tested)",
+        "cannot tell": "(run too short: not tested)",
     }[f.verdict]
 
 
@@ -103,7 +104,7 @@ def render_pair(pc: PairComparison, detail: bool = True) -> str:
     for w in pc.warnings:
         out.append(f"warning: {w}")
     m = pc.method
-    crit = ", ".join(f"{k} c={v:.2f}" for k, v in m.family_critical.items())
+    crit = ", ".join(f"{k} c={v:.2f} ({m.rule.get(k, '')})" for k, v in m.family_critical.items())
     out.append(
         f"method: {m.windows} windows of {m.window_s[0]:.2f}/{m.window_s[1]:.2f} s, "
         f"{m.blocks} aligned blocks of {m.block_windows}; {m.name} "

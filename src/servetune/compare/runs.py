@@ -21,8 +21,16 @@ from servetune.compare.comparable import Difference, flag_differences, run_diffe
 from servetune.compare.figures import BY_KEY, FIGURES, FigureDef
 from servetune.compare.inputs import RunInput
 from servetune.compare.model import FigureResult, Method, PairComparison
-from servetune.compare.signflip import DEFAULT_REPLICATES, MIN_BLOCKS, block_tests
-from servetune.compare.stats import DEFAULT_LEVEL, max_t_critical
+from servetune.compare.signflip import (
+    DEFAULT_REPLICATES,
+    LIFETIMES,
+    MIN_BLOCKS,
+    MIN_VERDICT_BLOCKS,
+    block_tests,
+    family_bound,
+    p_value,
+)
+from servetune.compare.stats import DEFAULT_LEVEL
 from servetune.compare.windows import (
     WindowedRun,
     build_windows,
@@ -33,12 +41,6 @@ from servetune.compare.windows import (
 from servetune.results.schema import Slo
 
 GROWTH_WARN = 3.0
-LIFETIMES = 1.5
-"""Blocks shorter than this many times a request's decode are not independent enough for
-the test's 5%: two seeds of one configuration came out "different" in 15–50% of pairs
-(simulated engine; Llama-3.1-8B/H100 512/256 at 15 req/s, 1,000 requests, blocks ≈ 1.0
-decode: 8 of 40; 256/1,024: 10 of 20; 60 s runs of 1,024/128 at 8 req/s: 6 of 40), against
-7 of 120 for the calibration workload at 8 req/s (blocks 1.6–2.7 decodes)."""
 QUEUEING_SOURCES = ("ttft", "e2el", "good")
 """What a request's wait in the queue is part of."""
 
@@ -152,13 +154,23 @@ def compare_windows(
     head_figs = [f for f in figs if f.key in headline]
     n = wa.n
     # at least MIN_BLOCKS blocks over the stretch where requests arrived (after it, a run
-    # only drains: no latency is measured there)
+    # only drains: no latency is measured there) ...
     span = max(arrival_windows(wa), arrival_windows(wb)) or n
     block = min(pair_block_length(wa, wb, head_figs, est_a, est_b), max(1, span // MIN_BLOCKS))
     # Both runs past capacity: the queue carries chance differences from block to block for
     # the rest of the run (a random walk), so the blocks' dependence is taken as it is; else a
     # change that grows through the runs is a change, not dependence (ρ of detrended d_j).
     persistent = all((g := queue_growth(w)) is not None and g >= GROWTH_WARN for w in (wa, wb))
+    # ... and, unless both runs were past capacity, blocks at least LIFETIMES decodes long: a
+    # request shares the server's batch with the ones that arrive while it decodes, so shorter
+    # blocks share their load with the next block (see signflip.LIFETIMES). A run too short
+    # for enough of them is said to be so, not tested. (Past capacity in both runs, a decode
+    # lasts as long as the full batch takes, and the queue's own dependence is taken as it
+    # is: no false alarm in 40 pairs at three times the capacity.)
+    decode_s = max(wa.decode_s, wb.decode_s)
+    if not persistent and wa.width_s > 0:
+        block = max(block, math.ceil(LIFETIMES * decode_s / wa.width_s - 1e-9))
+    block = min(block, n)
     tests = block_tests(wa, wb, figs, block, replicates, seed, detrend_rho=not persistent)
     if persistent:
         # Both queues grew through the runs: a request's wait is the backlog of the arrivals
@@ -174,21 +186,27 @@ def compare_windows(
         window_s=(wa.width_s, wb.width_s),
         block_windows=block,
         blocks=blocks,
+        arrival_blocks=math.ceil(span / block),
         replicates=min(replicates, 2**blocks),
         level=level,
-        decode_s=max(wa.decode_s, wb.decode_s),
+        decode_s=decode_s,
     )
-    # (past capacity in both runs the queue's own dependence is taken as it is, and the
-    # calibration holds there: 1 of 40 at three times the capacity)
-    method.short_blocks = not persistent and block * wa.width_s < LIFETIMES * method.decode_s
+    method.needed_requests = needed_requests(wa, wb, span, block)
+    if method.arrival_blocks < MIN_VERDICT_BLOCKS:
+        method.too_short = True
+        tests = {}
     half: dict[str, float] = {}
+    rules: dict[str, str] = {}
     figures: dict[str, FigureResult] = {}
     for name, keys in (("headline", headline), ("detail", {f.key for f in figs} - headline)):
-        fam = {k: t.draws for k, t in tests.items() if k in keys}
-        hw, c = max_t_critical(fam, level)
-        half.update(hw)
-        if fam and math.isfinite(c):
-            method.family_critical[name] = c
+        bound = family_bound({k: t for k, t in tests.items() if k in keys}, level)
+        if bound is None:
+            continue
+        half.update(bound.half)
+        rules.update(dict.fromkeys(bound.half, bound.rule))
+        if math.isfinite(bound.critical):
+            method.family_critical[name] = bound.critical
+        method.rule[name] = bound.rule
     for f in figs:
         va, vb = est_a.get(f.key, math.nan), est_b.get(f.key, math.nan)
         res = FigureResult(label=f.label, unit=f.unit, better=f.better, headline=f.key in headline)
@@ -200,7 +218,7 @@ def compare_windows(
         res.delta = vb - va
         res.rel = (vb - va) / va if va != 0 else None
         test, width = tests.get(f.key), half.get(f.key)
-        if test is not None and width is not None:
+        if test is not None and width is not None and math.isfinite(width):
             lo, hi = test.t - width, test.t + width
             if test.scale == "log":
                 lo, hi = va * math.expm1(lo), va * math.expm1(hi)
@@ -213,8 +231,10 @@ def compare_windows(
             # only when both agree on its direction.
             res.ci_low, res.ci_high = min(lo, res.delta), max(hi, res.delta)
             res.significant = res.delta != 0 and (res.ci_low > 0 or res.ci_high < 0)
-            res.p_value = float(np.mean(np.abs(test.draws) >= abs(test.t) - 1e-12))
+            res.p_value = p_value(test, rules[f.key])
         res.verdict = _verdict_of(f, res.significant, res.delta)  # type: ignore[assignment]
+        if method.too_short and res.delta is not None:
+            res.verdict = "cannot tell"
         if persistent and f.source in QUEUEING_SOURCES and res.delta is not None:
             res.verdict = "past capacity"
         figures[f.key] = res
@@ -226,20 +246,13 @@ def _warnings(out: PairComparison, wa: WindowedRun, wb: WindowedRun, blocks: int
     if out.forced:
         warns.insert(0, "compared with --force although the runs are not comparable")
     m = out.method
-    if m.short_blocks:
+    if not m.too_short and m.arrival_blocks < MIN_BLOCKS:
         warns.append(
-            f"the blocks ({m.block_windows * m.window_s[0]:.1f} s) are shorter than "
-            f"{LIFETIMES:g}× a request's decode ({m.decode_s:.1f} s): neighbouring blocks share "
-            "their load, and "
-            "two seeds of one configuration come out 'different' well over 5% of the time in "
-            "such runs (15–50% measured); run longer (more --num-prompts) before acting on a "
-            "difference"
-        )
-    if blocks < MIN_BLOCKS:
-        warns.append(
-            f"the runs hold only {blocks} independent stretches of time (blocks of "
-            f"{out.method.block_windows} windows): too short to show a difference at 95%; "
-            "run longer (more --num-prompts)"
+            f"the runs' arrivals hold only {m.arrival_blocks} independent stretches of time "
+            f"(blocks of {m.block_windows * m.window_s[0]:.1f} s, at least {LIFETIMES:g}× a "
+            f"request's decode of {m.decode_s:.1f} s): only a difference that shows in nearly "
+            f"every block can be called; run ≥ {m.needed_requests} requests "
+            f"for {MIN_BLOCKS} blocks"
         )
     for side, w in (("A", wa), ("B", wb)):
         g = queue_growth(w)
@@ -261,7 +274,24 @@ def _warnings(out: PairComparison, wa: WindowedRun, wb: WindowedRun, blocks: int
     return warns
 
 
+def needed_requests(wa: WindowedRun, wb: WindowedRun, span: int, block: int) -> int:
+    """Requests each run would need for :data:`MIN_BLOCKS` blocks of ``block`` windows over
+    its arrivals (``span`` windows of them now), at the same rate."""
+    per_window = max(wa.requests, wb.requests) / max(span, 1)
+    return math.ceil(per_window * MIN_BLOCKS * block)
+
+
 def _verdict(out: PairComparison) -> str:
+    m = out.method
+    if m.too_short:
+        block_s = m.block_windows * m.window_s[0]
+        return (
+            "cannot tell: the runs are too short for their requests' lifetime — their arrivals "
+            f"hold {m.arrival_blocks} block(s) of {block_s:.1f} s ({LIFETIMES:g}× a request's "
+            f"decode of {m.decode_s:.1f} s, so that one block's load is not the next one's) "
+            f"where a verdict needs {MIN_VERDICT_BLOCKS}; run ≥ {m.needed_requests} requests "
+            f"(≥ {MIN_BLOCKS * block_s:.0f} s of arrivals at this rate)"
+        )
     head = {k: f for k, f in out.figures.items() if f.headline and f.delta is not None}
     sig = {k: f for k, f in head.items() if f.significant}
     if not head:
@@ -278,6 +308,4 @@ def _verdict(out: PairComparison) -> str:
         parts.append("better " + ", ".join(better))
     if worse:
         parts.append("worse " + ", ".join(worse))
-    if out.method.short_blocks:
-        return f"B may differ from A (short run: see the warning on blocks): {'; '.join(parts)}"
     return f"B differs from A: {'; '.join(parts)}"

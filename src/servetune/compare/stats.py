@@ -1,16 +1,13 @@
-"""Statistics shared by the comparisons: a run's block bootstrap and the max-T family bound.
+"""A run's block bootstrap, shared by the comparisons.
 
 :func:`replicate` resamples one run in time blocks (:mod:`.bootstrap`) — the within-run spread
-of a figure, used for a sweep's own knee and SLO-max. :func:`max_t_critical` turns no-change
-replicates of several figures into half-widths that hold for all of them at once
-(Westfall–Young single-step max-T), so "significant" anywhere in a family of figures is a 5%
-false alarm when nothing changed, however many figures and however correlated.
+of a figure, used for a sweep's own knee and SLO-max. (The family bound of a comparison of two
+runs is :func:`.signflip.family_bound`.)
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,30 +50,3 @@ def replicate(
         center = float(np.median(finite)) if finite.size else math.nan
         errors[key] = v - center
     return RunReplicates(est, errors, block, run.n, run.width_s)
-
-
-def max_t_critical(
-    draws: Mapping[str, np.ndarray], level: float = DEFAULT_LEVEL
-) -> tuple[dict[str, float], float]:
-    """Westfall–Young single-step max-T over a family of figures whose no-change draws are
-    symmetric about 0: each figure's draws are scaled by their standard deviation s_f, and c
-    is the ``level`` quantile (the next draw up, never interpolated) of max_f |D*_f| / s_f.
-    Returns each figure's half-width c·s_f (differences beyond it are significant, all at once
-    with a ``level`` chance of no false alarm) and c."""
-    keys = [k for k, d in draws.items() if np.isfinite(d).sum() >= 2]
-    if not keys:
-        return {}, math.nan
-    scales = {}
-    for k in keys:
-        d = draws[k][np.isfinite(draws[k])]
-        s = float(np.sqrt(np.mean(d * d)))
-        scales[k] = s
-    live = [k for k in keys if scales[k] > 0]
-    if not live:
-        return {k: 0.0 for k in keys}, math.nan
-    mat = np.vstack([np.abs(np.nan_to_num(draws[k], nan=0.0)) / scales[k] for k in live])
-    m = mat.max(axis=0)
-    c = float(np.quantile(m, level, method="higher"))
-    out = {k: c * scales[k] for k in live}
-    out.update({k: 0.0 for k in keys if k not in out})
-    return out, c

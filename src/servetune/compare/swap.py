@@ -122,12 +122,7 @@ def sweep_rho(levels: Sequence[LevelSwap]) -> float:
     for values in series.values():
         x = np.array([v for v in values if math.isfinite(v)])
         if x.size >= 6:
-            import os
-
-            r = lag1(x) if os.environ.get("ST_RAW") else lag1(detrended(x))
-            if os.environ.get("ST_DEBUG"):
-                print("rho", r, x.size)
-            best = max(best, r)
+            best = max(best, lag1(detrended(x)))
     return min(max(best, 0.0), MAX_RHO)
 
 
