@@ -7,7 +7,8 @@ inside the window and, if it succeeded, ended inside it). It is cut into ``n`` w
 length from its start; two runs that are compared share the window length, so that window
 ``w`` of each covers the same seconds after the start (the shorter run's last windows are
 empty, and a rate counts only the seconds a window lies inside its run's measured window).
-A request's latencies belong to the window it was scheduled in; a completion (and its tokens)
+A request's latencies belong to the window it arrived in (when the concurrency limiter
+released it: its planned time without a cap); a completion (and its tokens)
 to the window its last token arrived in; a server scrape to the window of its time.
 """
 
@@ -126,7 +127,9 @@ def build_windows(
         requests=len(ok) + len(failed),
         active=active,
     )
-    sched = [win(r.scheduled_ns) for r in ok]
+    # a request arrives when the concurrency limiter lets it go (its plan time without a cap;
+    # in a closed loop every request is planned at 0 and goes when a slot frees)
+    sched = [win(r.eligible_ns) for r in ok]
     out.sets["ttft"] = ValueSet.build(
         [r.ttft_ms for r in ok if r.ttft_ms is not None],
         [w for r, w in zip(ok, sched, strict=True) if r.ttft_ms is not None],
@@ -171,7 +174,7 @@ def build_windows(
     if slo is not None and not slo.is_empty():
         good = np.array([1.0 if meets_slo(r, slo) else 0.0 for r in ok])
         out.sums["good"] = good @ life if len(ok) else np.zeros(n)
-    out.sums["failed"] = sums([(win(r.scheduled_ns), 1.0) for r in failed])
+    out.sums["failed"] = sums([(win(r.eligible_ns), 1.0) for r in failed])
     out.decode_s = float(np.median(last - first)) / NS if len(ok) else 0.0
     _add_server(out, samples, start / NS, end / NS, width_ns / NS)
     return out
