@@ -105,10 +105,17 @@ def render_pair(pc: PairComparison, detail: bool = True) -> str:
         out.append(f"warning: {w}")
     m = pc.method
     crit = ", ".join(f"{k} c={v:.2f} ({m.rule.get(k, '')})" for k, v in m.family_critical.items())
+    flips = any(r.startswith("sign-flip") for r in m.rule.values())
+    tested = (
+        "nothing tested: too few blocks"
+        if m.too_short
+        else (f"{m.replicates} sign patterns" if flips else "Student's t")
+    )
     out.append(
         f"method: {m.windows} windows of {m.window_s[0]:.2f}/{m.window_s[1]:.2f} s, "
-        f"{m.blocks} aligned blocks of {m.block_windows}; {m.name} "
-        f"({m.replicates} sign patterns; {crit})"
+        f"{m.blocks} aligned blocks of {m.block_windows} ({m.arrival_blocks} over the "
+        f"arrivals; ≥ 2 decodes of {m.decode_s:.1f} s unless both runs were past capacity); "
+        f"{m.name} ({tested}{'; ' + crit if crit else ''})"
     )
     return "\n".join(out)
 
