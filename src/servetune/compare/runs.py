@@ -115,8 +115,7 @@ def compare_runs(
     wa, wb = paired_windows(a, b, slo)
     figures, out.method = compare_windows(wa, wb, bool(out.slo), replicates, level, seed)
     out.figures = figures
-    blocks = out.method.blocks
-    out.warnings += _warnings(out, wa, wb, blocks)
+    out.warnings += _warnings(out, wa, wb)
     out.verdict = _verdict(out)
     return out
 
@@ -241,7 +240,7 @@ def compare_windows(
     return figures, method
 
 
-def _warnings(out: PairComparison, wa: WindowedRun, wb: WindowedRun, blocks: int) -> list[str]:
+def _warnings(out: PairComparison, wa: WindowedRun, wb: WindowedRun) -> list[str]:
     warns = [f"{d.text()}" for d in out.differences if d.severity in ("refuse", "warn")]
     if out.forced:
         warns.insert(0, "compared with --force although the runs are not comparable")
