@@ -48,7 +48,8 @@ def test_watch_under_tmux_shows_figures_and_the_kv_full_finding(tmp_path: Path) 
     socket = f"servetune-watch-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     with sim_server(KV_FULL) as srv, load(srv.base_url, KV_FULL_LOAD, WATCH_S + 10, tmp_path / "b"):
         cmd = [sys.executable, "-m", "servetune.cli", "watch", f"http://127.0.0.1:{srv.port}",
-               "--window", "10", "--duration", str(WATCH_S), "--record", str(rec)]  # fmt: skip
+               "--window", "10", "--for", "5", "--duration", str(WATCH_S),
+               "--record", str(rec)]  # fmt: skip
         started = _tmux(socket, "new-session", "-d", "-s", "watch", "-x", "160", "-y", "50",
                         "COLUMNS=160 LINES=50 " + " ".join(cmd) + "; sleep 60")  # fmt: skip
         assert started.returncode == 0, started.stderr
@@ -97,11 +98,10 @@ def test_watch_json_on_a_healthy_server(tmp_path: Path, capsys: pytest.CaptureFi
     # the load outlasts the watch however late it starts (it is stopped when the watch ends)
     with sim_server(HEALTHY) as srv, load(srv.base_url, HEALTHY_LOAD, 120, tmp_path / "b"):
         wait_for_traffic(srv)  # not a fixed sleep: a loaded box starts the bench late
-        # The default 30-s window: the in-flight trend rule (overloaded) is judged on the
-        # window's last two quarters, and at 2 req/s a 6-s window's quarters hold ~3 arrivals
-        # each — a server stall of a loaded box, or chance, reads as growth there (seen in a
-        # fresh-clone run at load 7; measured: 6% of 10-s windows at 20% load, none of 253
-        # 30-s windows). docs/watch.md says so.
+        # --for 0: the bare rules at every refresh (the default hold of a minute would leave
+        # nothing to check in 32 s). The default 30-s window: at 2 req/s a quarter of a
+        # shorter one holds a few arrivals, and a stall of a loaded box's server process is
+        # a rise of the requests in flight too (docs/watch.md).
         code = main(
             [
                 "watch",
@@ -110,6 +110,8 @@ def test_watch_json_on_a_healthy_server(tmp_path: Path, capsys: pytest.CaptureFi
                 "30",
                 "--interval",
                 "0.5",
+                "--for",
+                "0",
                 "--duration",
                 "32",
                 "--json",

@@ -21,6 +21,8 @@ import math
 import sys
 from pathlib import Path
 
+from servetune.watch.hold import HOLD_S
+
 
 def parse_duration(text: str) -> float:
     t = text.strip().lower()
@@ -60,8 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--for",
         dest="for_s",
         type=parse_duration,
-        default=60.0,
-        help="rules: how long a condition must hold before firing (1m; 0 = at once)",
+        default=HOLD_S,
+        help="rules: how long a condition must hold before firing, and be absent before it "
+        "resolves (1m, as `watch --for`; 0 = at once)",
     )
     p.add_argument(
         "--server-cmd", metavar="COMMAND", help="the engine's command line (knob values)"

@@ -3,9 +3,10 @@
 Requests/s, tokens/s, TTFT/TPOT/ITL/E2E percentiles from the engine's histograms over a
 sliding window, KV-cache use, running/waiting, preemptions, prefix-cache hit rate, and the
 seed's rules (diagnose's table) evaluated over the same window: findings shown as they start
-and stop. ``--record DIR`` writes ``server_metrics.jsonl`` and ``watch.json`` (diagnose and the
-report read them). ``--duration S`` stops by itself; ``--json`` prints one JSON document at
-the end (the last window's figures, the findings, the events) instead of the live view.
+(once a rule held for ``--for``) and stop (once absent as long). ``--record DIR`` writes
+``server_metrics.jsonl`` and ``watch.json`` (diagnose and the report read them).
+``--duration S`` stops by itself; ``--json`` prints one JSON document at the end (the last
+window's figures, the findings, the events) instead of the live view.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
+from servetune.commands.export import parse_duration
+from servetune.watch.hold import HOLD_S
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,6 +26,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--interval", type=float, default=1.0, help="seconds between scrapes")
     p.add_argument("--refresh", type=float, default=1.0, help="seconds between screen updates")
+    p.add_argument(
+        "--for",
+        dest="hold_s",
+        type=parse_duration,
+        default=HOLD_S,
+        help="a finding starts once its rule held this long and stops once absent this long "
+        "(1m, the alert rules' for: / keep_firing_for:; 0 = at every refresh)",
+    )
     p.add_argument("--duration", type=float, help="stop after this many seconds")
     p.add_argument("--record", type=Path, metavar="DIR", help="write the samples and findings")
     p.add_argument("--json", action="store_true", help="one JSON document at the end, no view")
@@ -56,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         record_dir=args.record,
         known=known,
         dcgm_url=args.dcgm_url,
+        hold_s=args.hold_s,
     )
     if args.json:
         asyncio.run(run_for(session, args.refresh, args.duration))

@@ -59,15 +59,37 @@ class Cond:
 
 
 @dataclass(frozen=True)
+class AllOf:
+    """True when every member is true; false when one is false; else unknown (a member inside
+    an :class:`AnyOf`, e.g. a growth that must also be told from chance)."""
+
+    conds: tuple[Cond, ...]
+
+    def figures(self) -> tuple[str, ...]:
+        return tuple(c.figure for c in self.conds)
+
+    def evaluate(self, fig: Figures) -> bool | None:
+        results = [c.evaluate(fig) for c in self.conds]
+        if any(r is False for r in results):
+            return False
+        if any(r is None for r in results):
+            return None
+        return True
+
+    def describe(self) -> str:
+        return "(" + " and ".join(c.describe() for c in self.conds) + ")"
+
+
+@dataclass(frozen=True)
 class AnyOf:
     """True when any member is true; unknown when none is true and one is unknown."""
 
-    conds: tuple[Cond, ...]
+    conds: tuple[Cond | AllOf, ...]
     text: str
     if_missing: IfMissing = "cannot_tell"
 
     def figures(self) -> tuple[str, ...]:
-        return tuple(c.figure for c in self.conds)
+        return tuple(f for c in self.conds for f in c.figures())
 
     def evaluate(self, fig: Figures) -> bool | None:
         results = [c.evaluate(fig) for c in self.conds]

@@ -92,11 +92,19 @@ FIGURES: dict[str, FigureDef] = {
         "growth of requests in flight as a share of the offered rate", "pct"
     ),
     "inflight_growth_late_per_s": FigureDef(
-        "growth of requests in flight over the second half of the sending period", "per_s"
+        "growth of requests in flight past the ramp-up (the smaller slope of the last two "
+        "quarters of the sending period or window)",
+        "per_s",
     ),
     "inflight_growth_late_share": FigureDef(
-        "growth of requests in flight over the second half, as a share of the offered rate",
+        "growth of requests in flight past the ramp-up, as a share of the offered rate",
         "pct",
+    ),
+    "inflight_growth_z": FigureDef(
+        "rise of requests in flight past the ramp-up (a run: the second half of the sending "
+        "period; a window: all of it), in standard deviations of the arrivals' count "
+        "noise",
+        "num",
     ),
     "served_deficit_z": FigureDef(
         "shortfall of finished vs sent requests over the second half, in standard deviations",

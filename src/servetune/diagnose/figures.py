@@ -28,6 +28,7 @@ import numpy as np
 from servetune.diagnose.figure_table import Figures
 from servetune.diagnose.figures_config import derived_figures, knob_figures
 from servetune.diagnose.figures_server import server_figures
+from servetune.diagnose.growth import growth_z, late_growth
 from servetune.diagnose.knobs import KnownConfig
 from servetune.metrics.prefix_check import check_prefix_cache
 from servetune.metrics.timeline import (
@@ -145,6 +146,7 @@ def _records(
         for name in (
             "inflight_growth_per_s",
             "inflight_growth_late_share",
+            "inflight_growth_z",
             "served_sent_ratio",
             "stalls",
             "sending_s",
@@ -179,7 +181,12 @@ def _records(
     fig.sending = (t0, t1)
     if fig.get("burst") or fig.get("closed_loop"):
         why = "not a rate run (closed loop or all requests at once): no growth to measure"
-        for name in ("inflight_growth_per_s", "inflight_growth_late_share", "served_sent_ratio"):
+        for name in (
+            "inflight_growth_per_s",
+            "inflight_growth_late_share",
+            "inflight_growth_z",
+            "served_sent_ratio",
+        ):
             fig.miss(name, why)
         return
     if t1 - t0 < MIN_SENDING_S or len(records) < 20:
@@ -187,7 +194,12 @@ def _records(
             f"the sending period ({t1 - t0:.1f} s, {len(records)} requests) is too short "
             "to see a trend"
         )
-        for name in ("inflight_growth_per_s", "inflight_growth_late_share", "served_sent_ratio"):
+        for name in (
+            "inflight_growth_per_s",
+            "inflight_growth_late_share",
+            "inflight_growth_z",
+            "served_sent_ratio",
+        ):
             fig.miss(name, why)
         return
     ts = np.arange(t0, t1, min(0.5, (t1 - t0) / 20))
@@ -196,14 +208,18 @@ def _records(
     growth = slope(ts, inflight)
     fig.put("inflight_growth_per_s", growth)
     offered = fig.get("offered_rate")
-    late = ts >= (t0 + t1) / 2
-    late_growth = slope(ts[late], inflight[late])
-    fig.put("inflight_growth_late_per_s", late_growth)
+    # After the ramp-up (the first half), a server that keeps up holds a level; one past
+    # capacity keeps piling up at (offered − served) per second (diagnose.growth).
+    late = late_growth(ts, inflight, t0, t1)
+    fig.put("inflight_growth_late_per_s", late)
+    second = ts >= (t0 + t1) / 2
+    finished = np.count_nonzero((ends >= (t0 + t1) / 2) & (ends <= t1))
+    rise = slope(ts[second], inflight[second]) * (t1 - t0) / 2
+    fig.put("inflight_growth_z", growth_z(rise, float(finished)))
     if offered:
         fig.put("inflight_growth_share", growth / offered)
-        # After the ramp-up (the first half), a server that keeps up holds a level; one past
-        # capacity keeps piling up at (offered − served) per second.
-        fig.put("inflight_growth_late_share", late_growth / offered)
+        if late is not None:
+            fig.put("inflight_growth_late_share", late / offered)
     # Finished / sent over the second half of the sending period: ≈ 1 for a server that keeps
     # up, once the requests sent first have had time to finish — so only when they are
     # quicker than half the period.

@@ -33,6 +33,7 @@ from servetune.diagnose.evaluate import evaluate, run_diagnosis
 from servetune.diagnose.figure_table import Figures
 from servetune.diagnose.figures_config import derived_figures, knob_figures
 from servetune.diagnose.figures_server import read_series_tolerant, server_figures
+from servetune.diagnose.growth import growth_z, late_growth, slope
 from servetune.diagnose.knobs import KnownConfig
 from servetune.diagnose.model import Diagnosis, Finding
 from servetune.diagnose.rules import RULES, Rule
@@ -77,13 +78,6 @@ def _inflight(samples: Sequence[ServerSample]) -> tuple[np.ndarray, np.ndarray]:
             dtype=float,
         ),
     )
-
-
-def _slope(ts: np.ndarray, ys: np.ndarray) -> float | None:
-    if ts.size < 3 or float(ts[-1] - ts[0]) <= 0:
-        return None
-    tc = ts - ts.mean()
-    return float((tc * (ys - ys.mean())).sum() / (tc @ tc))
 
 
 def window_figures(
@@ -158,23 +152,27 @@ def window_figures(
     for name in ("input_spread", "input_len_p50", "input_len_max", "stalls", "itl_max_ms"):
         fig.miss(name, no_client)
     ts, inflight = _inflight(win)
-    growth = _slope(ts, inflight)
+    growth = slope(ts, inflight)
     if growth is not None and finished is not None:
         arrivals = finished + growth
         fig.put("offered_rate", arrivals)
         fig.put("inflight_growth_per_s", growth)
         fig.put("inflight_mean", float(inflight.mean()))
-        q3 = (ts >= start + (end - start) / 2) & (ts <= start + 3 * (end - start) / 4)
-        q4 = ts >= start + 3 * (end - start) / 4
-        g3, g4 = _slope(ts[q3], inflight[q3]), _slope(ts[q4], inflight[q4])
-        late_growth = None if g3 is None or g4 is None else min(g3, g4)
-        if late_growth is not None and arrivals > 0:
-            fig.put("inflight_growth_late_per_s", late_growth)
-            fig.put("inflight_growth_late_share", late_growth / arrivals)
+        # a window has no ramp-up from an idle server: the whole window is "past the ramp-up"
+        fig.put("inflight_growth_z", growth_z(growth * dur, finished * dur))
+        late = late_growth(ts, inflight, start, end)
+        if late is not None and arrivals > 0:
+            fig.put("inflight_growth_late_per_s", late)
+            fig.put("inflight_growth_late_share", late / arrivals)
         fig.texts["sending_window"] = f"{start:.1f}–{end:.1f} s"
     else:
         why = "running/waiting not exposed, or too few samples for a trend"
-        for name in ("offered_rate", "inflight_growth_per_s", "inflight_growth_late_share"):
+        for name in (
+            "offered_rate",
+            "inflight_growth_per_s",
+            "inflight_growth_late_share",
+            "inflight_growth_z",
+        ):
             fig.miss(name, why)
     fig.miss("served_deficit_z", "no per-request records (the in-flight trend judges instead)")
     if not math.isnan(dur):

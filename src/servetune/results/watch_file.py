@@ -28,6 +28,9 @@ class FindingEvent(BaseModel):
     rule: str
     kind: str
     title: str
+    since: float | None = None
+    """When the rule's condition began to hold (a start) or last held (a stop), on ``t``'s
+    clock; the event itself comes the hold time later (``WatchRecording.hold_s``)."""
 
 
 class WatchRecording(BaseModel):
@@ -42,6 +45,9 @@ class WatchRecording(BaseModel):
     updated_at: str
     interval_s: float
     window_s: float
+    hold_s: float = 0.0
+    """A finding started once its rule held this long and stopped once absent this long
+    (`servetune watch --for`; 0 in recordings made before the hold existed)."""
     duration_s: float = 0.0
     samples: int = 0
     names_found: dict[str, str] = Field(default_factory=dict)

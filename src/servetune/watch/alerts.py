@@ -4,13 +4,15 @@ judge a run and that `servetune watch` evaluates live, written as PromQL over on
 names (:mod:`servetune.watch.promql`).
 
 Per rule: every ``when`` condition becomes ``(figure) op threshold`` and they are joined with
-``and``; an ``AnyOf`` becomes ``or``; ``unless`` conditions become ``unless``. A condition on a
-knob is decided now from ``--server-cmd`` (true: dropped; false: the rule can never fire and is
-left out). A figure PromQL cannot compute from the engine's metrics is handled as diagnose
-handles a missing figure: a condition marked "note" is dropped, one the rule needs leaves the
-rule out, and the file's header says which rules were left out and why. Advisories (facts of
-the configuration, not of the traffic) and the rules that judge a load test's client are not
-alerts; ``server_gone`` is (``up == 0``: an engine that died, e.g. of an out-of-memory error).
+``and``; an ``AnyOf`` becomes ``or`` (an ``AllOf`` inside it ``and``); ``unless`` conditions
+become ``unless``. A condition on a knob is decided now from ``--server-cmd`` (true: dropped;
+false: the rule can never fire and is left out). A figure PromQL cannot compute from the
+engine's metrics is handled as diagnose handles a missing figure: a condition marked "note"
+is dropped, one the rule needs leaves the rule out, and the file's header says which rules
+were left out and why. Advisories (facts of the configuration, not of the traffic) and the
+rules that judge a load test's client are not alerts; ``server_gone`` is (``up == 0``: an
+engine that died, e.g. of an out-of-memory error). Every alert holds for the hold time of a
+watch finding (``for:`` and ``keep_firing_for:``, :mod:`servetune.watch.hold`).
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from typing import Any
 import yaml
 
 from servetune.diagnose.actions import ACTIONS
-from servetune.diagnose.conditions import Cond, Condition
+from servetune.diagnose.conditions import AllOf, Cond, Condition
 from servetune.diagnose.figures_config import KNOB_FIGURES
 from servetune.diagnose.rules import RULES, Rule
 from servetune.diagnose.window import CLIENT_RULES
+from servetune.watch.hold import HOLD_S
 from servetune.watch.promql import BY, Promql
 
 SEVERITY = {"bottleneck": "critical", "warning": "warning"}
@@ -118,22 +121,32 @@ def _cond(q: Promql, c: Cond, notes: list[str]) -> str | None:
     return f"({expr} {c.op} {c.value:g})"
 
 
+def _member(q: Promql, m: Cond) -> str | None:
+    """One member of an any-of / all-of: its PromQL; None = a knob condition known true;
+    _Skip = it cannot be computed here (or is known false)."""
+    e = _cond(q, Cond(m.figure, m.op, m.value, m.text, "note"), [])
+    if e is None and not (m.figure in _KNOB_FIGURES and _knob_value(q, m.figure) is not None):
+        raise _Skip(m.describe())
+    return e
+
+
+def _all_of(q: Promql, c: AllOf) -> str | None:
+    """An all-of inside an any-of: every member, joined by ``and`` (None: all known true)."""
+    parts = [e for e in (_member(q, m) for m in c.conds) if e is not None]
+    return "(" + " and ".join(parts) + ")" if parts else None
+
+
 def _condition(q: Promql, c: Condition, notes: list[str]) -> str | None:
     if isinstance(c, Cond):
         return _cond(q, c, notes)
     parts: list[str] = []
-    skipped: list[str] = []
     for m in c.conds:
         try:
-            e = _cond(q, Cond(m.figure, m.op, m.value, m.text, "note"), [])
-        except _Skip as exc:
-            skipped.append(str(exc))
+            e = _all_of(q, m) if isinstance(m, AllOf) else _member(q, m)
+        except _Skip:
             continue
         if e is None:
-            if m.figure in _KNOB_FIGURES and _knob_value(q, m.figure) is not None:
-                return None  # a member known true: the whole AnyOf is true
-            skipped.append(m.describe())
-            continue
+            return None  # a member known true: the whole AnyOf is true
         parts.append(e)
     if not parts:
         if c.if_missing == "note":
@@ -227,7 +240,10 @@ def alert_for(q: Promql, rule: Rule) -> tuple[dict[str, Any] | None, str | None,
     return alert, None, notes
 
 
-def alert_rules(q: Promql, for_s: float = 60.0, group: str | None = None) -> AlertSet:
+def alert_rules(q: Promql, for_s: float = HOLD_S, group: str | None = None) -> AlertSet:
+    """The alerting rules; each fires once its condition held for ``for_s`` and keeps firing
+    until it has been absent as long (``for:`` / ``keep_firing_for:``, Prometheus ≥ 2.42):
+    the hold time of a `servetune watch` finding (:mod:`servetune.watch.hold`)."""
     from servetune.watch.promql import duration
 
     rules = []
@@ -240,8 +256,9 @@ def alert_rules(q: Promql, for_s: float = 60.0, group: str | None = None) -> Ale
             skipped[rid] = why or "cannot be expressed"
             continue
         if for_s > 0:
-            alert = {**alert, "for": duration(for_s)}
-            alert = {k: alert[k] for k in ("alert", "expr", "for", "labels", "annotations")}
+            alert = {**alert, "for": duration(for_s), "keep_firing_for": duration(for_s)}
+            order = ("alert", "expr", "for", "keep_firing_for", "labels", "annotations")
+            alert = {k: alert[k] for k in order}
         rules.append(alert)
         if n:
             notes[rid] = n

@@ -17,7 +17,9 @@ request_throughput         rate of finished requests; output_throughput of gener
 ttft/tpot/itl/e2e_p50/p99  ``histogram_quantile`` over ``rate(…_bucket[W])``, in ms
 inflight_growth_*          in flight = running + waiting; arrivals = finished rate + its
                            ``deriv`` over W (``offered_rate``); the late growth is the smaller
-                           ``deriv`` of the window's last two quarters (see diagnose.window)
+                           ``deriv`` of the window's last two quarters; inflight_growth_z
+                           = deriv × W ÷ √(finished over W + deriv × W)
+                           (see diagnose.growth)
 compute_use_est            (prompt tok/s × FLOPs/prompt token + generated tok/s × FLOPs/token)
                            ÷ the GPUs' peak, with --gpu/--model (and the lengths given)
 =========================  ===================================================================
@@ -255,6 +257,15 @@ class Promql:
             g4 = f"deriv({inflight}[{q}:{self.s}])"
             g3 = f"deriv({inflight}[{q}:{self.s}] offset {q})"
             return f"((({g3} <= {g4}) or {g4}) / {arrivals})"
+        if name == "inflight_growth_z":
+            # the rise over W in σ of the arrivals' count noise: rise / √arrivals, arrivals =
+            # finished + rise (diagnose.growth.growth_z); NaN (never true) when ≤ 0 under √
+            done = self.counter_rate(ss.REQUESTS_FINISHED_TOTAL, "increase")
+            growth = self.figure("inflight_growth_per_s")
+            if done is None or growth is None:
+                return None
+            rise = f"({growth} * {self.window_s:g})"
+            return f"({rise} / sqrt({done} + {rise}))"
         if name == "compute_use_est":
             return self._compute()
         return None
@@ -288,7 +299,7 @@ class Promql:
 
 _KEYWORDS = {
     "sum", "avg", "max", "min", "by", "without", "rate", "increase", "deriv", "bool", "or",
-    "and", "unless", "offset", "vector", "histogram_quantile", "avg_over_time",
+    "and", "unless", "offset", "vector", "histogram_quantile", "sqrt", "avg_over_time",
     "max_over_time", "min_over_time", "quantile_over_time", "le", "instance",
 }  # fmt: skip
 

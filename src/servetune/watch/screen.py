@@ -111,9 +111,21 @@ def render(s: WatchSession, events: int = 6) -> Group:
                 Text("●", _KIND_STYLE.get(f.kind, "")),
                 Text(f"{f.title}{age}{action}", _KIND_STYLE.get(f.kind, "")),
             )
-    elif s.findings:
+    titles = {f.rule: f.title for f in s.findings}
+    for rule, onset in s.hold.pending.items():
+        if s.figures is None or rule not in titles:
+            continue
+        find.add_row(
+            Text("○", "dim"),
+            Text(
+                f"{titles[rule]} — pending: held {s.figures.t - onset:.0f} of "
+                f"{s.hold.hold_s:g} s (--for)",
+                "dim",
+            ),
+        )
+    if not s.active and not s.hold.pending and s.findings:
         find.add_row(Text("✓", "green"), Text(s.findings[0].title, "green"))
-    elif not s.window_full and s.figures is not None:
+    if not s.window_full and s.figures is not None:
         find.add_row(
             Text("…", "dim"),
             Text(f"filling the window ({s.figures.window_s:.0f} of {s.window_s:g} s)", "dim"),

@@ -2,8 +2,9 @@
 :mod:`servetune.metrics.scraper`, engine names discovered by its maps), keep the samples of a
 sliding window, and at every refresh compute the window's figures and evaluate diagnose's rules
 over it (:func:`servetune.diagnose.window.evaluate_window`; one rule table for diagnose, watch
-and the alerts). A finding *starts* when a refresh first shows it and *stops* when one no
-longer does; both are events, kept and recorded.
+and the alerts). A finding *starts* once its rule has held at every refresh for the hold time
+(``--for``) and *stops* once it has been absent as long (:mod:`servetune.watch.hold`, the
+alert rules' ``for:`` / ``keep_firing_for:``); both are events, kept and recorded.
 
 Window figures: counters and histograms are differences between the sample at or before the
 window's start and the last one (so rates and percentiles cover exactly the window); gauges
@@ -39,6 +40,7 @@ from servetune.results.watch_file import (
     WatchRecording,
     write_watch_recording,
 )
+from servetune.watch.hold import HOLD_S, Hold
 
 ACTIVE_KINDS = ("bottleneck", "warning", "advisory")
 LATENCIES = (
@@ -162,6 +164,7 @@ class WatchSession:
         record_dir: str | Path | None = None,
         known: KnownConfig | None = None,
         dcgm_url: str | None = None,
+        hold_s: float = HOLD_S,
     ) -> None:
         if not interval_s > 0:
             raise ConfigError(f"--interval must be > 0 s (got {interval_s:g})")
@@ -171,8 +174,11 @@ class WatchSession:
                 f"(--interval {interval_s:g} s)",
                 hint="a window of 30-120 s is usual",
             )
+        if not 0 <= hold_s < math.inf:
+            raise ConfigError(f"--for must be ≥ 0 s (got {hold_s:g})")
         self.url = url
         self.metrics_url = resolve_metrics_url(url)
+        self.hold: Hold[Finding] = Hold(hold_s)
         self.interval_s = interval_s
         self.window_s = window_s
         self.known = known or KnownConfig()
@@ -194,6 +200,7 @@ class WatchSession:
         self.started_at = _now_iso()
         self.active: dict[str, Finding] = {}
         self.since: dict[str, float] = {}
+        """Active finding → when its condition began to hold."""
         self.events: list[FindingEvent] = []
         self.findings: list[Finding] = []
         self.figures: WatchFigures | None = None
@@ -271,23 +278,20 @@ class WatchSession:
         _fig, findings = evaluate_window(samples, start, end, self.known, self.scraper.cache_config)
         self.findings = findings
         current = {f.rule: f for f in findings if f.kind in ACTIVE_KINDS}
-        for rule, f in current.items():
-            if rule not in self.active:
-                self.since[rule] = end
-                self.events.append(
-                    FindingEvent(
-                        t=end, at=_now_iso(), event="start", rule=rule, kind=f.kind, title=f.title
-                    )
+        for ch in self.hold.update(end, current):
+            self.events.append(
+                FindingEvent(
+                    t=ch.t,
+                    at=_now_iso(),
+                    event=ch.event,
+                    rule=ch.key,
+                    kind=ch.item.kind,
+                    title=ch.item.title,
+                    since=ch.since,
                 )
-        for rule, f in self.active.items():
-            if rule not in current:
-                self.since.pop(rule, None)
-                self.events.append(
-                    FindingEvent(
-                        t=end, at=_now_iso(), event="stop", rule=rule, kind=f.kind, title=f.title
-                    )
-                )
-        self.active = current
+            )
+        self.active = dict(self.hold.active)
+        self.since = dict(self.hold.onset)
         self._record()
         return self.figures
 
@@ -309,6 +313,7 @@ class WatchSession:
             updated_at=_now_iso(),
             interval_s=self.interval_s,
             window_s=self.window_s,
+            hold_s=self.hold.hold_s,
             duration_s=self.now(),
             samples=info.samples,
             names_found=info.names_found,
