@@ -197,3 +197,26 @@ def test_hold_is_prometheus_for_and_keep_firing_for() -> None:
     h0: Hold[str] = Hold(0.0)
     assert [c.event for c in h0.update(0.0, seen)] == ["start"]
     assert [c.event for c in h0.update(1.0, {})] == ["stop"]
+
+
+def test_the_report_shades_a_held_finding_where_its_rule_held() -> None:
+    # a finding started 60 s after its rule began to hold and stopped 60 s after it last
+    # held: the report's span is the rule's (40-95 s), not the hold-delayed events' (100-155 s)
+    from servetune.report.recording import _spans
+    from servetune.results.watch_file import FindingEvent, WatchRecording
+
+    ev = {"at": "", "rule": "overloaded", "kind": "bottleneck", "title": "Past capacity"}
+    rec = WatchRecording(
+        url="u",
+        metrics_url="u",
+        started_at="",
+        updated_at="",
+        interval_s=1.0,
+        window_s=30.0,
+        hold_s=60.0,
+        events=[
+            FindingEvent(t=100.0, event="start", since=40.0, **ev),
+            FindingEvent(t=155.0, event="stop", since=95.0, **ev),
+        ],
+    )
+    assert _spans(rec, 200.0) == [(40.0, 95.0, "overloaded", "bottleneck")]

@@ -44,15 +44,17 @@ def _gauge(samples: list[ServerSample], concept: str) -> tuple[np.ndarray, np.nd
 
 
 def _spans(rec: WatchRecording, end: float) -> list[tuple[float, float, str, str]]:
-    """(start, stop, rule, kind) of every finding while watching."""
+    """(start, stop, rule, kind) of every finding while watching: from when its rule began to
+    hold to when it last held (``since``; the events themselves come the hold time later)."""
     open_: dict[str, tuple[float, str]] = {}
     out: list[tuple[float, float, str, str]] = []
     for e in rec.events:
+        t = e.t if e.since is None else e.since
         if e.event == "start":
-            open_[e.rule] = (e.t, e.kind)
+            open_[e.rule] = (t, e.kind)
         elif e.rule in open_:
             t0, kind = open_.pop(e.rule)
-            out.append((t0, e.t, e.rule, kind))
+            out.append((t0, t, e.rule, kind))
     out += [(t0, end, rule, kind) for rule, (t0, kind) in open_.items()]
     return out
 
