@@ -29,6 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--for",
         dest="hold_s",
+        metavar="DURATION",
         type=parse_duration,
         default=HOLD_S,
         help="a finding starts once its rule held this long and stops once absent this long "

@@ -12,7 +12,10 @@ own metrics over the window, and the rules about the client itself do not apply:
   ``overloaded`` rule's figure (growth of the requests in flight over the second half ÷
   arrivals) is the *smaller* of the growths over the window's third and fourth quarters: a
   server past capacity piles requests up steadily, in both, while a step up in traffic fills
-  the engine once, within one quarter (so a rise in load is not called an overload);
+  the engine once, within one quarter (so a rise in load is not called an overload); and the
+  rise over the whole window must be told from the arrivals' own noise
+  (``inflight_growth_z``, :mod:`servetune.diagnose.growth` — a window has no ramp-up from an
+  idle server, so all of it counts as "past the ramp-up");
 - prompt lengths are unknown (no per-request records): the rules that need them (long
   prompts blocking) cannot tell live, and say so.
 
@@ -219,7 +222,7 @@ def diagnose_recording(directory: Path, override: KnownConfig | None = None) -> 
     if starts:
         notes.append(
             "while watching ("
-            + f"{rec.window_s:g} s windows): "
+            + f"{rec.window_s:g} s windows, findings held {rec.hold_s:g} s): "
             + "; ".join(f"{e.rule} started at t={e.t:.0f} s" for e in starts[:8])
         )
     return run_diagnosis(findings, fig, known, notes, str(directory))
