@@ -21,7 +21,7 @@ from servetune.sim.offline import run_offline
     [
         # 88% of capacity: stable. Before: called past capacity (its second-half slope
         # crossed 15% of the offered rate on a burst of arrivals). The rise is real (4.8σ)
-        # but over before the end: the last quarter's slope is ≤ 0 (-1.2% of the rate).
+        # but not steady: one of the last two quarters' slopes is ≤ 0 (-1.2% of the rate).
         (9.0, 3, False),
         # 1.08×: past capacity, the queue grows by ~0.8 req/s. Before: missed (7.7% of the
         # offered rate, a 2.0σ shortfall); the rise is 2.9σ over the arrivals' noise.
