@@ -64,13 +64,6 @@ PREFILL_STALLS = 0.5
 LONG_STALL_MS = 1000.0
 SHORT_SPIKE = 8.0
 """Short prompts' TTFT should not depend on the long ones: P99 ≥ 8× the P50 is a spike."""
-LATE_GROWTH = 0.15
-"""The capacity planner's test of a simulated point (plan/capacity.py): past the ramp-up,
-requests in flight grow at ≥ 15% of the offered rate (≤ 8% in every stable simulated run,
-≥ 22% in every overloaded one). Diagnose's rule no longer reads it: over a live window the
-late slope is mostly noise (a stable server at 78–88% of capacity crossed 15% in 2–8% of
-30-s windows, a 1.27× overload missed it in a third); the rule asks a growth that is told
-from chance instead (:data:`GROWTH_Z`)."""
 GROWTH_Z = 2.5
 """Past capacity: past the ramp-up, requests in flight rose by ≥ 2.5 standard deviations of
 the arrivals' count noise (``inflight_growth_z``, :mod:`servetune.diagnose.growth`) and were

@@ -58,7 +58,7 @@ class Point(BaseModel):
     inflight_growth_late_share: float | None = None
     """Growth of the requests in flight over the second half of the sending period, as a
     share of the offered rate: ≈ 0 for a replica that keeps up, ≥ 0.15 for one past its
-    capacity (diagnose's ``overloaded`` rule, :data:`servetune.diagnose.rules.LATE_GROWTH`)."""
+    capacity (the planner's test, :data:`servetune.plan.capacity.LATE_GROWTH`)."""
 
     def p99(self, metric: str) -> float | None:
         value: float | None = getattr(self, f"{metric}_p99_ms")
