@@ -108,8 +108,8 @@ def grid(sim: SimBackend, slos: list[SloSpec]) -> dict[tuple[Any, ...], float]:
         config = SPACE.config(params)
         if sim.screen(config) is not None:
             continue
-        start = 0.7 * sim.saturation(config)
-        res = find_slo_max(sim.measurer(config, slos), max(start, 0.05))
+        sat = sim.saturation(config)
+        res = find_slo_max(sim.measurer(config, slos), max(0.7 * sat, 0.05), saturation=sat)
         out[combo] = res.slo_max or 0.0
     return out
 

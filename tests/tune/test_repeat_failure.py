@@ -37,10 +37,11 @@ class DiesInRepeats(SimBackend):
         trial_dir: Path,
         seed: int | None = None,
         server_metrics: bool = False,
+        length: int = 1,
     ) -> Iterator[Measure]:
         if seed is not None and dict(config) == self.dies:
             raise EngineError("vllm exited with status 1 under load: CUDA out of memory")
-        with super().session(config, trial_dir, seed, server_metrics) as measure:
+        with super().session(config, trial_dir, seed, server_metrics, length) as measure:
             yield measure
 
 

@@ -182,6 +182,9 @@ class TrialRecord(BaseModel):
     throughput: float | None = None
     predicted: float | None = None
     """The simulated engine's SLO-max for this configuration (the search's start)."""
+    saturation: float | None = None
+    """Requests/s it completed with every request sent at once: the SLO-max search stays at
+    or below it (a rate the server cannot complete is not served, however loose the SLOs)."""
     limiting: str | None = None
     reason: str | None = None
     """Why it was rejected or failed (the planner's or the engine's log line)."""
@@ -214,6 +217,28 @@ class Repeat(BaseModel):
     def failed(self) -> bool:
         """The engine failed in a repeat (``values`` holds None there)."""
         return any(v is None for v in self.values)
+
+
+class Confirmation(BaseModel):
+    """A reported SLO-max checked on a probe ``length``× as long as the search's (another draw
+    of the workload), stepping down while it missed: a short probe near capacity can meet
+    loose SLOs that a longer run at the same rate breaks."""
+
+    params: dict[str, Any]
+    config: dict[str, Any]
+    reported: float
+    """The figure checked: the median of its repeats, or its one measurement."""
+    length: int
+    """How many times the search's probe (``--num-prompts``, or ``--duration``)."""
+    sustained: float | None = None
+    """The highest rate that met the SLOs on the long probe (0: none tried did; None: the
+    engine failed)."""
+    probes: list[Probe] = Field(default_factory=list)
+    note: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.sustained is None
 
 
 class OfatRow(BaseModel):
@@ -263,6 +288,9 @@ class TuneResult(BaseModel):
     """The best's lowest measurement is above the baseline's highest (None: not both measured
     at least twice, so there is no spread to judge the gain against)."""
     repeats: list[Repeat] = Field(default_factory=list)
+    confirmations: list[Confirmation] = Field(default_factory=list)
+    """The best's and the baseline's SLO-max checked on longer probes: a reported figure is
+    never above the rate its configuration held there."""
     ofat: list[OfatRow] = Field(default_factory=list)
     ofat_rate: float | None = None
     """The request rate of the one-knob-at-a-time table: the best's lowest SLO-max over its

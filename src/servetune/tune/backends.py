@@ -76,11 +76,18 @@ Run = Callable[[BenchConfig, Path | None, bool], Probe]
 scrape the server's metrics."""
 
 
-def probe_workload(workload: BenchConfig, rate: float, seed: int | None = None) -> BenchConfig:
-    """The workload of one probe: at RATE, drawn with SEED when given."""
+def probe_workload(
+    workload: BenchConfig, rate: float, seed: int | None = None, length: int = 1
+) -> BenchConfig:
+    """The workload of one probe: at RATE, drawn with SEED when given, LENGTH times as many
+    requests (or as long) as the workload's."""
     update: dict[str, Any] = {"request_rate": rate}
     if seed is not None:
         update["seed"] = seed
+    if length != 1:
+        update["num_prompts"] = workload.num_prompts * length
+        if workload.duration_s is not None:
+            update["duration_s"] = workload.duration_s * length
     return workload.model_copy(update=update)
 
 
@@ -112,9 +119,11 @@ class Backend:
         trial_dir: Path,
         seed: int | None = None,
         server_metrics: bool = False,
+        length: int = 1,
     ) -> Iterator[Measure]:
         """The target running with the configuration; yields ``measure(rate)`` (the workload
-        drawn with ``seed`` when given), each probe's run under ``trial_dir``."""
+        drawn with ``seed`` when given, ``length`` times as long), each probe's run under
+        ``trial_dir``."""
         probes = 0
         with self._started(config, trial_dir) as run:
 
@@ -122,7 +131,8 @@ class Backend:
                 nonlocal probes
                 probes += 1
                 out = trial_dir / f"probe-{probes}-rate-{rate:.3g}"
-                return run(probe_workload(self.workload, rate, seed), out, server_metrics)
+                wl = probe_workload(self.workload, rate, seed, length)
+                return run(wl, out, server_metrics)
 
             yield measure
 
@@ -201,8 +211,14 @@ class SimBackend(Backend):
         if self.screen(config) is not None:
             return None
         n = min(self.workload.num_prompts, PREDICT_PROMPTS)
-        start = 0.7 * self.saturation(config, n)
-        out = find_slo_max(self.measurer(config, slos, num_prompts=n), start, max_probes=7, tol=0.1)
+        sat = self.saturation(config, n)
+        out = find_slo_max(
+            self.measurer(config, slos, num_prompts=n),
+            0.7 * sat,
+            max_probes=7,
+            tol=0.1,
+            saturation=sat,
+        )
         return out.slo_max if out.slo_max is not None else 0.0
 
 

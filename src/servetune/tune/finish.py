@@ -24,6 +24,7 @@ from typing import Any
 from servetune.errors import ServetuneError
 from servetune.knobs import render_command
 from servetune.results.tune_file import (
+    Confirmation,
     OfatRow,
     Repeat,
     TrialRecord,
@@ -32,10 +33,12 @@ from servetune.results.tune_file import (
     config_text,
 )
 from servetune.tune.backends import Backend, engine_error_reason
-from servetune.tune.search import find_slo_max
+from servetune.tune.search import find_slo_max, step_down
 from servetune.tune.space import neighbours
 
 REPEAT_SEED_STEP = 1009
+CONFIRM_LENGTH = 4
+"""The reported SLO-max is checked on a probe this many times as long as the search's."""
 
 
 def _key(params: dict[str, Any]) -> str:
@@ -62,7 +65,11 @@ def repeat_config(
         try:
             with backend.session(rec.config, out_dir / f"r{r}", seed=seed) as measure:
                 res = find_slo_max(
-                    measure, rec.slo_max or 1.0, max_probes=spec.probes, tol=spec.tol
+                    measure,
+                    rec.slo_max or 1.0,
+                    max_probes=spec.probes,
+                    tol=spec.tol,
+                    saturation=rec.saturation,
                 )
         except ServetuneError as exc:
             values.append(None)
@@ -189,6 +196,10 @@ def finish(
     ):
         top.append(baseline)
     best = top[0]
+    if measure_more:
+        result.confirmations = []
+    ref = _key(baseline.params) if baseline is not None else None
+    pool: list[tuple[Repeat | None, TrialRecord]] = [(None, t) for t in top]
     if spec.objective == "slo-max" and spec.repeats > 1 and measure_more:
         echo(f"repeating the {len(top)} best configurations {spec.repeats}× (other seeds)")
         result.repeats = []
@@ -202,39 +213,55 @@ def finish(
         # start) is not recommended, whatever its other repeats measured: the search fails a
         # trial for the same thing (only if every repeated one failed is the best of them kept)
         whole = [(r, t) for r, t in scored if not r.failed]
-        ref = _key(baseline.params) if baseline is not None else None
+        pool = list(whole or scored)
 
-        def rank(rt: tuple[Repeat, TrialRecord]) -> tuple[float, bool, bool, int]:
-            # equal scores: steady first, then the reference (no change for nothing), then
-            # the shortest command (a flag that changes nothing is a flag to maintain)
-            r, t = rt
-            return (r.score or 0.0, not r.unstable, _key(t.params) == ref, -len(t.config))
+    def rank(rt: tuple[Repeat | None, TrialRecord]) -> tuple[float, bool, bool, int]:
+        # equal scores: steady first, then the reference (no change for nothing), then
+        # the shortest command (a flag that changes nothing is a flag to maintain)
+        r, t = rt
+        steady = r is None or not r.unstable
+        return (_score(result, r, t), steady, _key(t.params) == ref, -len(t.config))
 
-        if whole or scored:
-            best = max(whole or scored, key=rank)[1]
+    if pool:
+        best = max(pool, key=rank)[1]
+    if spec.objective == "slo-max" and measure_more and pool:
+        # the figures reported are checked on longer probes, the best first: one that does
+        # not hold its rate there drops in the ranking, and the next is checked in turn
+        echo(f"checking the reported SLO-max on probes {CONFIRM_LENGTH}× as long")
+        while _confirmation_of(result, best) is None:
+            confirm_config(spec, backend, result, best, out_dir, echo)
+            best = max(pool, key=rank)[1]
+        for other in (baseline, default if spec.baseline is not None else None):
+            if other is not None and other.status == "ok" and not _confirmation_of(result, other):
+                confirm_config(spec, backend, result, other, out_dir, echo)
     result.best = best
     result.best_command = command_line(spec, best.config)
     best_rep = _repeat_of(result, best)
     base_rep = _repeat_of(result, baseline)
-    b_val = _value(best, best_rep)
-    base_val = _value(baseline, base_rep)
+    b_val = _value(result, best)
+    base_val = _value(result, baseline)
     if b_val and base_val:
         result.gain_over_baseline = b_val / base_val - 1.0
-    d_val = _value(default, _repeat_of(result, default))
+    d_val = _value(result, default)
     if b_val and d_val:
         result.gain_over_default = b_val / d_val - 1.0
     if best_rep is not None and base_rep is not None and best_rep is not base_rep:
         got_b, got_d = best_rep.measured, base_rep.measured
         if len(got_b) >= 2 and len(got_d) >= 2:
-            result.gain_beyond_noise = min(got_b) > max(got_d)
+            # the best's lowest figure (the rate it held on the longer probe among them)
+            result.gain_beyond_noise = min([*got_b, b_val or 0.0]) > max(got_d)
     if spec.objective == "slo-max" and spec.ofat and measure_more and b_val:
         echo("one knob at a time around the best configuration")
-        # at the rate the best held in every repeat: its median may be one it met only with
-        # another draw of the workload, and the table would show the best itself missing
-        result.ofat_rate = min(best_rep.measured) if best_rep and best_rep.measured else b_val
+        # at the rate the best held in every repeat (and on the longer probe): its median may
+        # be one it met only with another draw of the workload, and the table would show the
+        # best itself missing
+        lowest = min(best_rep.measured) if best_rep and best_rep.measured else b_val
+        result.ofat_rate = min(lowest, b_val)
         result.ofat = ofat(spec, backend, best, result.ofat_rate, out_dir / "ofat", echo)
     result.status = "complete"
     result.verdict = _verdict(spec, result, b_val, base_val, best_rep, base_rep, d_val)
+    if measure_more and result.confirmations:
+        result.verdict += _confirmed_text(spec, result)
     return result
 
 
@@ -244,11 +271,73 @@ def _repeat_of(result: TuneResult, trial: TrialRecord | None) -> Repeat | None:
     return next((r for r in result.repeats if _key(r.params) == _key(trial.params)), None)
 
 
-def _value(trial: TrialRecord | None, rep: Repeat | None) -> float | None:
-    """A configuration's objective: the median of its repeats, or its one measurement."""
+def _confirmation_of(result: TuneResult, trial: TrialRecord | None) -> Confirmation | None:
+    if trial is None:
+        return None
+    return next((c for c in result.confirmations if _key(c.params) == _key(trial.params)), None)
+
+
+def _value(result: TuneResult, trial: TrialRecord | None) -> float | None:
+    """A configuration's objective: the median of its repeats, or its one measurement — no
+    higher than the rate it held on the longer probe, when it was checked there."""
+    if trial is None:
+        return None
+    rep = _repeat_of(result, trial)
     if rep is not None and rep.median:
-        return rep.median
-    return trial.value if trial is not None and trial.status == "ok" else None
+        v: float | None = rep.median
+    else:
+        v = trial.value if trial.status == "ok" else None
+    conf = _confirmation_of(result, trial)
+    if v is not None and conf is not None and conf.sustained is not None:
+        v = min(v, conf.sustained)
+    return v
+
+
+def _score(result: TuneResult, rep: Repeat | None, trial: TrialRecord) -> float:
+    """What the best is chosen by: median − k·MAD of its repeats (its one measurement when
+    not repeated), no higher than what it held on the longer probe (0 when the engine failed
+    there)."""
+    base = rep.score if rep is not None and rep.score is not None else (trial.value or 0.0)
+    conf = _confirmation_of(result, trial)
+    if conf is not None:
+        base = min(base, conf.sustained or 0.0)
+    return base
+
+
+def confirm_config(
+    spec: TuneSpec,
+    backend: Backend,
+    result: TuneResult,
+    trial: TrialRecord,
+    out_dir: Path,
+    echo: Callable[[str], None] = lambda _m: None,
+) -> Confirmation:
+    """TRIAL's reported SLO-max checked on a probe ``CONFIRM_LENGTH``× as long as the
+    search's, with a draw of the workload neither the search nor the repeats used; stepping
+    down (by ``1 + tol``) while it misses. Appended to ``result.confirmations``."""
+    reported = _value(result, trial) or trial.value or 0.0
+    conf = Confirmation(
+        params=trial.params, config=trial.config, reported=reported, length=CONFIRM_LENGTH
+    )
+    seed = spec.workload.seed + max(spec.repeats, 1) * REPEAT_SEED_STEP
+    sub = out_dir / "confirm" / f"{trial.number:04d}"
+    try:
+        with backend.session(trial.config, sub, seed=seed, length=CONFIRM_LENGTH) as measure:
+            res = step_down(measure, reported, tol=spec.tol, max_probes=spec.probes)
+    except ServetuneError as exc:
+        conf.note = engine_error_reason(exc)
+    else:
+        conf.probes = res.probes
+        if res.error is not None:
+            conf.note = res.error
+        else:
+            conf.sustained = res.slo_max or 0.0
+            if conf.sustained < reported:
+                conf.note = f"missed the SLOs at {reported:.3g} req/s: {res.limiting}"
+    result.confirmations.append(conf)
+    held = "failed" if conf.sustained is None else f"{conf.sustained:.3g}"
+    echo(f"  {reported:.3g} → {held} req/s  {config_text(trial.config)}")
+    return conf
 
 
 def _no_config_verdict(spec: TuneSpec, trials: list[TrialRecord]) -> str:
@@ -283,6 +372,33 @@ def _spread(rep: Repeat | None) -> str:
     vals = rep.measured
     text = f" (median of {len(vals)}: {min(vals):.3g}–{max(vals):.3g})"
     return text + (" UNSTABLE" if rep.unstable else "")
+
+
+def _confirmed_text(spec: TuneSpec, result: TuneResult) -> str:
+    """What the longer probes said of the figures reported."""
+    wl = spec.workload
+    parts = []
+    for trial, who in ((result.best, "the best"), (result.baseline, spec.reference_label)):
+        conf = _confirmation_of(result, trial)
+        if conf is None or (who != "the best" and trial is result.best):
+            continue
+        if conf.sustained is None:
+            parts.append(f"{who} FAILED on it ({conf.note})")
+        elif conf.sustained < conf.reported:
+            parts.append(
+                f"{who} held {conf.sustained:.3g} req/s there, not the {conf.reported:.3g} its "
+                "shorter probes met: its figure is the lower"
+            )
+        else:
+            parts.append(f"{who} held {conf.reported:.3g} req/s there")
+    if not parts:
+        return ""
+    size = (
+        f"{wl.duration_s * CONFIRM_LENGTH:g} s"
+        if wl.duration_s is not None
+        else f"{wl.num_prompts * CONFIRM_LENGTH:,} requests"
+    )
+    return f" On a run {CONFIRM_LENGTH}× as long ({size}): " + "; ".join(parts) + "."
 
 
 def _verdict(

@@ -34,6 +34,15 @@ def render_result(r: TuneResult) -> str:
                 f"  {fmt.num(x.score):>8}  [{vals}]  {config_text(x.config)}{flag}"
                 + (f"  ({x.note})" if x.note else "")
             )
+    if r.confirmations:
+        n = r.confirmations[0].length
+        out.append(f"checked on probes {n}× as long (SLO-max req/s, reported → held):")
+        for c in r.confirmations:
+            held = "failed" if c.sustained is None else fmt.num(c.sustained)
+            out.append(
+                f"  {fmt.num(c.reported):>8} → {held:<8} {config_text(c.config)}"
+                + (f"  ({c.note})" if c.note else "")
+            )
     if r.ofat:
         at = f"{fmt.num(r.ofat_rate)} req/s, " if r.ofat_rate else ""
         out.append(f"one knob at a time around the best (at {at}the rate it held in every repeat):")

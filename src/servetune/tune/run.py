@@ -229,7 +229,7 @@ def validate(result: TuneResult, out: Path, echo: Callable[[str], None] = print)
     on the real engine and its SLO-max searched from the simulated one."""
     from servetune.results.tune_file import Validation
     from servetune.tune.backends import engine_error_reason
-    from servetune.tune.search import find_slo_max
+    from servetune.tune.search import find_slo_max, saturation_of
 
     spec = result.spec
     assert spec.validate_engine is not None
@@ -269,7 +269,11 @@ def validate(result: TuneResult, out: Path, echo: Callable[[str], None] = print)
                 d = out / "validate" / f"{len(seen):02d}"
                 with real.session(t.config, d) as measure:
                     res = find_slo_max(
-                        measure, t.value or 1.0, max_probes=spec.probes, tol=spec.tol
+                        measure,
+                        t.value or 1.0,
+                        max_probes=spec.probes,
+                        tol=spec.tol,
+                        saturation=saturation_of(measure),
                     )
                 v.probes = res.probes
                 v.measured = res.slo_max

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import math
 import os
 import socket
 import time
@@ -36,7 +35,7 @@ from servetune.errors import ConfigError, ServetuneError
 from servetune.metrics.slo_spec import MAX_FAILED_SHARE
 from servetune.results.tune_file import DEFAULT, TrialRecord, TuneSpec
 from servetune.tune.backends import Backend, engine_error_reason
-from servetune.tune.search import find_slo_max
+from servetune.tune.search import find_slo_max, saturation_of
 
 DB_FILE = "tune.db"
 HEARTBEAT_S = 10
@@ -46,6 +45,8 @@ PRUNE_BELOW = 0.6
 STALE_AFTER = 200
 """Stop after this many trials in a row that measured nothing new (the space is exhausted)."""
 LAUNCHED = ("ok", "no-rate", "failed", "pruned")
+FIRST_START = 0.7
+"""No prediction and no best yet: the search starts at 70% of the saturation throughput."""
 FAR_MS = 1e9
 """Pareto latency of a configuration that could not be measured."""
 
@@ -317,13 +318,17 @@ class TrialRunner:
         """BEAT: stop as soon as it shows it cannot beat the best so far (not the reference:
         it is measured whole)."""
         spec = self.spec
-        start = predicted or best or self._first_start(measure)
+        # every request at once first: the SLO-max search stays below what it completes
+        sat = saturation_of(measure)
+        rec.saturation = sat
+        start = predicted or best or (FIRST_START * sat if sat else 1.0)
         out = find_slo_max(
             measure,
             max(start, 0.05),
             max_probes=spec.probes,
             tol=spec.tol,
             beat=best if spec.launches and beat else None,
+            saturation=sat,
         )
         rec.probes = out.probes
         rec.slo_max, rec.upper, rec.limiting = out.slo_max, out.upper, out.limiting
@@ -348,14 +353,6 @@ class TrialRunner:
             lowest = min(out.probes, key=lambda p: p.rate) if out.probes else None
             if lowest is not None:
                 rec.limiting = lowest.limiting
-
-    def _first_start(self, measure: Any) -> float:
-        """No prediction and no best yet: start at 70% of the throughput everything-at-once
-        achieves (one probe at an unbounded rate)."""
-        probe = measure(math.inf)
-        if probe.error is not None or probe.throughput <= 0:
-            return 1.0
-        return 0.7 * float(probe.throughput)
 
     def _single(self, rec: TrialRecord, measure: Any) -> None:
         """goodput / throughput / pareto: one run at the workload's own rate."""
