@@ -191,6 +191,11 @@ class TrialRecord(BaseModel):
     probes: list[Probe] = Field(default_factory=list)
     duration_s: float = 0.0
     worker: str | None = None
+    role: str | None = None
+    """Why the study ran it: ``default`` / ``baseline`` (the reference, first),
+    ``warm-start`` (the simulated engine's pick), ``refine`` (one knob from the best so far,
+    ``refined_from``); None: the sampler's."""
+    refined_from: int | None = None
 
     @property
     def is_default(self) -> bool:

@@ -106,6 +106,28 @@ class Backend:
         """The simulated engine's SLO-max for it, or None when it cannot be simulated."""
         raise NotImplementedError
 
+    def engine_values(self, config: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
+        """The value the engine uses for each of NAMES under CONFIG — the configuration's
+        own, or the engine's default for a knob it leaves out (a default that depends on
+        what is not known here is left out)."""
+        raise NotImplementedError
+
+    def _registry_values(
+        self, engine: str, config: Mapping[str, Any], names: list[str]
+    ) -> dict[str, Any]:
+        from servetune.knobs import default
+
+        out: dict[str, Any] = {}
+        for name in names:
+            if name in config:
+                out[name] = config[name]
+                continue
+            with contextlib.suppress(ConfigError):
+                value = default(engine, name)
+                if value is not None:
+                    out[name] = value
+        return out
+
     def _started(
         self, config: Mapping[str, Any], trial_dir: Path
     ) -> contextlib.AbstractContextManager[Run]:
@@ -207,6 +229,15 @@ class SimBackend(Backend):
         """Requests/s the configuration completes with every request sent at once."""
         return self.measurer(config, [], num_prompts=num_prompts)(math.inf).throughput
 
+    def engine_values(self, config: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
+        from servetune.sim.config import resolve
+
+        try:
+            resolved = resolve(_sim_engine_config(self.gpu, self.model, config))
+        except ServetuneError:
+            return self._registry_values("vllm", config, names)
+        return {n: getattr(resolved, n) for n in names if hasattr(resolved, n)}
+
     def predict(self, config: Mapping[str, Any], slos: list[SloSpec]) -> float | None:
         if self.screen(config) is not None:
             return None
@@ -262,6 +293,11 @@ class EngineBackend(Backend):
             return self.sim.predict(config, slos)
         except ServetuneError:
             return None
+
+    def engine_values(self, config: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
+        if self.sim is not None and self.engine in ("vllm", "sim"):
+            return self.sim.engine_values(config, names)  # vLLM's rules, with the GPU's size
+        return self._registry_values(self.engine, config, names)
 
     def _spec(self, config: Mapping[str, Any]) -> Any:
         from servetune.engines.commands import EngineOptions, build_command

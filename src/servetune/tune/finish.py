@@ -34,7 +34,7 @@ from servetune.results.tune_file import (
 )
 from servetune.tune.backends import Backend, engine_error_reason
 from servetune.tune.search import find_slo_max, step_down
-from servetune.tune.space import neighbours
+from servetune.tune.space import one_knob_moves
 
 REPEAT_SEED_STEP = 1009
 CONFIRM_LENGTH = 4
@@ -129,11 +129,10 @@ def ofat(
         rows.append(row)
 
     todo: list[tuple[dict[str, Any], str, Any, str]] = [(best.params, "—", "", "best")]
-    for d in spec.space.dims:
-        for value in neighbours(spec.space, best.params, d.name):
-            cur = spec.space.dim(d.name).index(best.params[d.name])
-            direction = "up" if d.index(value) > cur else "down"
-            todo.append(({**best.params, d.name: value}, d.name, value, direction))
+    names = [d.name for d in spec.space.dims]
+    values = backend.engine_values(best.config, names)
+    for knob, value, direction, params in one_knob_moves(spec.space, best.params, values):
+        todo.append((params, knob, value, direction))
     for i, (params, knob, value, direction) in enumerate(todo, 1):
         measure_one(params, knob, value, direction)
         name = "best" if direction == "best" else f"{knob}={value}"
@@ -418,6 +417,8 @@ def _verdict(
         "pareto": "output tok/s",
     }[spec.objective]
     text = f"Best: {b_val:.3g} {what}{_spread(rep)} with {config_text(result.best.config)}"
+    if result.best.role == "refine" and result.best.refined_from is not None:
+        text += f" (found by the local refinement, one knob from trial {result.best.refined_from})"
     if rep is not None and rep.failed:
         text += f" — it FAILED in a repeat, as did every configuration repeated ({rep.note})"
     label = spec.reference_label

@@ -22,6 +22,14 @@ def render_result(r: TuneResult) -> str:
     for t in r.trials:
         counts[t.status] = counts.get(t.status, 0) + 1
     out.append("trials: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    refined = [t for t in r.trials if t.role == "refine"]
+    if refined:
+        around = sorted({t.refined_from for t in refined if t.refined_from is not None})
+        out.append(
+            f"local refinement: {len(refined)} one-knob neighbours of the best so far (trial "
+            + ", ".join(str(n) for n in around)
+            + ") measured"
+        )
     out.append(r.verdict)
     if r.best_command:
         out.append(f"command: {r.best_command}")

@@ -137,19 +137,65 @@ def build_space(
     return Space(engine=engine, dims=dims, fixed=fixed)
 
 
-def neighbours(space: Space, params: Mapping[str, Any], name: str) -> list[Any]:
-    """The values one step below and above ``params[name]`` in its dimension (``DEFAULT``
-    is not a step: its neighbours are the values around the engine's default)."""
+def _is_default(v: Any) -> bool:
+    return v == DEFAULT and not isinstance(v, bool)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return bool(a == b) and type(a) is type(b)
+
+
+def neighbours(
+    space: Space,
+    params: Mapping[str, Any],
+    name: str,
+    engine_values: Mapping[str, Any] | None = None,
+) -> list[Any]:
+    """The values one step below and above ``params[name]`` in its dimension. At ``DEFAULT``
+    the steps are taken from the value the engine then uses (``engine_values[name]``: vLLM's
+    1024 sequences on an H100 has 512 below it, its bf16 weights have FP8 beside them); with
+    that value unknown, a knob left to the engine has no neighbours."""
     d = space.dim(name)
-    ordered = [v for v in d.values if v != DEFAULT or isinstance(v, bool)]
+    ordered = [v for v in d.values if not _is_default(v)]
     cur = params.get(name, DEFAULT)
-    if cur == DEFAULT and not isinstance(cur, bool):
-        return []
+    if _is_default(cur):
+        if engine_values is None or name not in engine_values:
+            return []
+        cur = engine_values[name]
+        if all(_is_number(v) for v in [*ordered, cur]):
+            below = [v for v in ordered if v < cur]
+            above = [v for v in ordered if v > cur]
+            return below[-1:] + above[:1]
     try:
-        i = next(j for j, v in enumerate(ordered) if v == cur and type(v) is type(cur))
+        i = next(j for j, v in enumerate(ordered) if _same(v, cur))
     except StopIteration:
         return []
     return [ordered[j] for j in (i - 1, i + 1) if 0 <= j < len(ordered)]
+
+
+def one_knob_moves(
+    space: Space, params: Mapping[str, Any], engine_values: Mapping[str, Any] | None = None
+) -> list[tuple[str, Any, str, dict[str, Any]]]:
+    """Every point one knob-step from PARAMS: (knob, value, "up" or "down", point)."""
+    out = []
+    for d in space.dims:
+        cur = params.get(d.name, DEFAULT)
+        if _is_default(cur) and engine_values is not None:
+            cur = engine_values.get(d.name, cur)
+        for value in neighbours(space, params, d.name, engine_values):
+            try:
+                up = value > cur if _is_number(value) and _is_number(cur) else None
+            except TypeError:
+                up = None
+            if up is None:
+                where = [j for j, v in enumerate(d.values) if _same(v, cur)]
+                up = not where or d.index(value) > where[0]
+            out.append((d.name, value, "up" if up else "down", {**params, d.name: value}))
+    return out
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 _ASSIGNMENT = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*=")
