@@ -63,3 +63,26 @@ def test_no_one_knob_neighbour_of_the_best_beats_it(
         config = r.spec.space.config(params)
         if sim.screen(config) is None:
             assert slo_max(config) <= best * 1.05, (knob, value, best)
+
+
+def test_a_roomier_neighbour_the_study_never_searched_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With 3 trials there is no budget to refine: the best (seed 5) keeps BF16 weights, and
+    its one-knob table shows FP8 weights meeting the SLOs at the best's rate with a P99 TPOT
+    of 7.8 ms against its 12 ms — said in a warning, not left in the table."""
+    out = tmp_path / "t"
+    args = ["tune", "--engine", "sim", "--gpu", "H100-SXM", "--model", MODEL]
+    args += ["--random-input-len", "512", "--random-output-len", "512", "--num-prompts", "300"]
+    for s in SLOS:
+        args += ["--slo", s]
+    for k in ("max_num_seqs", "max_num_batched_tokens", "quantization", "kv_cache_dtype"):
+        args += ["--knob", k]
+    args += ["--trials", "3", "--repeats", "1", "--seed", "5", "--result-dir", str(out)]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    r = read_tune_result(out / "tune.json")
+    assert r.best is not None and r.best.params["quantization"] is None
+    assert not [t for t in r.trials if t.role == "refine"]
+    named = [w for w in r.warnings if w.startswith("quantization=fp8 (one knob from the best)")]
+    assert named and "may serve more" in named[0] and named[0] in text

@@ -38,6 +38,10 @@ from servetune.tune.space import one_knob_moves
 
 REPEAT_SEED_STEP = 1009
 CONFIRM_LENGTH = 4
+HEADROOM = "slo_worst_ratio"
+"""A one-knob row's figure: its SLO nearest the limit, as a share of it."""
+ROOMIER = 0.8
+"""A neighbour whose worst SLO is under 80% of the best's, at the best's rate, may serve more."""
 """The reported SLO-max is checked on a probe this many times as long as the search's."""
 
 
@@ -126,6 +130,8 @@ def ofat(
         else:
             row.status = "meets SLOs" if p.meets else f"misses: {p.limiting}"
             row.figures = dict(p.figures)
+            # the SLO nearest its limit, as a share of it: the row's headroom
+            row.figures[HEADROOM] = p.worst_ratio
         rows.append(row)
 
     todo: list[tuple[dict[str, Any], str, Any, str]] = [(best.params, "—", "", "best")]
@@ -257,6 +263,7 @@ def finish(
         lowest = min(best_rep.measured) if best_rep and best_rep.measured else b_val
         result.ofat_rate = min(lowest, b_val)
         result.ofat = ofat(spec, backend, best, result.ofat_rate, out_dir / "ofat", echo)
+        result.warnings += _roomier_neighbours(result, best)
     result.status = "complete"
     result.verdict = _verdict(spec, result, b_val, base_val, best_rep, base_rep, d_val)
     if measure_more and result.confirmations:
@@ -371,6 +378,32 @@ def _spread(rep: Repeat | None) -> str:
     vals = rep.measured
     text = f" (median of {len(vals)}: {min(vals):.3g}–{max(vals):.3g})"
     return text + (" UNSTABLE" if rep.unstable else "")
+
+
+def _roomier_neighbours(result: TuneResult, best: TrialRecord) -> list[str]:
+    """One-knob neighbours of the best that met the SLOs at its rate with clearly more room
+    (their worst SLO under ``ROOMIER`` of the best's) and that the study never searched (the
+    local refinement ran out of trials): they may serve more — said, not hidden."""
+    rows = result.ofat
+    mine = next((o for o in rows if o.direction == "best"), None)
+    ratio = mine.figures.get(HEADROOM) if mine is not None else None
+    if not ratio:
+        return []
+    searched = {_key(t.params) for t in result.trials if t.status != "rejected"}
+    out = []
+    for o in rows:
+        theirs = o.figures.get(HEADROOM)
+        if o.direction == "best" or o.status != "meets SLOs" or theirs is None:
+            continue
+        if _key({**best.params, o.knob: o.value}) in searched or theirs >= ROOMIER * ratio:
+            continue
+        out.append(
+            f"{o.knob}={o.value} (one knob from the best) met the SLOs at "
+            f"{result.ofat_rate or 0:.3g} req/s with its worst SLO at {theirs:.0%} of the limit "
+            f"against the best's {ratio:.0%}, and was not searched: it may serve more (run tune "
+            f"again with --baseline set to the best, or more --trials)"
+        )
+    return out
 
 
 def _confirmed_text(spec: TuneSpec, result: TuneResult) -> str:
