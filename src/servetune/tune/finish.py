@@ -9,6 +9,10 @@ so a configuration that wins once by luck does not beat one that is steadily goo
 whose repeats spread more than ``unstable_spread`` of their median ((max − min) / median) is
 flagged *unstable*.
 
+Checked on a longer run: the figures reported (the best's, the baseline's) are measured
+again on one probe ``CONFIRM_LENGTH``× as long, stepping down while it misses; a figure is
+never above what held there, and the best is chosen on that.
+
 One knob at a time (the seed's step 4): from the winner, each searched knob one step down and
 one step up its grid, alone, measured at the rate the winner held in every repeat: P50/P99
 TTFT and TPOT, tok/s, KV-cache and GPU use, and whether the SLOs still hold.
