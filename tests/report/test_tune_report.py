@@ -137,7 +137,12 @@ def test_tune_report_opens_in_chromium(chromium: str, tune_dir: Path, tmp_path: 
     assert facts["tables"] >= 4  # repeats, one knob at a time, trials, probes
     img = mpimg.imread(io.BytesIO(page.screenshot), format="png")
     img = np.asarray(img[:, :, :3] * 255, dtype=float)
-    assert pixels_near(img, PARETO_RED) > 200  # the Pareto front
+    # the Pareto front: its line and markers when it holds several points; a front of one
+    # point (one configuration dominating every other, as here since tune refines around
+    # its best) lies under the best's star and only its legend entry shows
+    front = {(t.throughput, t.p99_latency_ms) for t in read_tune_result(tune_dir).pareto}
+    assert front
+    assert pixels_near(img, PARETO_RED) > (200 if len(front) > 1 else 50)
     assert pixels_near(img, BEST_GREEN) > 200  # the best's star, the best-so-far line
 
 
