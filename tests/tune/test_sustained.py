@@ -57,3 +57,16 @@ def test_loose_slos_do_not_report_a_rate_past_capacity(
         probe = SimBackend("H100-SXM", MODEL, wl, slos).measurer(r.best.config, slos)(figure)
         ttft = probe.figures["p99_ttft_ms"]
         assert ttft is not None and ttft <= 2 * 5000, (seed, figure, probe.figures)
+
+
+def test_a_figure_the_longer_check_lowered_does_not_read_as_its_repeats_median() -> None:
+    """ "Best: 23.2 req/s (median of 2: 25.6–25.6)" read as a contradiction: the repeats are
+    the shorter probes', the figure what held on the longer check."""
+    from servetune.results.tune_file import Repeat
+    from servetune.tune.finish import _spread
+
+    rep = Repeat(params={}, config={}, values=[25.6, 25.6], median=25.6)
+    assert _spread(rep, 25.6) == " (median of 2: 25.6–25.6)"
+    lowered = _spread(rep, 23.2)
+    assert "median of 2" not in lowered.replace("shorter probes' median of 2", "")
+    assert "lowered by the longer check" in lowered and "25.6–25.6" in lowered

@@ -376,11 +376,17 @@ def _no_config_verdict(spec: TuneSpec, trials: list[TrialRecord]) -> str:
     )
 
 
-def _spread(rep: Repeat | None) -> str:
+def _spread(rep: Repeat | None, shown: float | None = None) -> str:
+    """The repeats behind a figure; when the figure SHOWN is below their median (the longer
+    check lowered it), they are named as the shorter probes' so the two do not read as one."""
     if rep is None or rep.median is None:
         return ""
     vals = rep.measured
-    text = f" (median of {len(vals)}: {min(vals):.3g}–{max(vals):.3g})"
+    spread = f"{len(vals)}: {min(vals):.3g}–{max(vals):.3g}"
+    if shown is not None and shown < rep.median * (1 - 1e-9):
+        text = f" (lowered by the longer check below; its shorter probes' median of {spread})"
+    else:
+        text = f" (median of {spread})"
     return text + (" UNSTABLE" if rep.unstable else "")
 
 
@@ -453,7 +459,7 @@ def _verdict(
         "throughput": "output tok/s",
         "pareto": "output tok/s",
     }[spec.objective]
-    text = f"Best: {b_val:.3g} {what}{_spread(rep)} with {config_text(result.best.config)}"
+    text = f"Best: {b_val:.3g} {what}{_spread(rep, b_val)} with {config_text(result.best.config)}"
     if result.best.role == "refine" and result.best.refined_from is not None:
         text += f" (found by the local refinement, one knob from trial {result.best.refined_from})"
     if rep is not None and rep.failed:
@@ -465,9 +471,8 @@ def _verdict(
     if baseline is not None and _key(result.best.params) == _key(baseline.params):
         return text + f": no configuration searched beat {label}."
     if result.gain_over_baseline is not None and base_val:
-        text += (
-            f"; {label} serves {base_val:.3g}{_spread(base_rep)} ({result.gain_over_baseline:+.0%}"
-        )
+        spread = _spread(base_rep, base_val)
+        text += f"; {label} serves {base_val:.3g}{spread} ({result.gain_over_baseline:+.0%}"
         if result.gain_beyond_noise is True:
             text += ", beyond the run-to-run spread)"
         elif result.gain_beyond_noise is False:
