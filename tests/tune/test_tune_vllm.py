@@ -114,8 +114,17 @@ def test_tune_beats_the_baseline_on_vllm_cpu_beyond_the_noise(tmp_path: Path) ->
     assert None not in best_rep["values"] + base_rep["values"], r["repeats"]
     assert r["gain_beyond_noise"] is True, r["verdict"]
     assert min(best_rep["values"]) > max(base_rep["values"])
-    assert r["gain_over_baseline"] > 0.5, r["verdict"]
-    assert "your baseline" in r["verdict"] and "beyond the run-to-run spread" in r["verdict"]
+    held = {tuple(sorted(c["params"].items())): c for c in r["confirmations"]}
+    base_held = held.get(tuple(sorted(base["params"].items())))
+    if base_held is not None and base_held["sustained"] == 0:
+        # one sequence at a time near its capacity: on the 4×-longer check the queue builds
+        # and no rate tried (5% steps, --probes 4) holds P90 TTFT ≤ 1 s on a loaded box —
+        # then no gain is figured, and the verdict says why
+        assert r["gain_over_baseline"] is None, r["verdict"]
+        assert "your baseline met the SLOs at none of the rates tried" in r["verdict"]
+    else:
+        assert r["gain_over_baseline"] > 0.5, r["verdict"]
+        assert "your baseline" in r["verdict"] and "beyond the run-to-run spread" in r["verdict"]
     # the command vLLM would run, read back by the registry and by vLLM's own parser
     cmd = r["best_command"]
     parsed = parse_command(cmd)

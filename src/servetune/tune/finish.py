@@ -426,6 +426,10 @@ def _confirmed_text(spec: TuneSpec, result: TuneResult) -> str:
             continue
         if conf.sustained is None:
             parts.append(f"{who} FAILED on it ({conf.note})")
+        elif conf.sustained == 0:
+            parts.append(
+                f"{who} held none of the rates tried there (from {conf.reported:.3g} req/s down)"
+            )
         elif conf.sustained < conf.reported:
             parts.append(
                 f"{who} held {conf.sustained:.3g} req/s there, not the {conf.reported:.3g} its "
@@ -479,6 +483,15 @@ def _verdict(
             text += ", within the run-to-run spread: not shown to be real)"
         else:
             text += ", not both measured twice or more: no spread to judge it by)"
+    elif (
+        baseline is not None
+        and (held := _confirmation_of(result, baseline)) is not None
+        and held.sustained == 0
+    ):
+        text += (
+            f"; {label} met the SLOs at none of the rates tried on the longer check (its "
+            f"shorter probes met {held.reported:.3g}{_spread(base_rep)}): no gain is figured"
+        )
     elif baseline is not None and baseline.status != "ok":
         text += f"; {label} met the SLOs at no rate tried ({baseline.status})"
     elif baseline is None:
