@@ -70,3 +70,53 @@ def test_a_figure_the_longer_check_lowered_does_not_read_as_its_repeats_median()
     lowered = _spread(rep, 23.2)
     assert "median of 2" not in lowered.replace("shorter probes' median of 2", "")
     assert "lowered by the longer check" in lowered and "25.6–25.6" in lowered
+
+
+def test_a_baseline_that_held_no_rate_on_the_longer_check_is_said_so() -> None:
+    """A baseline whose longer check held none of the rates tried gets no gain figured, and
+    the verdict names it with its configuration and says why — not "held 0 req/s"."""
+    from servetune.results.tune_file import (
+        Confirmation,
+        Repeat,
+        Space,
+        TrialRecord,
+        TuneResult,
+        TuneSpec,
+    )
+    from servetune.tune.finish import _verdict
+
+    wl = BenchConfig(num_prompts=40, random_input_len=128, random_output_len=32)
+    spec = TuneSpec(
+        engine="vllm",
+        model="m",
+        workload=wl,
+        space=Space(engine="vllm"),
+        baseline={"max_num_seqs": 1},
+    )
+    best = TrialRecord(
+        number=2, params={"max_num_seqs": 8}, config={"max_num_seqs": 8}, status="ok", value=24.4
+    )
+    base = TrialRecord(
+        number=0, params={"max_num_seqs": 1}, config={"max_num_seqs": 1}, status="ok", value=7.04
+    )
+    result = TuneResult(
+        study="s",
+        storage="x",
+        spec=spec,
+        trials=[base, best],
+        best=best,
+        baseline=base,
+        confirmations=[
+            Confirmation(
+                params=best.params, config=best.config, reported=24.4, length=4, sustained=24.4
+            ),
+            Confirmation(
+                params=base.params, config=base.config, reported=7.04, length=4, sustained=0
+            ),
+        ],
+    )
+    rep = Repeat(params=base.params, config=base.config, values=[7.04, 7.04], median=7.04)
+    text = _verdict(spec, result, 24.4, None, None, rep)
+    assert "your baseline (max_num_seqs=1) met the SLOs at none of the rates tried" in text
+    assert "its shorter probes met 7.04 (median of 2: 7.04–7.04)" in text
+    assert "no gain is figured" in text and "0 req/s" not in text
