@@ -5,7 +5,10 @@ Everything in servetune that speaks HTTP uses it: the load generator's fast clie
 scripted test server (:mod:`servetune.testserver`) and the gateway. Nothing here knows about
 OpenAI, SSE or engines: it moves requests and response bodies.
 
-Server side (:mod:`servetune.http.server`, :mod:`servetune.http.router`)::
+Server side (:mod:`servetune.http.server` listens and shuts down,
+:mod:`servetune.http.connection` parses and answers each connection's requests,
+:mod:`servetune.http.exchange` is one request and its response,
+:mod:`servetune.http.router` routes)::
 
     from servetune.http import Exchange, HTTPServer, Limits, Router
 
@@ -61,9 +64,11 @@ before its head. The client's pool, sockets and kernel arrival stamps stay in
 Bytes (:mod:`servetune.http.wire`): response heads, chunk framing, error bodies.
 """
 
+from servetune.http.connection import Limits, ServerConnection
+from servetune.http.exchange import Exchange
 from servetune.http.response import ProtocolError, ResponseReader
 from servetune.http.router import Router
-from servetune.http.server import Exchange, HTTPServer, Limits, ServerConnection
+from servetune.http.server import HTTPServer
 
 __all__ = [
     "Exchange",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Iterable
 
-from servetune.http.server import Exchange, Handler
+from servetune.http.exchange import Exchange, Handler
 
 
 class Router:

@@ -1,6 +1,6 @@
 """The bytes of HTTP/1.1 that servetune writes: response heads, chunk framing, error bodies.
 
-Parsing is llhttp's (:mod:`servetune.http.server`, :mod:`servetune.http.response`); this
+Parsing is llhttp's (:mod:`servetune.http.connection`, :mod:`servetune.http.response`); this
 module only builds. Everything returns ``bytes`` ready for ``transport.write``.
 """
 
