@@ -9,8 +9,9 @@ import pytest
 from scipy.optimize import brentq
 from sweep_rows import make_rows as rows_of
 
-from servetune.sweep.knee import DEFAULT_K, pav_increasing
 from servetune.sweep.knee import find_knee as _find_knee
+from servetune.sweep.knee_metric import DEFAULT_K
+from servetune.sweep.points import pav_increasing
 
 MU = 10.0  # service rate of the M/M/1 curves (req/s)
 

@@ -18,8 +18,8 @@ from scipy.optimize import brentq
 from servetune.results.schema import Slo
 from servetune.results.sweep_schema import LevelRow, LoadMode, MetricName, SloMax
 from servetune.sweep import fmt
-from servetune.sweep.knee import Point, pav_increasing, points_from_rows
 from servetune.sweep.levels import round_sig
+from servetune.sweep.points import Point, pav_increasing, points_from_rows
 
 
 def slo_items(slo: Slo) -> list[tuple[MetricName, float]]:
