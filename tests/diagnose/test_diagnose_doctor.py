@@ -286,7 +286,7 @@ def test_no_doctor_template_is_left_unfilled(command: str) -> None:
 
 
 def test_refusal_fixes_follow_the_reason_code_not_the_wording() -> None:
-    from servetune.diagnose.doctor import _fix_candidates
+    from servetune.diagnose.doctor_refusal import _fix_candidates
     from servetune.sim.config import EngineConfig
 
     cfg = EngineConfig(

@@ -15,7 +15,7 @@ import pytest
 from servetune.cli import build_parser
 from servetune.diagnose import actions, doctor, evaluate, figures, rules, sweep
 from servetune.diagnose.actions import ACTIONS, PROCEDURE
-from servetune.diagnose.doctor import DOCTOR_RULES
+from servetune.diagnose.doctor_rules import DOCTOR_RULES
 from servetune.diagnose.rules import RULES
 from servetune.knobs import ENGINES, KNOBS, Absent
 
