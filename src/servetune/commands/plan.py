@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from servetune.plan.planner import PlanRequest
-    from servetune.results.plan_file import PlanResult
+    from servetune.results.plan_file import PlannedCandidate, PlanResult
 
 
 def _list(text: str) -> list[str]:
@@ -37,6 +39,7 @@ def _ints(text: str) -> list[int]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from servetune.commands._workload_args import parse_rate
     from servetune.commands.cost import add_price_arguments
+    from servetune.plan.planner import CONFIRM_ROWS
     from servetune.plan.space import (
         DEFAULT_GPUS,
         DEFAULT_KNOB_SETS,
@@ -118,8 +121,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="one JSON document on stdout")
     o.add_argument("-o", "--out", type=Path, help="plan.json path (default: servetune-results/…)")
-    o.add_argument("--top", type=int, default=12, help="rows of the ranked table (default 12)")
-    o.add_argument("--all", action="store_true", help="every candidate in the table")
+    o.add_argument(
+        "--top",
+        type=int,
+        default=CONFIRM_ROWS,
+        help="rows of the ranked table, each confirmed on independent draws (default "
+        "%(default)s; each row confirmed is 8-48 more simulations)",
+    )
+    o.add_argument(
+        "--all",
+        action="store_true",
+        help="every candidate in the table (those past the --top rows marked: not confirmed)",
+    )
     o.add_argument("--no-progress", action="store_true")
 
 
@@ -199,6 +212,7 @@ def _request(args: argparse.Namespace) -> PlanRequest:
         max_replicas=args.max_replicas,
         r=args.r,
         workers=args.workers,
+        confirm_rows=args.top,
     )
 
 
@@ -240,25 +254,10 @@ def _m(v: float | None) -> str:
     return f"${v:,.3f}" if v < 10 else f"${v:,.2f}"
 
 
-def _print(res: PlanResult, top: int | None) -> None:
-    from rich.console import Console
+def _table(rows: list[PlannedCandidate], first: int | None) -> Table:
+    """The rows, numbered from ``first`` (the settled ranking), or not numbered (``None``)."""
     from rich.table import Table
 
-    con = Console(highlight=False, width=None if sys.stdout.isatty() else 170)
-    slo = ", ".join(
-        f"P99 {k.upper() if k != 'e2el' else 'E2E'} ≤ {v:g} ms"
-        for k, v in res.slo.model_dump().items()
-        if v is not None
-    )
-    rate = f"peak {res.peak_rate:g} req/s"
-    if res.average_rate != res.peak_rate:
-        rate += f", average {res.average_rate:g} req/s (costs at the average)"
-    con.print(f"[bold]{res.model}[/bold]: {rate}; {slo}")
-    con.print(
-        f"requests: {res.workload} (mean {res.mean_input_tokens:.0f} in / "
-        f"{res.mean_output_tokens:.0f} out tokens); {res.requests_per_point} simulated per point"
-    )
-    ok = [c for c in res.candidates if c.status == "ok"]
     t = Table(box=None, pad_edge=False, header_style="bold")
     for col in (
         "#",
@@ -276,10 +275,9 @@ def _print(res: PlanResult, top: int | None) -> None:
         "limit",
     ):
         t.add_column(col, justify="left" if col in ("deployment", "limit") else "right")
-    shown = ok if top is None else ok[:top]
-    for i, c in enumerate(shown, 1):
+    for i, c in enumerate(rows):
         t.add_row(
-            str(i),
+            "·" if first is None else str(first + i),
             c.label,
             str(c.replicas),
             str(c.gpus_total),
@@ -292,16 +290,62 @@ def _print(res: PlanResult, top: int | None) -> None:
             _m(c.blended_usd_per_mtok),
             _m(c.saturation_output_usd_per_mtok),
             (c.limiting_metric or "").upper(),
-            style="bold green" if i == 1 else None,
+            style="bold green" if first == 1 and i == 0 else None,
         )
-    con.print(t)
+    return t
+
+
+def _footnote(res: PlanResult) -> str:
+    """What the SLO-max figure means, without claiming more than was measured."""
+    from servetune.plan.capacity import FRESH_DRAWS, FRESH_MISSED, FRESH_SCENARIOS
+
+    return (
+        f"[dim]SLO-max/replica: the highest rate at which the P99s held on every draw of "
+        f"{res.requests_per_point:,} requests simulated — {res.confirm_draws} independent draws "
+        "(other arrivals and request order) where it says so, else the search's one draw. "
+        f"Held on {res.confirm_draws} draws is not a guarantee: on fresh draws at the confirmed "
+        f"rates {FRESH_MISSED} of {FRESH_DRAWS} ({FRESH_MISSED / FRESH_DRAWS:.0%}) still missed "
+        f"a P99 ({FRESH_SCENARIOS} scenarios, docs/plan.md); a longer or burstier traffic than "
+        "the one planned has a higher P99[/dim]"
+    )
+
+
+def _print(res: PlanResult, top: int | None) -> None:
+    from rich.console import Console
+
+    con = Console(highlight=False, width=None if sys.stdout.isatty() else 170)
+    slo = ", ".join(
+        f"P99 {k.upper() if k != 'e2el' else 'E2E'} ≤ {v:g} ms"
+        for k, v in res.slo.model_dump().items()
+        if v is not None
+    )
+    rate = f"peak {res.peak_rate:g} req/s"
+    if res.average_rate != res.peak_rate:
+        rate += f", average {res.average_rate:g} req/s (costs at the average)"
+    con.print(f"[bold]{res.model}[/bold]: {rate}; {slo}")
+    con.print(
+        f"requests: {res.workload} (mean {res.mean_input_tokens:.0f} in / "
+        f"{res.mean_output_tokens:.0f} out tokens); {res.requests_per_point} simulated per point"
+    )
+    ok = [c for c in res.candidates if c.status == "ok"]
+    shown = ok if top is None else ok[:top]
+    settled = min(res.settled_rows, len(shown))
+    con.print(_table(shown[:settled], 1))
+    if settled < len(shown):
+        why = (
+            "their SLO-max/replica is the search's one draw where it says 1 draw — optimistic "
+            "by the draw-to-draw spread — and a confirmation only lowers a figure"
+        )
+        if settled:
+            con.print(
+                f"\n[bold]not confirmed, not ranked against rows 1–{settled}[/bold] [dim]({why}: "
+                f"none of them would rank above row {settled})[/dim]"
+            )
+        else:
+            con.print(f"\n[bold]not confirmed[/bold] [dim]({why})[/dim]")
+        con.print(_table(shown[settled:], None))
     if ok:
-        con.print(
-            f"[dim]SLO-max/replica: the highest rate at which the P99s held on every draw of "
-            f"{res.requests_per_point:,} requests simulated — {res.confirm_draws} independent "
-            "draws (other arrivals and request order) for the confirmed rows, the search's one "
-            "draw for the others (optimistic by the draw-to-draw spread)[/dim]"
-        )
+        con.print(_footnote(res))
     if top is not None and len(ok) > top:
         con.print(f"… {len(ok) - top} more that hold the traffic (--all shows them)")
     others = [c for c in res.candidates if c.status != "ok"]

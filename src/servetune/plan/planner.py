@@ -11,15 +11,17 @@ For each candidate (one replica's configuration, :mod:`servetune.plan.space`):
    else the peak), at the SLO limit (every replica at its SLO-max rate) and saturated.
 
 The search's SLO-max rate is found on one draw of the traffic (optimistic: it is the highest
-rate that passed on that draw). The cheapest candidate (ties: more headroom) is therefore
+rate that passed on that draw, by an amount that differs from candidate to candidate). The
+first rows of the ranking — the table's, :data:`CONFIRM_ROWS` by default — are therefore
 confirmed on :data:`~servetune.plan.capacity.DRAWS` independent draws
-(:func:`~servetune.plan.capacity.confirm`): its SLO-max rate steps down until the SLO holds on
-every draw, and its replicas, $/hour, headroom and costs are recomputed from the confirmed
-rate (a candidate refuted at every rate tried misses the SLO). The candidates are then ranked
-again and the new cheapest is confirmed in turn, until the first is a confirmed one (at most
-:data:`MAX_CONFIRMS` candidates). A confirmation only lowers a rate, so the candidates left
-unconfirmed below the winner could not beat it. Candidates and draws run in worker processes
-(one per core by default).
+(:func:`~servetune.plan.capacity.confirm`): each one's SLO-max rate steps down until the SLO
+holds on every draw, and its replicas, $/hour, headroom and costs are recomputed from the
+confirmed rate (a candidate refuted at every rate tried misses the SLO). The candidates are
+then ranked again and those that moved into the first rows are confirmed in turn, until the
+first rows are all confirmed ones (:func:`_confirm`). A confirmation only lowers a rate, so it
+only raises a candidate's ranking key (:func:`rank_key`): the candidates left unconfirmed
+below the confirmed rows could not rank above them (``PlanResult.settled_rows``). Candidates
+and draws run in worker processes (one per core by default).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from multiprocessing import get_context
@@ -65,6 +67,9 @@ AWQ_NOTE = (
     "time); the name above is the base model's"
 )
 
+CONFIRM_ROWS = 12
+"""Rows of the ranking confirmed by default: the table's (``servetune plan --top``)."""
+
 
 class PlanRequest(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -79,6 +84,8 @@ class PlanRequest(BaseModel):
     max_replicas: int = 64
     r: float = 4.0
     workers: int | None = None
+    confirm_rows: int = CONFIRM_ROWS
+    """The first rows of the ranking confirmed on independent draws (:func:`_confirm`)."""
 
 
 class _Outcome(BaseModel):
@@ -230,17 +237,21 @@ def _set_replicas(base: PlannedCandidate, req: PlanRequest, replicas: int, w: Wo
 _ORDER = {"ok": 0, "too_many_replicas": 1, "misses_slo": 2, "cannot_start": 3}
 
 
-def rank(cands: list[PlannedCandidate]) -> list[PlannedCandidate]:
-    return sorted(
-        cands,
-        key=lambda c: (
-            _ORDER[c.status],
-            c.usd_per_hour if c.usd_per_hour is not None else math.inf,
-            -(c.headroom or 0.0),
-            -(c.slo_max_rate_per_replica or 0.0),
-            c.label,
-        ),
+def rank_key(c: PlannedCandidate) -> tuple[int, float, float, float, str]:
+    """Cheapest first; ties: more headroom, then a higher SLO-max rate. A confirmation only
+    lowers a candidate's rate — so its headroom, and it only adds replicas and $/hour or takes
+    the candidate out of those that hold the traffic — so it only raises this key."""
+    return (
+        _ORDER[c.status],
+        c.usd_per_hour if c.usd_per_hour is not None else math.inf,
+        -(c.headroom or 0.0),
+        -(c.slo_max_rate_per_replica or 0.0),
+        c.label,
     )
+
+
+def rank(cands: list[PlannedCandidate]) -> list[PlannedCandidate]:
+    return sorted(cands, key=rank_key)
 
 
 def make_plan(
@@ -262,6 +273,8 @@ def make_plan(
         raise ConfigError("--requests-per-point must be ≥ 50 (P99 of fewer means little)")
     if req.max_replicas < 1:
         raise ConfigError("--max-replicas must be ≥ 1")
+    if req.confirm_rows < 1:
+        raise ConfigError("the rows to confirm must be ≥ 1 (the winner is always confirmed)")
     for gpu in dict.fromkeys(c.gpu for c in req.candidates):
         prices.price(gpu)  # fail before simulating anything when a price is missing
     t0 = time.perf_counter()
@@ -336,9 +349,10 @@ def _assemble(
     return result, sims
 
 
-MAX_CONFIRMS = 8
-"""Candidates confirmed at most (each :data:`~servetune.plan.capacity.DRAWS` simulations per
-rate tried; the budget of 60 s for ≥ 100 candidates cannot spare an unbounded loop)."""
+EXTRA_CONFIRMS = 8
+"""Confirmations allowed beyond the rows asked for (a row confirmed lower can fall out of
+them and let the next one in); each is :data:`~servetune.plan.capacity.DRAWS` simulations
+per rate tried, and the budget of 60 s for ≥ 100 candidates cannot spare an unbounded loop."""
 
 
 def _confirm(
@@ -348,35 +362,61 @@ def _confirm(
     pool: Executor | None,
     say: Callable[[str], None],
 ) -> tuple[PlannedCandidate | None, int]:
-    """Confirm the cheapest candidate on independent draws, rank again, until the first is a
-    confirmed one. Returns the winner and the simulations run."""
+    """Confirm the first ``req.confirm_rows`` candidates that hold the traffic on independent
+    draws, rank again, and confirm those that moved into the first rows, until they all are
+    confirmed ones (at most ``confirm_rows`` + :data:`EXTRA_CONFIRMS` confirmations). Then
+    the ranking of those rows is settled: a confirmation only lowers a rate — so only raises
+    a candidate's ranking key ($/hour, then headroom, then the rate) — and a candidate left
+    unconfirmed below them could not rank above them once confirmed. Returns the winner and
+    the simulations run."""
     by_label = {c.label: c for c in cands}
     done: dict[str, Confirmation] = {}
     runs = 0
+    budget = req.confirm_rows + EXTRA_CONFIRMS
     while True:
         result.candidates = rank(result.candidates)
-        top = result.candidates[0] if result.candidates else None
-        if top is None or top.status != "ok":
-            result.confirmed = result.confirmed_meets_slo = None
-            return None, runs
-        if top.label in done:
-            result.confirmed = _pp(worst(done[top.label].draws, req.slo))
-            result.confirmed_meets_slo = True
-            return top, runs
-        if len(done) >= MAX_CONFIRMS:
-            result.confirmed = result.confirmed_meets_slo = None
-            result.warnings.append(
-                f"stopped confirming after {MAX_CONFIRMS} candidates: the winner's SLO-max "
-                "rate is the search's one draw, not confirmed on independent draws"
-            )
-            return top, runs
-        cand = by_label[top.label]
-        assert top.slo_max_rate_per_replica is not None
-        conf = confirm(top.slo_max_rate_per_replica, req.slo, _draws_runner(cand, pool))
-        runs += conf.evaluations
-        done[top.label] = conf
-        _apply_confirmation(req, top, conf)
-        say(f"confirmed {top.label} on {DRAWS} independent draws: {_held(conf)}")
+        ok = [c for c in result.candidates if c.status == "ok"]
+        todo = [c for c in ok[: req.confirm_rows] if c.label not in done]
+        todo = todo[: budget - len(done)]
+        if not todo:
+            break
+        confs = _confirm_each(req, [by_label[c.label] for c in todo], todo, pool)
+        for c, conf in zip(todo, confs, strict=True):
+            runs += conf.evaluations
+            done[c.label] = conf
+            _apply_confirmation(req, c, conf)
+            say(f"confirmed {c.label} on {DRAWS} independent draws: {_held(conf)}")
+    top = ok[0] if ok else None
+    if top is None:
+        result.confirmed = result.confirmed_meets_slo = None
+        return None, runs
+    if top.label in done:
+        result.confirmed = _pp(worst(done[top.label].draws, req.slo))
+        result.confirmed_meets_slo = True
+        return top, runs
+    result.confirmed = result.confirmed_meets_slo = None
+    result.warnings.append(
+        f"stopped confirming after {len(done)} candidates: the winner's SLO-max rate is the "
+        "search's one draw, not confirmed on independent draws"
+    )
+    return top, runs
+
+
+def _confirm_each(
+    req: PlanRequest, cands: list[Candidate], rows: list[PlannedCandidate], pool: Executor | None
+) -> list[Confirmation]:
+    """Each row's confirmation; with worker processes, all of them at once (one thread per
+    row hands its draws to the pool, so the pool is never idle between two rows' steps)."""
+
+    def one(i: int) -> Confirmation:
+        rate = rows[i].slo_max_rate_per_replica
+        assert rate is not None
+        return confirm(rate, req.slo, _draws_runner(cands[i], pool))
+
+    if pool is None or len(rows) == 1:
+        return [one(i) for i in range(len(rows))]
+    with ThreadPoolExecutor(max_workers=len(rows)) as threads:
+        return list(threads.map(one, range(len(rows))))
 
 
 def _draws_runner(cand: Candidate, pool: Executor | None) -> Callable[[float], list[Point]]:

@@ -115,6 +115,20 @@ class PlanResult(BaseModel):
     simulations: int = 0
     warnings: list[str] = Field(default_factory=list)
 
+    @property
+    def settled_rows(self) -> int:
+        """The leading candidates (status ``ok``, in ranking order) that are confirmed: their
+        order and figures compare like with like. The ``ok`` candidates after them are not
+        ranked against them on equal terms — most show the search's one-draw figure
+        (optimistic) — but as a confirmation only lowers a figure, none of them could rank
+        above the settled rows."""
+        n = 0
+        for c in self.candidates:
+            if c.status != "ok" or not c.confirm_draws:
+                break
+            n += 1
+        return n
+
 
 def write_plan_result(path: str | Path, plan: PlanResult) -> Path:
     p = Path(path)
