@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from servetune.errors import ResultError
 from servetune.results.jsonfile import read_model_file, write_json_atomic
@@ -115,6 +115,7 @@ class PlanResult(BaseModel):
     simulations: int = 0
     warnings: list[str] = Field(default_factory=list)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def settled_rows(self) -> int:
         """The leading candidates (status ``ok``, in ranking order) that are confirmed: their
