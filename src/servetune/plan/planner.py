@@ -380,6 +380,8 @@ def _confirm(
         todo = todo[: budget - len(done)]
         if not todo:
             break
+        rows = f"{len(todo)} rows" if len(todo) > 1 else "1 row"
+        say(f"confirming {rows} on {DRAWS} independent draws of the traffic …")
         confs = _confirm_each(req, [by_label[c.label] for c in todo], todo, pool)
         for c, conf in zip(todo, confs, strict=True):
             runs += conf.evaluations
