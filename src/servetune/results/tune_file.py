@@ -213,6 +213,10 @@ class Repeat(BaseModel):
     """median − k·MAD: the ranking under noise."""
     unstable: bool = False
     note: str = ""
+    edge_ratios: list[float] = Field(default_factory=list)
+    """Each draw's worst SLO figure / its limit at the configuration's first SLO-max (the
+    search's probe there and each repeat's first, all at that rate): their spread is the
+    draw-to-draw noise the longer check weighs its margin against."""
 
     @property
     def measured(self) -> list[float]:
@@ -238,6 +242,12 @@ class Confirmation(BaseModel):
     sustained: float | None = None
     """The highest rate that met the SLOs on the long probe (0: none tried did; None: the
     engine failed)."""
+    draws: int = 1
+    """How many draws of the long probe held ``sustained``: 2 when the first met the SLOs
+    with a margin under ``noise`` (and a second, independent draw held too), else 1."""
+    noise: float | None = None
+    """The draw-to-draw noise (standard deviation of the worst SLO figure / its limit) the
+    first draw's margin was weighed against."""
     probes: list[Probe] = Field(default_factory=list)
     note: str = ""
 

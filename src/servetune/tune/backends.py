@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -146,17 +146,34 @@ class Backend:
         """The target running with the configuration; yields ``measure(rate)`` (the workload
         drawn with ``seed`` when given, ``length`` times as long), each probe's run under
         ``trial_dir``."""
+        with self.draws(config, trial_dir, [seed], server_metrics, length) as (measure,):
+            yield measure
+
+    @contextlib.contextmanager
+    def draws(
+        self,
+        config: Mapping[str, Any],
+        trial_dir: Path,
+        seeds: Sequence[int | None],
+        server_metrics: bool = False,
+        length: int = 1,
+    ) -> Iterator[tuple[Measure, ...]]:
+        """As :meth:`session`, one launch, with a ``measure(rate)`` for each of SEEDS: the
+        same target loaded with independent draws of the workload."""
         probes = 0
         with self._started(config, trial_dir) as run:
 
-            def measure(rate: float) -> Probe:
-                nonlocal probes
-                probes += 1
-                out = trial_dir / f"probe-{probes}-rate-{rate:.3g}"
-                wl = probe_workload(self.workload, rate, seed, length)
-                return run(wl, out, server_metrics)
+            def measurer(seed: int | None) -> Measure:
+                def measure(rate: float) -> Probe:
+                    nonlocal probes
+                    probes += 1
+                    out = trial_dir / f"probe-{probes}-rate-{rate:.3g}"
+                    wl = probe_workload(self.workload, rate, seed, length)
+                    return run(wl, out, server_metrics)
 
-            yield measure
+                return measure
+
+            yield tuple(measurer(s) for s in seeds)
 
 
 def _sim_engine_config(gpu: str, model: str, config: Mapping[str, Any]) -> Any:

@@ -47,6 +47,8 @@ def render_result(r: TuneResult) -> str:
         out.append(f"checked on probes {n}× as long (SLO-max req/s, reported → held):")
         for c in r.confirmations:
             held = "failed" if c.sustained is None else fmt.num(c.sustained)
+            if c.sustained and c.noise is not None:
+                held += f" ({c.draws} draw{'s' if c.draws > 1 else ''})"
             out.append(
                 f"  {fmt.num(c.reported):>8} → {held:<8} {config_text(c.config)}"
                 + (f"  ({c.note})" if c.note else "")

@@ -54,6 +54,9 @@ class SearchOutcome(BaseModel):
     error: str | None = None
     limiting: str | None = None
     """What limited the configuration at its upper end (the SLO missed first)."""
+    draws: int = 1
+    """:func:`step_down`: how many draws held ``slo_max`` (2 when the first met it within
+    its noise)."""
 
 
 def saturated(p: Probe, rate: float) -> bool:
@@ -165,19 +168,37 @@ def step_down(
     tol: float = DEFAULT_TOL,
     max_probes: int = DEFAULT_MAX_PROBES,
     floor: float = 0.05,
+    again: Callable[[float], Probe] | None = None,
+    noise: float = 0.0,
 ) -> SearchOutcome:
     """From RATE down until a probe meets the SLOs: each miss lowers the rate by ``1 + tol``
     (below what the server completed when it could not keep up). ``slo_max`` is the rate
-    that met (None: none of ``max_probes`` did)."""
+    that met (None: none of ``max_probes`` rates did).
+
+    AGAIN, another draw of the workload: a probe that meets the SLOs with a margin (1 − its
+    worst SLO figure / limit) under NOISE — the draw-to-draw noise of that ratio — is
+    measured again with it, and the rate holds only when both draws meet (``draws`` 2); the
+    second draw's miss steps down as any miss. A margin beyond the noise holds on one draw."""
     out = SearchOutcome()
     r = rate
-    while len(out.probes) < max_probes and r >= floor:
+    steps = 0
+    while steps < max_probes and r >= floor:
+        steps += 1
         p = measure(r)
         out.probes.append(p)
         if p.error is not None:
             out.error = p.error
             break
         saturated(p, r)
+        out.draws = 1
+        if p.meets and again is not None and 1.0 - (p.worst_ratio or 0.0) < noise:
+            p = again(r)
+            out.probes.append(p)
+            out.draws = 2
+            if p.error is not None:
+                out.error = p.error
+                break
+            saturated(p, r)
         if p.meets:
             out.slo_max = r
             break
