@@ -1,5 +1,5 @@
 """Does the SLO-max that ``servetune tune`` reports hold on fresh draws of a longer run, and
-what does the longer check (``tune/finish.py``'s ``confirm_config``) cost?
+what does the longer check (``tune/confirm.py``) cost?
 
 Usage::
 
@@ -30,7 +30,9 @@ from servetune.metrics.slo_spec import parse_slos
 from servetune.results.schema import BenchConfig
 from servetune.results.tune_file import Dim, Space, TuneSpec
 from servetune.tune.backends import SimBackend
-from servetune.tune.finish import CONFIRM_LENGTH, _value, finish
+from servetune.tune.confirm import CONFIRM_LENGTH
+from servetune.tune.figures import value_of
+from servetune.tune.finish import finish
 from servetune.tune.run import run_tune
 
 SPACE = Space(
@@ -124,7 +126,7 @@ def one(sc: Scenario, trials: int, draws: int, seed: int) -> dict[str, object]:
         finish(res, sim, Path(d), echo=lambda _m: None)
         finish_s = time.monotonic() - t0
     assert res.best is not None
-    figure = _value(res, res.best) or 0.0
+    figure = value_of(res, res.best) or 0.0
     n_long = workload.num_prompts * CONFIRM_LENGTH
     probes = [p for c in res.confirmations for p in c.probes]
     engine_s = sum(n_long / p.throughput for p in probes if p.throughput > 0)

@@ -63,11 +63,11 @@ def test_a_figure_the_longer_check_lowered_does_not_read_as_its_repeats_median()
     """ "Best: 23.2 req/s (median of 2: 25.6–25.6)" read as a contradiction: the repeats are
     the shorter probes', the figure what held on the longer check."""
     from servetune.results.tune_file import Repeat
-    from servetune.tune.finish import _spread
+    from servetune.tune.verdict import spread_text
 
     rep = Repeat(params={}, config={}, values=[25.6, 25.6], median=25.6)
-    assert _spread(rep, 25.6) == " (median of 2: 25.6–25.6)"
-    lowered = _spread(rep, 23.2)
+    assert spread_text(rep, 25.6) == " (median of 2: 25.6–25.6)"
+    lowered = spread_text(rep, 23.2)
     assert "median of 2" not in lowered.replace("shorter probes' median of 2", "")
     assert "lowered by the longer check" in lowered and "25.6–25.6" in lowered
 
@@ -83,7 +83,7 @@ def test_a_baseline_that_held_no_rate_on_the_longer_check_is_said_so() -> None:
         TuneResult,
         TuneSpec,
     )
-    from servetune.tune.finish import _verdict
+    from servetune.tune.verdict import verdict_text
 
     wl = BenchConfig(num_prompts=40, random_input_len=128, random_output_len=32)
     spec = TuneSpec(
@@ -116,7 +116,7 @@ def test_a_baseline_that_held_no_rate_on_the_longer_check_is_said_so() -> None:
         ],
     )
     rep = Repeat(params=base.params, config=base.config, values=[7.04, 7.04], median=7.04)
-    text = _verdict(spec, result, 24.4, None, None, rep)
+    text = verdict_text(spec, result, 24.4, None, None, rep)
     assert "your baseline (max_num_seqs=1) met the SLOs at none of the rates tried" in text
     assert "its shorter probes met 7.04 (median of 2: 7.04–7.04)" in text
     assert "no gain is figured" in text and "0 req/s" not in text

@@ -137,6 +137,11 @@ def build_space(
     return Space(engine=engine, dims=dims, fixed=fixed)
 
 
+def params_key(params: Mapping[str, Any]) -> str:
+    """One point of the space as a comparable key (equal parameters, equal keys)."""
+    return repr(sorted((k, repr(v)) for k, v in params.items()))
+
+
 def _is_default(v: Any) -> bool:
     return v == DEFAULT and not isinstance(v, bool)
 
