@@ -21,7 +21,8 @@ from servetune.metrics.slo_spec import parse_slos
 from servetune.results.schema import BenchConfig
 from servetune.results.tune_file import TrialRecord, TuneSpec
 from servetune.tune.space import build_space
-from servetune.tune.study import create_study, grace_for, open_storage, storage_url
+from servetune.tune.storage import grace_for, open_storage, storage_url
+from servetune.tune.study import create_study
 
 pytestmark = pytest.mark.timeout(600)
 

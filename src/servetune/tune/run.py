@@ -30,16 +30,10 @@ from servetune.results.tune_file import (
 )
 from servetune.tune.backends import Backend, EngineBackend, SimBackend
 from servetune.tune.finish import finish
-from servetune.tune.study import (
-    TrialRunner,
-    create_study,
-    enqueue_warm_start,
-    load_study,
-    open_storage,
-    optimize,
-    records,
-    storage_url,
-)
+from servetune.tune.loop import optimize
+from servetune.tune.storage import open_storage, storage_url
+from servetune.tune.study import create_study, enqueue_warm_start, load_study, records
+from servetune.tune.trial import TrialRunner
 
 SCREEN_SAMPLE = 4000
 WARM_START_TRIALS = 40
