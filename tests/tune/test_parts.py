@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from servetune.errors import ConfigError
 from servetune.metrics.slo_spec import parse_slo, parse_slos
 from servetune.results.tune_file import DEFAULT, Probe
-from servetune.tune.search import find_slo_max
+from servetune.tune.search import find_slo_max, step_down
 from servetune.tune.space import build_space, neighbours, parse_baseline, place_baseline
 
 
@@ -68,6 +70,41 @@ def test_one_stall_below_the_best_does_not_prune() -> None:
     out = find_slo_max(measure, 4.0, beat=4.0, max_probes=10)  # type: ignore[arg-type]
     assert not out.pruned and seen[:2] == [4.0, 4.0]
     assert out.slo_max is not None and out.slo_max > 6.0
+
+
+def _draw(
+    ratios: dict[float, float], seen: list[tuple[str, float]], name: str
+) -> Callable[[float], Probe]:
+    """One draw of a longer check: at each rate its worst SLO / limit (RATIOS, rounded keys),
+    meeting when ≤ 1."""
+
+    def measure(rate: float) -> Probe:
+        seen.append((name, round(rate, 3)))
+        ratio = ratios[round(rate, 3)]
+        return Probe(rate=rate, meets=ratio <= 1.0, throughput=rate, worst_ratio=ratio)
+
+    return measure
+
+
+def test_a_draw_that_meets_within_the_noise_is_drawn_again() -> None:
+    """At 10 req/s the first draw meets by 1% (under the 5% noise) and the second misses: the
+    rate does not hold; at 9.524 the first meets by 20%: one draw holds it."""
+    seen: list[tuple[str, float]] = []
+    one = _draw({10.0: 0.99, 9.524: 0.8}, seen, "one")
+    two = _draw({10.0: 1.03, 9.524: 0.82}, seen, "two")
+    out = step_down(one, 10.0, tol=0.05, again=two, noise=0.05)
+    assert seen == [("one", 10.0), ("two", 10.0), ("one", 9.524)]
+    assert out.slo_max == pytest.approx(9.524, rel=1e-3) and out.draws == 1
+    assert out.upper == 10.0 and len(out.probes) == 3
+    # both draws meet: held on two
+    seen.clear()
+    two = _draw({10.0: 0.97}, seen, "two")
+    out = step_down(one, 10.0, tol=0.05, again=two, noise=0.05)
+    assert out.slo_max == 10.0 and out.draws == 2 and len(seen) == 2
+    # a margin beyond the noise, or no second draw: one
+    seen.clear()
+    out = step_down(one, 10.0, tol=0.05, again=two, noise=0.005)
+    assert out.slo_max == 10.0 and out.draws == 1 and seen == [("one", 10.0)]
 
 
 def test_no_rate_meets() -> None:
