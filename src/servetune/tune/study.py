@@ -16,8 +16,6 @@ avoid.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any, Literal
 
 import optuna
@@ -126,13 +124,3 @@ def launched(study: optuna.Study) -> int:
 def enqueue_warm_start(study: optuna.Study, params: list[dict[str, Any]]) -> None:
     for p in params:
         study.enqueue_trial(p, user_attrs={"role": "warm-start"}, skip_if_exists=True)
-
-
-@contextlib.contextmanager
-def quiet_optuna() -> Iterator[None]:
-    level = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    try:
-        yield
-    finally:
-        optuna.logging.set_verbosity(level)
