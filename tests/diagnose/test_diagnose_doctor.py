@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from servetune.diagnose import Diagnosis, diagnose_config, diagnose_path
-from servetune.diagnose.actions import apply_action
+from servetune.diagnose.action_build import apply_action
 from servetune.diagnose.doctor import engine_config_from_command
 from servetune.errors import ConfigError, SimError
 from servetune.knobs import parse_command

@@ -12,7 +12,7 @@ import pytest
 from tests.diagnose.dx_scenarios import SCENARIOS, run_scenario
 
 from servetune.diagnose import Diagnosis, diagnose_path
-from servetune.diagnose.actions import apply_action
+from servetune.diagnose.action_build import apply_action
 from servetune.diagnose.evaluate import TAIL_EXPLAINED_BY, evaluate
 from servetune.diagnose.figure_table import Figures
 from servetune.metrics.timeline import TAIL_RATIO

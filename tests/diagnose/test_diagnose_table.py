@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from servetune.diagnose.actions import ACTIONS, build_action, engine_flags
+from servetune.diagnose.action_build import build_action
+from servetune.diagnose.actions import ACTIONS
 from servetune.diagnose.conditions import AnyOf, Cond, fmt_ms, render, template_fields
 from servetune.diagnose.doctor_rules import DOCTOR_RULES
+from servetune.diagnose.engine_flags import engine_flags
 from servetune.diagnose.evaluate import evaluate, evaluate_rule, needs
 from servetune.diagnose.figure_table import FIGURES, Figures
 from servetune.diagnose.figures import compute_figures

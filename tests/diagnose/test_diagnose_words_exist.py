@@ -13,7 +13,17 @@ from pathlib import Path
 import pytest
 
 from servetune.cli import build_parser
-from servetune.diagnose import actions, doctor, evaluate, figures, rules, sweep
+from servetune.diagnose import (
+    action_build,
+    action_targets,
+    actions,
+    doctor,
+    engine_flags,
+    evaluate,
+    figures,
+    rules,
+    sweep,
+)
 from servetune.diagnose.actions import ACTIONS, PROCEDURE
 from servetune.diagnose.doctor_rules import DOCTOR_RULES
 from servetune.diagnose.rules import RULES
@@ -25,7 +35,17 @@ REPORT = [
     *sorted((REPO / "src/servetune/report/templates").glob("*")),
     *sorted((REPO / "src/servetune/report").glob("*.py")),
 ]
-ADVICE_MODULES = (actions, doctor, evaluate, figures, rules, sweep)
+ADVICE_MODULES = (
+    actions,
+    action_build,
+    action_targets,
+    engine_flags,
+    doctor,
+    evaluate,
+    figures,
+    rules,
+    sweep,
+)
 
 _STOP = re.compile(r"[`\"'()\[\]{};|<>]|\s—|\s-\s|, |\. |$")
 
@@ -227,8 +247,6 @@ def test_pending_commands_are_still_pending() -> None:
 
 def test_the_registry_flags_named_in_advice_are_each_engines() -> None:
     # the per-engine equivalents diagnose prints come from the registry, engine by engine
-    from servetune.diagnose.actions import engine_flags
-
-    flags = engine_flags("max_num_seqs", 64, 128)
+    flags = engine_flags.engine_flags("max_num_seqs", 64, 128)
     assert set(flags) <= set(ENGINES)
     assert flags["llama.cpp"].startswith("-np 128")

@@ -5,7 +5,7 @@ code) — with the changes the planner accepts, cheapest first.
 
 from __future__ import annotations
 
-from servetune.diagnose.actions import engine_flags
+from servetune.diagnose.engine_flags import engine_flags
 from servetune.diagnose.model import Action, Finding
 from servetune.errors import ServetuneError, SimError
 from servetune.knobs import KnobValue

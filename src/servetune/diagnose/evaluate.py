@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from servetune.diagnose.actions import PROCEDURE, build_action
+from servetune.diagnose.action_build import build_action
+from servetune.diagnose.actions import PROCEDURE
 from servetune.diagnose.conditions import Condition, fmt_ms, render, template_fields
 from servetune.diagnose.failures import gate_run
 from servetune.diagnose.figure_table import Figures

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from servetune.diagnose.actions import PROCEDURE, build_action
+from servetune.diagnose.action_build import build_action
+from servetune.diagnose.actions import PROCEDURE
 from servetune.diagnose.conditions import fmt_ms, fmt_num
 from servetune.diagnose.evaluate import diagnose_run, rank
 from servetune.diagnose.failures import sweep_failure_finding
