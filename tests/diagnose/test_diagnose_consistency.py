@@ -16,7 +16,8 @@ from servetune.diagnose import diagnose_path
 from servetune.diagnose.evaluate import compute_words
 from servetune.diagnose.model import Diagnosis, Finding
 from servetune.diagnose.rules import NEAR_CEILING
-from servetune.diagnose.sweep import _agree_with_the_curve, _limit_finding
+from servetune.diagnose.sweep_levels import agree_with_the_curve
+from servetune.diagnose.sweep_limit import limit_finding
 from servetune.results.schema import BenchConfig
 from servetune.results.sweep_schema import Knee, LevelRow, SweepConfig, SweepResult
 
@@ -78,7 +79,7 @@ def test_the_limit_comes_from_the_levels_around_the_knee_not_the_probe() -> None
         (_row("rate-12", 12.0), _diag(over, kv=0.62)),
         (_row("probe-inf", float("inf"), role="probe"), _diag(over, full, kv=0.97)),
     ]
-    limit = _limit_finding(_sweep(), KNEE, levels)
+    limit = limit_finding(_sweep(), KNEE, levels)
     assert limit is not None
     assert limit.level == "rate-12"
     assert "compute" in limit.title and "KV pool" not in limit.title
@@ -92,7 +93,7 @@ def test_a_probe_alone_gives_no_capacity_verdict() -> None:
         (_row("rate-2", 2.0), _diag(kv=0.1)),
         (_row("probe-inf", float("inf"), role="probe"), _diag(full, kv=0.97)),
     ]
-    limit = _limit_finding(_sweep(), None, levels)
+    limit = limit_finding(_sweep(), None, levels)
     assert limit is not None and limit.kind == "cannot_tell"
     assert not limit.actions
     assert "only the unbounded probe" in limit.title
@@ -100,7 +101,7 @@ def test_a_probe_alone_gives_no_capacity_verdict() -> None:
 
 def test_a_level_past_the_knee_is_not_called_not_enough_load() -> None:
     under = Finding(rule="under_loaded", kind="bottleneck", title="Not enough load: …")
-    findings, headline = _agree_with_the_curve(
+    findings, headline = agree_with_the_curve(
         _row("rate-12", 12.0, e2e=9000.0), KNEE, [under], "Not enough load: …"
     )
     assert [f.rule for f in findings] == ["past_knee"]

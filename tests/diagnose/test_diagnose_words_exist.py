@@ -23,6 +23,9 @@ from servetune.diagnose import (
     figures,
     rules,
     sweep,
+    sweep_knee,
+    sweep_levels,
+    sweep_limit,
 )
 from servetune.diagnose.actions import ACTIONS, PROCEDURE
 from servetune.diagnose.doctor_rules import DOCTOR_RULES
@@ -45,6 +48,9 @@ ADVICE_MODULES = (
     figures,
     rules,
     sweep,
+    sweep_knee,
+    sweep_levels,
+    sweep_limit,
 )
 
 _STOP = re.compile(r"[`\"'()\[\]{};|<>]|\s—|\s-\s|, |\. |$")
