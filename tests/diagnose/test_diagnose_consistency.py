@@ -13,7 +13,7 @@ import pytest
 from tests.diagnose.dx_scenarios import SCENARIOS
 
 from servetune.diagnose import diagnose_path
-from servetune.diagnose.evaluate import compute_words
+from servetune.diagnose.limiter import compute_words
 from servetune.diagnose.model import Diagnosis, Finding
 from servetune.diagnose.rules import NEAR_CEILING
 from servetune.diagnose.sweep_levels import agree_with_the_curve

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from servetune.diagnose.evaluate import diagnose_run
+from servetune.diagnose.run import diagnose_run
 from servetune.results.schema import BenchConfig
 from servetune.sim.config import EngineConfig
 from servetune.sim.offline import run_offline

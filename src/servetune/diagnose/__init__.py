@@ -81,7 +81,8 @@ def diagnose_path(
     run's own lengths; by default the one the sweep recorded (``sweep --server-cmd``), when it
     reads as an engine's. ``gpu``/``model``: for the compute-load estimate of a real server.
     """
-    from servetune.diagnose.evaluate import diagnose_run, rank
+    from servetune.diagnose.evaluate import rank
+    from servetune.diagnose.run import diagnose_run
     from servetune.diagnose.sweep import diagnose_sweep
     from servetune.errors import ServetuneError
     from servetune.results.io import detect_dir

@@ -11,10 +11,11 @@ from pathlib import Path
 
 from servetune.diagnose.actions import PROCEDURE
 from servetune.diagnose.conditions import fmt_num
-from servetune.diagnose.evaluate import diagnose_run, rank
+from servetune.diagnose.evaluate import rank
 from servetune.diagnose.failures import sweep_failure_finding
 from servetune.diagnose.knobs import KnownConfig
 from servetune.diagnose.model import Diagnosis, Finding, LevelDiagnosis
+from servetune.diagnose.run import diagnose_run
 from servetune.diagnose.sweep_knee import is_past_knee, knee_status_finding, past_knee_finding
 from servetune.diagnose.sweep_levels import agree_with_the_curve
 from servetune.diagnose.sweep_limit import limit_finding

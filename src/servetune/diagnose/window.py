@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from servetune.diagnose.evaluate import evaluate, run_diagnosis
+from servetune.diagnose.evaluate import evaluate
 from servetune.diagnose.figure_table import Figures
 from servetune.diagnose.figures_config import derived_figures, knob_figures
 from servetune.diagnose.figures_server import read_series_tolerant, server_figures
@@ -40,6 +40,7 @@ from servetune.diagnose.growth import growth_z, late_growth, slope
 from servetune.diagnose.knobs import KnownConfig
 from servetune.diagnose.model import Diagnosis, Finding
 from servetune.diagnose.rules import RULES, Rule
+from servetune.diagnose.run import run_diagnosis
 from servetune.errors import ResultError
 from servetune.metrics.server_summary import summarize_server
 from servetune.results import server_series as ss
