@@ -9,7 +9,8 @@ import pytest
 from metrics_fixtures import ENGINE_FIXTURES, load
 
 from servetune.metrics.engine_maps import detect
-from servetune.metrics.prometheus import Reducer, parse
+from servetune.metrics.prom_reducer import Reducer
+from servetune.metrics.prometheus import parse
 from servetune.metrics.scraper import extract, reducer_for
 
 

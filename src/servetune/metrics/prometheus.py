@@ -10,6 +10,9 @@ Speed matters because the scraper shares the load generator's event loop: pass `
 sample names to keep) and every other line costs one ``find`` and one set lookup. Samples are
 keyed by *sample* name (``foo_bucket``, ``foo_sum``, ``foo_total``), so nothing depends on a
 ``# TYPE`` line being present, as it often is not.
+
+A label block and a value are read by :mod:`servetune.metrics.prom_labels`; the scraper's
+hot path reduces a page to sums with :mod:`servetune.metrics.prom_reducer` instead.
 """
 
 from __future__ import annotations
@@ -19,9 +22,14 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from servetune.metrics.prom_labels import (
+    Labels,
+    fast_labels,
+    parse_float,
+    parse_labels,
+    unescape,
+)
 from servetune.results.server_series import Histogram
-
-Labels = dict[str, str]
 
 _NAME_FIRST = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_:")
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count", "_created")
@@ -29,8 +37,8 @@ COUNTER_SUFFIXES = ("_total", "_created")
 
 
 class MetricsView(Protocol):
-    """What reading a page offers: :class:`ParsedMetrics` (every sample) and :class:`Reducer`
-    (only sums) both give it."""
+    """What reading a page offers: :class:`ParsedMetrics` (every sample) and
+    :class:`servetune.metrics.prom_reducer.Reducer` (only sums) both give it."""
 
     def names(self) -> set[str]: ...
 
@@ -126,14 +134,6 @@ class ParsedMetrics:
         return Histogram.model_construct(buckets=sorted(by_le.items()), sum=hsum, count=count)
 
 
-def parse_float(text: str) -> float | None:
-    """A sample value or ``le``: Go-style floats, ``NaN``, ``+Inf``, ``-Inf`` (any case)."""
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
 def wanted_sample_names(bases: Iterable[str]) -> frozenset[str]:
     """Every sample name a metric family ``base`` can produce (as gauge, counter or histogram)."""
     out: set[str] = set()
@@ -142,99 +142,6 @@ def wanted_sample_names(bases: Iterable[str]) -> frozenset[str]:
         out.update(b + s for s in HISTOGRAM_SUFFIXES)
         out.update(b + s for s in COUNTER_SUFFIXES)
     return frozenset(out)
-
-
-def _unescape(text: str) -> str:
-    if "\\" not in text:
-        return text
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "\\" and i + 1 < n:
-            nxt = text[i + 1]
-            out.append("\n" if nxt == "n" else nxt)
-            i += 2
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
-
-
-def _fast_labels(line: str, brace: int) -> tuple[Labels, int]:
-    """The common case in a few C-level string calls: no backslash, ``k="v"`` pairs joined by
-    ``,`` with no spaces. Anything else returns index -1 and takes the careful path."""
-    if "\\" in line:
-        return {}, -1
-    end = line.find('"}', brace)
-    if end < 0:
-        return {}, -1
-    labels: Labels = {}
-    for part in line[brace + 1 : end].split('",'):
-        key, sep, val = part.partition('="')
-        if not sep or not key or '"' in key or "=" in key or " " in key or "," in key:
-            return {}, -1
-        labels[key] = val
-    return labels, end + 2
-
-
-def _parse_labels(text: str, start: int) -> tuple[Labels, str | None, int]:
-    """Parse ``{...}`` from ``text[start] == '{'``. Returns (labels, quoted metric name or None,
-    index after ``}``); index -1 when the block is malformed."""
-    labels: Labels = {}
-    qname: str | None = None
-    i = start + 1
-    n = len(text)
-    while True:
-        while i < n and text[i] in " \t,":
-            i += 1
-        if i >= n:
-            return labels, qname, -1
-        if text[i] == "}":
-            return labels, qname, i + 1
-        # label name: bare, or quoted (UTF-8 names, Prometheus 3)
-        if text[i] == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            if j >= n:
-                return labels, qname, -1
-            key = _unescape(text[i + 1 : j])
-            i = j + 1
-            while i < n and text[i] in " \t":
-                i += 1
-            if i < n and text[i] in ",}":
-                # a lone quoted string is the metric name
-                qname = key
-                continue
-        else:
-            j = i
-            while j < n and text[j] not in "= \t":
-                j += 1
-            key = text[i:j]
-            i = j
-            while i < n and text[i] in " \t":
-                i += 1
-        if i >= n or text[i] != "=" or not key:
-            return labels, qname, -1
-        i += 1
-        while i < n and text[i] in " \t":
-            i += 1
-        if i >= n or text[i] != '"':
-            return labels, qname, -1
-        j = i + 1
-        has_escape = False
-        while j < n and text[j] != '"':
-            if text[j] == "\\":
-                has_escape = True
-                j += 2
-            else:
-                j += 1
-        if j >= n:
-            return labels, qname, -1
-        raw = text[i + 1 : j]
-        labels[key] = _unescape(raw) if has_escape else raw
-        i = j + 1
 
 
 def _parse_comment(line: str, out: ParsedMetrics, wanted: Collection[str] | None) -> None:
@@ -255,7 +162,7 @@ def _parse_comment(line: str, out: ParsedMetrics, wanted: Collection[str] | None
     if kind == "TYPE":
         out.types[name] = rest.strip().lower()
     else:
-        out.helps[name] = _unescape(rest)
+        out.helps[name] = unescape(rest)
 
 
 def parse(text: str, wanted: Collection[str] | None = None) -> ParsedMetrics:
@@ -311,11 +218,11 @@ def parse_lines(
             if name:
                 if wanted is not None and name not in wanted:
                     continue
-                labels, end = _fast_labels(line, brace)
+                labels, end = fast_labels(line, brace)
                 if end < 0:
-                    labels, _, end = _parse_labels(line, brace)
+                    labels, _, end = parse_labels(line, brace)
             else:
-                labels, qname, end = _parse_labels(line, brace)
+                labels, qname, end = parse_labels(line, brace)
                 if qname is None:
                     out.bad_lines += 1
                     continue
@@ -348,237 +255,3 @@ def parse_lines(
             samples[name] = [sample]
         else:
             lst.append(sample)
-
-
-class _Acc:
-    """Running sum / count / max of one series set (NaN skipped, as ``ParsedMetrics.value``)."""
-
-    __slots__ = ("max", "n", "sum")
-
-    def __init__(self) -> None:
-        self.sum = 0.0
-        self.n = 0
-        self.max = -math.inf
-
-    def add(self, v: float) -> None:
-        if v != v:  # NaN
-            return
-        self.sum += v
-        self.n += 1
-        if v > self.max:
-            self.max = v
-
-    def get(self, agg: str) -> float | None:
-        if self.n == 0:
-            return None
-        if agg == "sum":
-            return self.sum
-        if agg == "mean":
-            return self.sum / self.n
-        if agg == "max":
-            return self.max
-        raise ValueError(f"unknown aggregation {agg!r}")
-
-
-def _label_value(line: str, key: str, start: int) -> str | None:
-    """``key``'s value in a label block without escapes (``{key="`` or ``,key="``)."""
-    probe = key + '="'
-    i = line.find(probe, start)
-    while i > 0 and line[i - 1] not in "{,":
-        i = line.find(probe, i + 1)
-    if i < 0:
-        return None
-    j = line.find('"', i + len(probe))
-    return None if j < 0 else line[i + len(probe) : j]
-
-
-class Reducer:
-    """Reduces exposition text straight to the sums the scraper needs, keeping no object per
-    line: the hot-path twin of :func:`parse` (about half its cost, and no garbage).
-
-    Give it the plain sample names to aggregate, the (name, label filter) pairs, and the
-    histogram base names; read the result through the same methods as :class:`ParsedMetrics`
-    (``has``, ``names``, ``value``, ``histogram``). Lines with escapes or unusual spacing take
-    the careful label parser, so the answers equal :func:`parse`'s.
-    """
-
-    _PLAIN, _BUCKET = 1, 2
-
-    def __init__(
-        self,
-        names: Iterable[str],
-        filtered: Iterable[tuple[str, tuple[tuple[str, str], ...]]],
-        histograms: Iterable[str],
-    ) -> None:
-        self._plan: dict[str, tuple[int, str]] = {}
-        for n in names:
-            self._plan[n] = (self._PLAIN, n)
-        self._filters: dict[str, list[tuple[tuple[str, str], ...]]] = {}
-        for n, match in filtered:
-            self._plan.setdefault(n, (self._PLAIN, n))
-            self._filters.setdefault(n, []).append(match)
-        for base in histograms:
-            self._plan[base + "_bucket"] = (self._BUCKET, base)
-            self._plan.setdefault(base + "_count", (self._PLAIN, base + "_count"))
-            self._plan.setdefault(base + "_sum", (self._PLAIN, base + "_sum"))
-        self.reset()
-
-    def reset(self) -> None:
-        self._accs: dict[str, _Acc] = {}
-        self._faccs: dict[tuple[str, tuple[tuple[str, str], ...]], _Acc] = {}
-        self._buckets: dict[str, dict[str, float]] = {}
-        self.lines = 0
-        self.bad_lines = 0
-
-    def feed(self, lines: Iterable[str]) -> None:
-        # One pass, locals only, no object per line: this loop is the scraper's hot path.
-        plan = self._plan
-        accs = self._accs
-        buckets = self._buckets
-        filters = self._filters
-        bucket_kind = self._BUCKET
-        n_lines = 0
-        for line in lines:
-            if not line or line[0] == "#":
-                continue
-            if line[-1] == "\r" or line[0] in " \t":
-                line = line.strip()
-                if not line or line[0] == "#":
-                    continue
-            n_lines += 1
-            brace = line.find("{")
-            space = line.find(" ")
-            labels: Labels | None = None
-            if brace < 0 or 0 <= space < brace:
-                if space < 0:
-                    continue  # not a sample line we could want
-                name = line[:space]
-                entry = plan.get(name)
-                if entry is None:
-                    continue
-                rest = line[space + 1 :]
-                labels = {}
-            else:
-                name = line[:brace]
-                entry = plan.get(name)
-                if entry is None:
-                    continue
-                end = -1
-                if "\\" not in line:
-                    end = line.find('"}', brace)
-                    if end >= 0:
-                        end += 2
-                        if line.find(" ", brace, end) >= 0 and not _fast_labels(line, brace)[0]:
-                            end = -1  # spaced syntax: the careful parser
-                if end < 0:
-                    labels, _, end = _parse_labels(line, brace)
-                    if end < 0:
-                        self.bad_lines += 1
-                        continue
-                rest = line[end:]
-            if rest[:1] == " ":
-                rest = rest.lstrip()
-            sp = rest.find(" ")
-            try:
-                v = float(rest if sp < 0 else rest[:sp])
-            except ValueError:
-                self.bad_lines += 1
-                continue
-            kind, key = entry
-            if kind == bucket_kind:
-                d = buckets.get(key)
-                if d is None:
-                    d = buckets[key] = {}
-                if labels is None:
-                    i = line.find(',le="', brace)
-                    if i < 0:
-                        i = line.find('{le="', brace)
-                    if i < 0:
-                        continue
-                    j = line.find('"', i + 5)
-                    le: str | None = line[i + 5 : j]
-                else:
-                    le = labels.get("le")
-                if le is None or v != v:
-                    continue
-                d[le] = d.get(le, 0.0) + v
-                continue
-            acc = accs.get(name)
-            if acc is None:
-                acc = accs[name] = _Acc()
-            if v == v:
-                acc.sum += v
-                acc.n += 1
-                if v > acc.max:
-                    acc.max = v
-            matches = filters.get(name)
-            if matches:
-                self._filter(name, matches, line, brace, labels, v)
-        self.lines += n_lines
-
-    def _filter(
-        self,
-        name: str,
-        matches: list[tuple[tuple[str, str], ...]],
-        line: str,
-        brace: int,
-        labels: Labels | None,
-        v: float,
-    ) -> None:
-        for match in matches:
-            for k, want in match:
-                if labels is not None:
-                    got = labels.get(k)
-                else:
-                    got = _label_value(line, k, brace) if brace >= 0 else None
-                if got != want:
-                    break
-            else:
-                fkey = (name, match)
-                facc = self._faccs.get(fkey)
-                if facc is None:
-                    facc = self._faccs[fkey] = _Acc()
-                facc.add(v)
-
-    # -- the ParsedMetrics read interface --------------------------------------------------
-
-    def names(self) -> set[str]:
-        return set(self._accs) | {base + "_bucket" for base in self._buckets}
-
-    def has(self, name: str) -> bool:
-        return name in self._accs or (
-            name.endswith("_bucket") and name[: -len("_bucket")] in self._buckets
-        )
-
-    def value(
-        self, name: str, match: Mapping[str, str] | None = None, agg: str = "sum"
-    ) -> float | None:
-        if match:
-            key = (name, tuple(match.items()))
-            facc = self._faccs.get(key)
-            return None if facc is None else facc.get(agg)
-        acc = self._accs.get(name)
-        return None if acc is None else acc.get(agg)
-
-    def histogram(self, base: str, match: Mapping[str, str] | None = None) -> Histogram | None:
-        if match:
-            raise ValueError("Reducer histograms take no label filter")
-        raw = self._buckets.get(base)
-        if raw is None:
-            return None
-        by_le: dict[float, float] = {}
-        inf_total = 0.0
-        for le_text, c in raw.items():
-            le = parse_float(le_text)
-            if le is None or math.isnan(le):
-                continue
-            if math.isinf(le):
-                inf_total += c
-            else:
-                by_le[le] = by_le.get(le, 0.0) + c
-        total = self.value(base + "_count")
-        count = total if total is not None else inf_total
-        if inf_total and count < inf_total:
-            count = inf_total
-        hsum = self.value(base + "_sum") or 0.0
-        return Histogram.model_construct(buckets=sorted(by_le.items()), sum=hsum, count=count)

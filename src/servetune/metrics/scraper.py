@@ -34,10 +34,10 @@ from servetune.metrics.engine_maps import (
     detect,
 )
 from servetune.metrics.gpu import DcgmSource, GpuSource, NvmlSource, is_local_url
+from servetune.metrics.prom_reducer import Reducer
 from servetune.metrics.prometheus import (
     MetricsView,
     ParsedMetrics,
-    Reducer,
     parse,
     parse_lines,
     wanted_sample_names,
