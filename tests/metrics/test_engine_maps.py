@@ -6,8 +6,8 @@ import pytest
 from metrics_fixtures import ENGINE_FIXTURES, load
 
 from servetune.metrics.engine_maps import ENGINE_MAPS, all_base_names, detect
+from servetune.metrics.extract import extract
 from servetune.metrics.prometheus import parse, wanted_sample_names
-from servetune.metrics.scraper import extract
 from servetune.results import server_series as ss
 
 

@@ -9,9 +9,9 @@ import pytest
 from metrics_fixtures import ENGINE_FIXTURES, load
 
 from servetune.metrics.engine_maps import detect
+from servetune.metrics.extract import extract, reducer_for
 from servetune.metrics.prom_reducer import Reducer
 from servetune.metrics.prometheus import parse
-from servetune.metrics.scraper import extract, reducer_for
 
 
 def spaced(text: str) -> str:

@@ -33,9 +33,9 @@ from servetune.errors import ConfigError, ResultError
 from servetune.gateway.pool import Pool, Upstream
 from servetune.gateway.upstream import ConnectionPool, fetch
 from servetune.metrics.engine_maps import VLLM_CACHE_CONFIG_INFO, EngineMap, detect
+from servetune.metrics.extract import extract_values, reducer_for
 from servetune.metrics.prom_reducer import Reducer
 from servetune.metrics.prometheus import ParsedMetrics, parse_lines
-from servetune.metrics.scraper import extract_values, reducer_for
 from servetune.results import server_series as ss
 from servetune.results.sweep_schema import read_sweep_result
 

@@ -19,7 +19,6 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -29,11 +28,12 @@ import aiohttp
 from servetune.metrics.engine_maps import (
     VLLM_CACHE_CONFIG_INFO,
     EngineMap,
-    Source,
     all_base_names,
     detect,
 )
+from servetune.metrics.extract import extract_histograms, extract_values, reducer_for
 from servetune.metrics.gpu import DcgmSource, GpuSource, NvmlSource, is_local_url
+from servetune.metrics.loop_clock import LoopClock
 from servetune.metrics.prom_reducer import Reducer
 from servetune.metrics.prometheus import (
     MetricsView,
@@ -64,111 +64,6 @@ def metrics_url_for(base_url: str) -> str:
     if path.endswith("/v1"):
         path = path[: -len("/v1")]
     return urlunsplit((parts.scheme or "http", parts.netloc, f"{path}/metrics", "", ""))
-
-
-def _value(parsed: MetricsView, src: Source) -> float | None:
-    if not src.match:
-        v = parsed.value(src.name, agg=src.agg)
-    elif parsed.has(src.name):
-        # A labelled counter series appears on first increment (vLLM V0): none yet = 0.
-        v = parsed.value(src.name, src.match_dict, src.agg) or 0.0
-    else:
-        v = None
-    return None if v is None else v * src.scale
-
-
-def extract_values(parsed: MetricsView, emap: EngineMap) -> tuple[dict[str, float], dict[str, str]]:
-    """(gauge/counter values, concept → name used) for one parsed page."""
-    values: dict[str, float] = {}
-    used: dict[str, str] = {}
-    for concept, sources in emap.values.items():
-        for src in sources:
-            v = _value(parsed, src)
-            if v is not None and math.isfinite(v):
-                values[concept] = v
-                used[concept] = src.display()
-                break
-    return values, used
-
-
-def extract_histogram(
-    parsed: MetricsView, sources: tuple[Source, ...]
-) -> tuple[Histogram, str] | None:
-    """The first of ``sources`` the page exposes, merged over label sets, and its name."""
-    for src in sources:
-        h = parsed.histogram(src.name, src.match_dict or None)
-        if h is not None:
-            return h, src.display()
-    return None
-
-
-def extract(
-    parsed: MetricsView, emap: EngineMap
-) -> tuple[dict[str, float], dict[str, Histogram], dict[str, str]]:
-    """(values, histograms, concept → name used) for one parsed page."""
-    values, used = extract_values(parsed, emap)
-    hists: dict[str, Histogram] = {}
-    for _ in extract_histograms(parsed, emap, hists, used):
-        pass
-    return values, hists, used
-
-
-def extract_histograms(
-    parsed: MetricsView, emap: EngineMap, hists: dict[str, Histogram], used: dict[str, str]
-) -> Iterator[None]:
-    """Fill ``hists`` (and ``used``) one histogram concept at a time, yielding after each: the
-    scraper gives the event loop its turn between them."""
-    for concept, sources in emap.histograms.items():
-        found = extract_histogram(parsed, sources)
-        if found is not None:
-            hists[concept], used[concept] = found
-        yield
-
-
-def reducer_for(emap: EngineMap) -> Reducer | None:
-    """A :class:`Reducer` that reads exactly what ``emap`` maps (None if a histogram source
-    needs a label filter, which only the full parser serves)."""
-    if any(src.match for srcs in emap.histograms.values() for src in srcs):
-        return None
-    plain = [src.name for srcs in emap.values.values() for src in srcs if not src.match]
-    filtered = [(src.name, src.match) for srcs in emap.values.values() for src in srcs if src.match]
-    hists = [src.name for srcs in emap.histograms.values() for src in srcs]
-    return Reducer(plain, filtered, hists)
-
-
-class _LoopClock:
-    """Times the stretches a scrape holds the event loop between its yields: wall time (what
-    a waiting send feels, preemption by the OS included) and, when asked, this thread's CPU
-    time (the scrape's own cost). CPU time is opt-in: ``thread_time`` is a system call that
-    costs tens of microseconds on some VMs."""
-
-    def __init__(self, cpu: bool = False) -> None:
-        self.cpu = cpu
-        self.longest = 0.0
-        self.longest_cpu = 0.0
-        self.total_cpu = 0.0
-        self._since = time.perf_counter()
-        self._since_cpu = time.thread_time() if cpu else 0.0
-
-    def _lap(self) -> None:
-        held = time.perf_counter() - self._since
-        if held > self.longest:
-            self.longest = held
-        if self.cpu:
-            used = time.thread_time() - self._since_cpu
-            self.longest_cpu = max(self.longest_cpu, used)
-            self.total_cpu += used
-
-    async def yield_(self) -> None:
-        # Let the load generator's due sends run before the next slice of work.
-        self._lap()
-        await asyncio.sleep(0)
-        self._since = time.perf_counter()
-        if self.cpu:
-            self._since_cpu = time.thread_time()
-
-    def stop(self) -> None:
-        self._lap()
 
 
 class MetricsScraper:
@@ -252,7 +147,7 @@ class MetricsScraper:
             self._nvml_opening = asyncio.create_task(asyncio.to_thread(NvmlSource.open))
         fetched = await self._fetch()
         if fetched is not None:
-            await self._map(fetched[0], _LoopClock())
+            await self._map(fetched[0], LoopClock())
         if self.engine_map is not None and self.engine_map.engine == "llamacpp":
             self.cache_config.update(await self._llamacpp_props())
         if self._nvml_opening is not None:
@@ -421,7 +316,7 @@ class MetricsScraper:
             fetched, gpu_values = await asyncio.gather(self._fetch(), self._read_gpu())
         else:
             fetched, gpu_values = await self._fetch(), {}
-        clock = _LoopClock(self.measure_cpu)
+        clock = LoopClock(self.measure_cpu)
         values: dict[str, float] = {}
         hists: dict[str, Histogram] = {}
         if fetched is not None:
@@ -445,7 +340,7 @@ class MetricsScraper:
             self.busy_cpu_s.append(clock.total_cpu)
 
     async def _map(
-        self, body: bytes, clock: _LoopClock
+        self, body: bytes, clock: LoopClock
     ) -> tuple[dict[str, float], dict[str, Histogram]] | None:
         lines = body.decode("utf-8", "replace").split("\n")
         await clock.yield_()  # decoding and splitting 170 KiB is a stretch of its own
