@@ -7,12 +7,15 @@ from pathlib import Path
 
 from servetune.errors import ResultError
 from servetune.report.csv_export import write_levels_csv
+from servetune.report.curve_plots import latency_plot, throughput_plot
 from servetune.report.data import ReportData, load
 from servetune.report.extras import load_extras
-from servetune.report.figures import Plot, run_plots, sweep_plots
+from servetune.report.figures import Plot
 from servetune.report.findings import diagnose_view
 from servetune.report.html import Figure, render_html
 from servetune.report.page import figure_of, write_page
+from servetune.report.request_plots import cdf_plot, send_lag_plot, timeline_plot
+from servetune.report.server_plot import server_plot
 
 HTML_FILE = "report.html"
 CSV_FILE = "levels.csv"
@@ -24,6 +27,24 @@ class ReportFiles:
     csv: Path
     pngs: list[Path] = field(default_factory=list)
     data: ReportData | None = None
+
+
+def sweep_plots(data: ReportData) -> list[Plot]:
+    assert data.sweep is not None
+    plots = [
+        throughput_plot(data.sweep),
+        latency_plot(data.sweep),
+        cdf_plot(data.levels),
+        send_lag_plot(data),
+    ]
+    plots.append(server_plot(data.levels))
+    return [p for p in plots if p is not None]
+
+
+def run_plots(data: ReportData) -> list[Plot]:
+    lv = data.levels[0]
+    plots = [cdf_plot([lv]), timeline_plot(lv), server_plot([lv]), send_lag_plot(data)]
+    return [p for p in plots if p is not None]
 
 
 def build_report(

@@ -23,11 +23,11 @@ from servetune.report.figures import (
     WAITING,
     Plot,
     _figure,
-    _rate,
     _style,
 )
 from servetune.report.findings import DiagnoseView, view_of
 from servetune.report.page import figure_of, render_page, write_page
+from servetune.report.server_plot import counter_rate
 from servetune.results import server_series as ss
 from servetune.results.io import read_server_series
 from servetune.results.server_series import ServerSample
@@ -100,7 +100,7 @@ def server_plot(samples: list[ServerSample], rec: WatchRecording) -> Plot:
     ):
         tt, v = _gauge(samples, concept)
         if v.size:
-            ax.plot(tt, _rate(tt, v), color=colour, lw=1.2, label=label)
+            ax.plot(tt, counter_rate(tt, v), color=colour, lw=1.2, label=label)
     ax.legend(fontsize=7, loc="upper left")
     ax.set_ylim(bottom=0)
     ax = axes[3]
@@ -108,7 +108,7 @@ def server_plot(samples: list[ServerSample], rec: WatchRecording) -> Plot:
     ax.set_title("preemptions per second", fontsize=10)
     tt, v = _gauge(samples, ss.PREEMPTIONS_TOTAL)
     if v.size:
-        ax.plot(tt, _rate(tt, v), color=PREEMPT, lw=1.2)
+        ax.plot(tt, counter_rate(tt, v), color=PREEMPT, lw=1.2)
     else:
         ax.text(
             0.5, 0.5, "not exposed by this server", transform=ax.transAxes, ha="center", color=GREY
