@@ -4,6 +4,8 @@ compute load against what the engine reaches at best."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from servetune.diagnose.figure_table import Figures
 from servetune.diagnose.model import Finding
 from servetune.diagnose.rules import CAUSES, NEAR_CEILING, SPARE_COMPUTE
@@ -38,9 +40,10 @@ def what_limits(found: dict[str, Finding], fig: Figures) -> str:
     return "not identified from the metrics available"
 
 
-def compute_near_ceiling(fig: Figures) -> bool:
-    """Whether the estimated compute load is near what the engine reaches at best."""
-    share = fig.get("compute_of_ceiling")
+def compute_near_ceiling(figures: Mapping[str, float]) -> bool:
+    """Whether the estimated compute load is near what the engine reaches at best (a run's
+    figures by name: a diagnosis' ``figures``, or ``Figures.values``)."""
+    share = figures.get("compute_of_ceiling")
     return share is not None and share >= NEAR_CEILING
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 from servetune.diagnose.action_build import build_action
 from servetune.diagnose.conditions import fmt_num
 from servetune.diagnose.figure_table import Figures
+from servetune.diagnose.limiter import compute_near_ceiling
 from servetune.diagnose.model import Diagnosis, Finding
-from servetune.diagnose.rules import CAUSES, NEAR_CEILING
+from servetune.diagnose.rules import CAUSES
 from servetune.diagnose.sweep_knee import is_past_knee, knee_action
 from servetune.results.sweep_schema import Knee, LevelRow, SweepResult
 
@@ -16,11 +17,6 @@ SWEEP_CAUSES = (*CAUSES, "kv_near_full")
 """On a curve, a pool at its edge past the knee is the limit too."""
 KV_TARGET = 0.8
 """The seed's cost order, step 2: push GPU/KV use to 80%+."""
-
-
-def _near_ceiling(diag: Diagnosis) -> bool:
-    share = diag.figures.get("compute_of_ceiling")
-    return share is not None and share >= NEAR_CEILING
 
 
 def limit_finding(
@@ -76,7 +72,7 @@ def limit_finding(
     quantized = diag.figures.get("quantized")
     if quantized is not None:
         line = "step 1 quantize: " + ("done" if quantized else "open (weights are bf16)")
-        compute_limited = over is not None and _near_ceiling(diag)
+        compute_limited = over is not None and compute_near_ceiling(diag.figures)
         no_quant = not any(a.knob == "quantization" for a in base_actions)
         if not quantized and compute_limited and cause is None and no_quant:
             line += (
@@ -88,7 +84,7 @@ def limit_finding(
         line = f"step 2 push KV use to 80%+: KV mean {kv:.0%} at {row.label}"
         if kv >= KV_TARGET:
             line += " — reached"
-        elif cause is None and over is not None and _near_ceiling(diag):
+        elif cause is None and over is not None and compute_near_ceiling(diag.figures):
             line += " — but compute is the limit: a bigger batch adds no throughput here"
         elif cause is not None and cause.rule == "batch_capped":
             line += " — the --max-num-seqs cap holds it down (see the first action)"
