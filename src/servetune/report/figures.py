@@ -102,3 +102,13 @@ def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         q = np.linspace(0, 1, _CDF_POINTS)
         return np.quantile(v, q), q
     return v, np.arange(1, v.size + 1) / v.size
+
+
+def level_colour(i: int, n: int) -> str | tuple[float, float, float, float]:
+    """The colour of level I of N in a per-level plot: along viridis (its ends left out, too
+    light and too dark on white), or the TTFT blue when there is one level."""
+    if n <= 1:
+        return TTFT
+    from matplotlib import colormaps
+
+    return colormaps["viridis"](0.1 + 0.8 * i / (n - 1))  # type: ignore[no-any-return]

@@ -20,6 +20,7 @@ from servetune.report.figures import (
     _level_ticks,
     _log_if_wide,
     _style,
+    level_colour,
 )
 
 
@@ -27,9 +28,6 @@ def cdf_plot(levels: Sequence[LevelData]) -> Plot | None:
     usable = [lv for lv in levels if lv.latencies is not None and lv.latencies.e2e.size]
     if not usable:
         return None
-    from matplotlib import colormaps
-
-    cmap = colormaps["viridis"]
     fig = _figure(11.0, 3.9, left=0.06, right=0.99, bottom=0.14, top=0.91, wspace=0.25)
     axes = fig.subplots(1, 3)
     n = len(usable)
@@ -45,7 +43,7 @@ def cdf_plot(levels: Sequence[LevelData]) -> Plot | None:
             if not vals.size:
                 continue
             x, y = _ecdf(vals)
-            colour = cmap(0.1 + 0.8 * i / max(1, n - 1)) if n > 1 else TTFT
+            colour = level_colour(i, n)
             ax.plot(x, y, color=colour, lw=1.5, label=lv.label)
             all_vals.extend([float(vals.min()), float(vals.max())])
         ax.axhline(0.99, color=GREY, ls=":", lw=1)
@@ -90,13 +88,10 @@ def send_lag_plot(data: ReportData) -> Plot | None:
         left.plot(lat0.send_s, lat0.send_lag, ".", color=TTFT, ms=2)
         left.set_xlabel("send time (s)")
         left.set_title("client send lag of each request (ms)", fontsize=10)
-    from matplotlib import colormaps
-
-    cmap = colormaps["viridis"]
     for i, lv in enumerate(levels):
         assert lv.latencies is not None
         x, y = _ecdf(lv.latencies.send_lag)
-        colour = cmap(0.1 + 0.8 * i / max(1, len(levels) - 1)) if len(levels) > 1 else TTFT
+        colour = level_colour(i, len(levels))
         right.plot(np.maximum(x, 1e-3), y, color=colour, lw=1.2, label=lv.label)
     right.set_xscale("log")
     right.set_title("send lag distribution (ms)", fontsize=10)

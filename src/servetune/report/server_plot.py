@@ -17,6 +17,7 @@ from servetune.report.figures import (
     Plot,
     _figure,
     _style,
+    level_colour,
 )
 from servetune.results import server_series as ss
 
@@ -44,9 +45,6 @@ def server_plot(levels: Sequence[LevelData]) -> Plot | None:
     levels = [lv for lv in levels if lv.series]
     if not levels:
         return None
-    from matplotlib import colormaps
-
-    cmap = colormaps["viridis"]
     fig = _figure(11.0, 6.0, left=0.07, right=0.99, bottom=0.09, top=0.94, wspace=0.18, hspace=0.32)
     axes = fig.subplots(2, 2, sharex=True).ravel()
     panels = (
@@ -73,7 +71,7 @@ def server_plot(levels: Sequence[LevelData]) -> Plot | None:
                     concept, PREEMPT
                 )
             else:
-                colour = cmap(0.1 + 0.8 * i / max(1, n - 1))
+                colour = level_colour(i, n)
             ax.plot(t, v * scale, color=colour, lw=1.4, label=lv.label)
             drawn = True
         if not drawn:
