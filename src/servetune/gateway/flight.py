@@ -31,44 +31,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-import orjson
-
 from servetune.gateway import quota as q
-from servetune.gateway.config import GatewayConfig, TenantLimits
+from servetune.gateway.canary import Observation
+from servetune.gateway.checks import Prepared
+from servetune.gateway.config import GatewayConfig
 from servetune.gateway.deadlines import HeadDeadlines
 from servetune.gateway.exposition import GatewayMetrics
+from servetune.gateway.failover import RETRY_STATUSES, Tries
+from servetune.gateway.heads import Heads
 from servetune.gateway.pool import Pool, QueueRefusal, Router, Slot, Upstream
+from servetune.gateway.refusals import refuse, retry_after
 from servetune.gateway.relay import Relay, UpstreamLost
 from servetune.gateway.requests import InputCounter, error_body
+from servetune.gateway.settle import Attempt, record, stream_usage, tokens_used, usage_from_json
+from servetune.gateway.tenants import TenantRuntime
 from servetune.gateway.upstream import ConnectionPool, UpstreamConnection
 from servetune.http import Exchange
 
 log = logging.getLogger("servetune.gateway")
-
-RETRY_STATUSES = (500, 502, 503, 504)
-
-
-def retry_after(seconds: float | None) -> list[tuple[bytes, bytes]]:
-    if seconds is None:
-        return []
-    return [(b"Retry-After", b"%d" % max(1, math.ceil(seconds)))]
-
-
-@dataclass
-class TenantRuntime:
-    name: str
-    weight: float
-    priority: int
-    limits: TenantLimits
-    quota: q.Limits
-    queue_timeout_s: float
-    max_queued: int
 
 
 class Host(Protocol):
@@ -77,107 +61,26 @@ class Host(Protocol):
     cfg: GatewayConfig
     metrics: GatewayMetrics
     head_deadlines: HeadDeadlines
+    heads: Heads
     router: Router
     pools: dict[str, Pool]
     counters: dict[str, InputCounter]
     default_counter: InputCounter
-    _canary_step: Callable[[], int | None]
+    canary_step: Callable[[], int | None]
+    observe: Callable[[Observation], None]
 
-    def _healthy(self) -> dict[str, bool] | None: ...
+    def healthy_groups(self) -> dict[str, bool] | None: ...
 
-    def _conns(self, u: Upstream) -> ConnectionPool: ...
-
-    def _acquire(
-        self, pool: Pool, tenant: TenantRuntime, cost: float, avoid: list[Upstream] | None = None
-    ) -> Awaitable[Slot]: ...
-
-    def _refuse(
-        self,
-        ex: Exchange,
-        tenant: str,
-        reason: str,
-        status: int,
-        message: str,
-        type_: str,
-        retry_after_s: float | None = None,
-    ) -> None: ...
-
-    def _record(
-        self, tenant: str, group: str, att: Attempt, arrival_ns: int, n_in: int, step: int | None
-    ) -> None: ...
-
-    def _request_bytes(self, u: Upstream, path: str, payload: bytes) -> bytes: ...
-
-    def _stream_headers(self, group: str) -> list[tuple[bytes, bytes]]: ...
-
-
-class Prepared:
-    """A checked request: what goes upstream and what it reserves."""
-
-    __slots__ = ("headers", "n_in", "payload", "reserve", "stream", "strip_usage")
-
-    def __init__(
-        self,
-        payload: bytes,
-        n_in: int,
-        reserve: int,
-        strip_usage: bool,
-        headers: list[tuple[bytes, bytes]],
-        stream: bool = True,
-    ) -> None:
-        self.payload = payload
-        self.n_in = n_in
-        """Input tokens, counted or estimated."""
-        self.reserve = reserve
-        """Tokens reserved: input + max_tokens × choices (the fair queue's cost too)."""
-        self.strip_usage = strip_usage
-        """The gateway asked for the usage chunk: remove it from the client's stream."""
-        self.headers = headers
-        """Extra response headers (a clamp notice)."""
-        self.stream = stream
-        """The client asked for a stream (a whole answer's head comes only with its end)."""
-
-
-class Attempt:
-    """What one request ended with (for settlement, metrics and the canary)."""
-
-    __slots__ = (
-        "code",
-        "error",
-        "first_ns",
-        "output",
-        "prompt",
-        "sent_ns",
-        "unanswered",
-        "usage_exact",
-        "whole",
-    )
-
-    def __init__(self) -> None:
-        self.code = 0
-        self.unanswered = False
-        """The client left after the request reached the engine and before the answer's head:
-        nothing says what the engine generated (see :meth:`Flight._end`)."""
-        self.error = False
-        self.first_ns = 0
-        self.sent_ns = 0
-        self.prompt = 0
-        self.output = 0
-        self.usage_exact = False
-        self.whole = False
-        """A non-streamed answer: its tokens came at once (no time per output token)."""
+    def conn_pool(self, u: Upstream) -> ConnectionPool: ...
 
 
 class Flight:
     __slots__ = (
         "_finished",
-        "_fresh_retried",
         "_holding",
-        "_last_error",
         "_reused",
         "_task",
         "att",
-        "attempts",
         "ended",
         "ex",
         "group",
@@ -190,7 +93,7 @@ class Flight:
         "step",
         "t_start",
         "tenant",
-        "tried",
+        "tries",
         "upstream",
         "used",
     )
@@ -213,13 +116,12 @@ class Flight:
         """Settles the reservation at the end (in-memory quota); None: the caller awaits the
         store's settle with :attr:`used` (Redis)."""
         self.att = Attempt()
-        self.step = gw._canary_step()
+        self.step = gw.canary_step()
         self.group = ""
         self.pool: Pool | None = None
         self.upstream: Upstream | None = None
         self.relay: Relay | None = None
-        self.attempts = 0
-        self.tried: list[Upstream] = []
+        self.tries = Tries()
         self.t_start = 0.0
         self.ended = False
         self.used = 0
@@ -228,8 +130,6 @@ class Flight:
         self._task: asyncio.Task[None] | None = None
         self._finished: asyncio.Future[None] | None = None
         self._reused = False
-        self._fresh_retried = False
-        self._last_error = ""
 
     # -- starting ----------------------------------------------------------------------------
     def start(self) -> Awaitable[None] | None:
@@ -244,7 +144,7 @@ class Flight:
 
     def _start(self) -> Awaitable[None] | None:
         gw = self.gw
-        self.group = gw.router.pick(gw._healthy())
+        self.group = gw.router.pick(gw.healthy_groups())
         pool = self.pool = gw.pools[self.group]
         u = pool.try_acquire(self.tenant.priority)
         if u is None:
@@ -252,7 +152,7 @@ class Flight:
         pool.queue.charge(self.tenant.name, self.tenant.weight, float(self.prep.reserve))
         self._holding = u
         self.t_start = time.perf_counter()
-        conn = gw._conns(u).take()
+        conn = gw.conn_pool(u).take()
         if conn is None:
             return self._wait_then_send(u)
         self._send(u, conn, True)
@@ -285,15 +185,21 @@ class Flight:
 
     async def _first_slot(self) -> Upstream | None:
         gw, tenant = self.gw, self.tenant
-        assert self.pool is not None
         try:
-            slot = await gw._acquire(self.pool, tenant, float(self.prep.reserve))
+            slot = await self._queue()
         except QueueRefusal as exc:
             status = 503 if exc.reason == "no_upstream" else 429
             type_ = "server_error" if status == 503 else "requests"
-            # counted by _refuse; att.code stays 0 so that _record does not count it again
-            gw._refuse(
-                self.ex, tenant.name, exc.reason, status, exc.message, type_, exc.retry_after_s
+            # counted by refuse; att.code stays 0 so that record does not count it again
+            refuse(
+                gw.metrics,
+                self.ex,
+                tenant.name,
+                exc.reason,
+                status,
+                exc.message,
+                type_,
+                exc.retry_after_s,
             )
             self._end()
             return None
@@ -303,10 +209,25 @@ class Flight:
             gw.metrics.observe_queue(tenant.name, slot.queued_s)
         return slot.upstream
 
+    def _queue(self, avoid: list[Upstream] | None = None) -> Awaitable[Slot]:
+        """A slot in the pool for this request (the fair queue, its tenant's limits)."""
+        tenant, pool = self.tenant, self.pool
+        assert pool is not None
+        return pool.acquire(
+            tenant.name,
+            tenant.weight,
+            tenant.priority,
+            float(self.prep.reserve),
+            tenant.queue_timeout_s,
+            self.gw.cfg.queue.max_queued,
+            tenant.max_queued,
+            avoid=avoid or (),
+        )
+
     async def _connect_send(self, u: Upstream) -> None:
         """A connection to ``u`` (an idle one, else a new one), then the send."""
         try:
-            conn, reused = await self.gw._conns(u).get()
+            conn, reused = await self.gw.conn_pool(u).get()
         except (OSError, TimeoutError) as exc:
             self.upstream = u
             self._failed(f"connect to {u.host}:{u.port} failed ({exc or 'timeout'})")
@@ -349,7 +270,7 @@ class Flight:
         )
         self.ex.on_close = self.client_left
         relay.last_ns = time.perf_counter_ns()
-        conn.send(gw._request_bytes(u, self.ex.path, self.prep.payload), relay)
+        conn.send(gw.heads.request(u, self.ex.path, self.prep.payload), relay)
         gw.head_deadlines.add(relay)
 
     # -- the relay's callbacks ---------------------------------------------------------------
@@ -365,7 +286,7 @@ class Flight:
         relay = self.relay
         assert relay is not None
         self.gw.head_deadlines.discard(relay)
-        if relay.status in RETRY_STATUSES and self.attempts < self.gw.cfg.retries:
+        if relay.status in RETRY_STATUSES and self.tries.attempts < self.gw.cfg.retries:
             relay.conn.abort()
             self._failed(f"HTTP {relay.status}")
             return
@@ -374,7 +295,7 @@ class Flight:
         att.sent_ns = relay.last_ns or time.perf_counter_ns()
         att.code = relay.status
         if relay.sse:
-            head = self.gw._stream_headers(self.group)
+            head = self.gw.heads.stream(self.group)
             relay.commit_stream(head + self.prep.headers if self.prep.headers else head)
 
     def head_failed(self, exc: Exception) -> None:
@@ -391,12 +312,11 @@ class Flight:
         self.gw.head_deadlines.discard(relay)
         relay.conn.abort()
         if isinstance(exc, UpstreamLost):
-            if self._reused and not self._fresh_retried:
+            if self.tries.fresh_once(self._reused):
                 # an idle connection the server had closed: once more, fresh (not a failure)
-                self._fresh_retried = True
                 self.relay = None
                 u = self.upstream
-                conn = self.gw._conns(u).take()
+                conn = self.gw.conn_pool(u).take()
                 if conn is not None:
                     self._send(u, conn, True)
                 else:
@@ -408,58 +328,35 @@ class Flight:
 
     def _failed(self, error: str) -> None:
         """Failed before the first byte: count it, free the slot, try another upstream."""
-        gw, u, pool = self.gw, self.upstream, self.pool
+        gw, u, pool, tries = self.gw, self.upstream, self.pool, self.tries
         assert u is not None and pool is not None
         self.relay = None
-        self._last_error = error
-        kind = "status" if error.startswith("HTTP") else "connect"
-        gw.metrics.failures[(u.url, kind)] += 1
-        u.breaker.failure()
+        again = tries.failed(u, error, gw.metrics, gw.cfg.retries)  # the breaker told first
         self._release()
-        self.tried.append(u)
-        self.attempts += 1
-        if self.attempts > gw.cfg.retries:
+        if not again:
             self.att.code = 502
             self.att.error = True
-            self.ex.respond(
-                502,
-                error_body(
-                    f"upstream failed before answering ({error}); tried {self.attempts} time(s)",
-                    "upstream_error",
-                    "upstream_unavailable",
-                ),
-            )
+            self.ex.respond(502, tries.exhausted())
             self._end()
             return
-        gw.metrics.retries[u.url] += 1
-        self._fresh_retried = False
-        nxt = pool.try_acquire(self.tenant.priority, self.tried)
+        nxt = pool.try_acquire(self.tenant.priority, tries.tried)
         if nxt is None:
             self._spawn(self._retry_slot())
             return
         self._holding = nxt
-        conn = gw._conns(nxt).take()
+        conn = gw.conn_pool(nxt).take()
         if conn is None:
             self._spawn(self._connect_send(nxt))
         else:
             self._send(nxt, conn, True)
 
     async def _retry_slot(self) -> None:
-        assert self.pool is not None
         try:
-            slot = await self.gw._acquire(
-                self.pool, self.tenant, float(self.prep.reserve), self.tried
-            )
+            slot = await self._queue(self.tries.tried)
         except QueueRefusal as exc:
             self.att.code = 503
             self.att.error = True
-            self.ex.respond(
-                503,
-                error_body(
-                    f"{exc.message} (after: {self._last_error})", "server_error", exc.reason
-                ),
-                headers=retry_after(exc.retry_after_s),
-            )
+            self.ex.respond(503, self.tries.no_slot(exc), headers=retry_after(exc.retry_after_s))
             self._end()
             return
         self._holding = slot.upstream
@@ -488,7 +385,7 @@ class Flight:
                     ctype,
                     [(b"x-servetune-group", self.group.encode()), *self.prep.headers],
                 )
-                _usage_from_json(data, att)
+                usage_from_json(data, att)
             else:
                 att.code = 502
                 ex.respond(502, error_body(relay.end_reason, "upstream_error", "upstream_cut"))
@@ -500,7 +397,7 @@ class Flight:
         if relay.sse:
             self._settle_stream(relay)
         if ok and relay.conn.keep:
-            self.gw._conns(u).put(relay.conn)
+            self.gw.conn_pool(u).put(relay.conn)
         else:
             relay.conn.abort()
         self._release(time.perf_counter() - self.t_start)
@@ -547,24 +444,8 @@ class Flight:
         self._end()
 
     def _settle_stream(self, relay: Relay) -> None:
-        att = self.att
-        att.first_ns = relay.first_token_ns
-        u = relay.usage
-        if u is not None:
-            att.prompt = int(u.get("prompt_tokens") or 0)
-            att.output = int(u.get("completion_tokens") or 0)
-            att.usage_exact = True
-        elif relay.events:
-            # no usage (cut, or an engine that does not send it): estimated from the stream
-            # with the serving group's counter, at most the max_tokens reserved
-            gw = self.gw
-            own = gw.counters.get(self.group)
-            counter = own if own is not None and own.exact else gw.default_counter
-            est = relay.output_estimate(counter.text)
-            cap = self.prep.reserve - self.prep.n_in  # max_tokens × choices (0: none given)
-            att.output = min(est, max(cap, relay.events - 1)) if cap > 0 else est
-        else:
-            att.output = 0
+        gw = self.gw
+        stream_usage(self.att, relay, self.prep, self.group, gw.counters, gw.default_counter)
 
     def _release(self, service_s: float | None = None) -> None:
         u, self._holding = self._holding, None
@@ -584,41 +465,23 @@ class Flight:
             self.gw.head_deadlines.discard(self.relay)
             self.relay.owner = None
         att, prep, tenant = self.att, self.prep, self.tenant
-        if att.usage_exact:
-            used = att.prompt + att.output
-        elif att.sent_ns:
-            used = prep.n_in + att.output  # no usage from the engine: estimated from the stream
-        elif att.unanswered:
-            # the client left while the engine had the request. A stream's head comes before
-            # its first token: the prompt was all it cost. A whole answer's head comes with its
-            # end, so up to max_tokens may have been generated, which nothing tells: the
-            # reservation is kept (else a client that hangs up just before a long answer ends
-            # would never be charged for it)
-            used = prep.reserve if not prep.stream else prep.n_in
-        else:
-            used = 0  # never reached an engine
+        used = tokens_used(att, prep)
         self.used = used
         if self.res is not None and self.settle_now is not None:
             self.settle_now(self.res, used)
         if self.pool is not None and att.sent_ns and used != prep.reserve:
             self.pool.queue.charge(tenant.name, tenant.weight, used - prep.reserve)
-        self.gw._record(tenant.name, self.group, att, self.ex.arrival_ns, prep.n_in, self.step)
+        gw = self.gw
+        record(
+            gw.metrics,
+            gw.observe,
+            tenant.name,
+            self.group,
+            att,
+            self.ex.arrival_ns,
+            prep.n_in,
+            self.step,
+        )
         fut = self._finished
         if fut is not None and not fut.done():
             fut.set_result(None)
-
-
-def _usage_from_json(data: bytes, att: Attempt) -> None:
-    att.first_ns = time.perf_counter_ns()
-    att.whole = True
-    if b'"usage"' not in data:
-        return
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return
-    u = obj.get("usage") if isinstance(obj, dict) else None
-    if isinstance(u, dict):
-        att.prompt = int(u.get("prompt_tokens") or 0)
-        att.output = int(u.get("completion_tokens") or 0)
-        att.usage_exact = True

@@ -1,0 +1,67 @@
+"""The tries of one request before its first byte: which upstreams failed it, and whether it
+tries another.
+
+A 500/502/503/504 head, a reset, a connect error or the first-byte deadline before the head
+count against the upstream (its circuit breaker and ``failures{upstream,kind}``) and, while
+``retries`` are left, send the request to another upstream of the group (one not tried yet
+when there is one; ``retries{upstream}``); never after the head, when the answer is the
+client's. A reused kept-alive connection that the server had closed is replaced once by a
+fresh one, which is no failure. When the tries run out the client gets a 502 that names the
+last error; when no slot comes for a retry, the fair queue's 503 with it.
+"""
+
+from __future__ import annotations
+
+from servetune.gateway.exposition import GatewayMetrics
+from servetune.gateway.pool import QueueRefusal, Upstream
+from servetune.gateway.requests import error_body
+
+RETRY_STATUSES = (500, 502, 503, 504)
+"""Response statuses that are retried on another upstream (before the first byte)."""
+
+
+class Tries:
+    __slots__ = ("attempts", "fresh_retried", "last_error", "tried")
+
+    def __init__(self) -> None:
+        self.attempts = 0
+        """Failed tries so far."""
+        self.tried: list[Upstream] = []
+        """The upstreams that failed this request (avoided by the next try)."""
+        self.fresh_retried = False
+        self.last_error = ""
+
+    def fresh_once(self, reused: bool) -> bool:
+        """A lost connection: is this the one fresh retry of a reused connection (the server
+        had closed it while idle)?"""
+        if reused and not self.fresh_retried:
+            self.fresh_retried = True
+            return True
+        return False
+
+    def failed(self, u: Upstream, error: str, metrics: GatewayMetrics, retries: int) -> bool:
+        """``u`` failed the request with ``error``: counted against it; True when another
+        upstream is to be tried (counted as a retry), False when the tries are used up."""
+        self.last_error = error
+        kind = "status" if error.startswith("HTTP") else "connect"
+        metrics.failures[(u.url, kind)] += 1
+        u.breaker.failure()
+        self.tried.append(u)
+        self.attempts += 1
+        if self.attempts > retries:
+            return False
+        metrics.retries[u.url] += 1
+        self.fresh_retried = False
+        return True
+
+    def exhausted(self) -> bytes:
+        """The 502 body when the tries are used up."""
+        return error_body(
+            f"upstream failed before answering ({self.last_error}); tried {self.attempts} time(s)",
+            "upstream_error",
+            "upstream_unavailable",
+        )
+
+    def no_slot(self, exc: QueueRefusal) -> bytes:
+        """The 503 body when the fair queue gives a retry no slot."""
+        return error_body(f"{exc.message} (after: {self.last_error})", "server_error", exc.reason)
