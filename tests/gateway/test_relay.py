@@ -4,12 +4,18 @@ however the upstream splits its events, first-token stamp, one write per read.""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from servetune.gateway.relay import Relay
 from servetune.workload.tokens import ApproxTokenizer, approx_count, word_pieces
+
+if TYPE_CHECKING:
+    from servetune.gateway.app import Gateway
+    from servetune.testserver.script import Script
 
 
 class FakeConn:
@@ -48,12 +54,25 @@ USAGE = ev('{"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":3}}')
 DONE = b"data: [DONE]\n\n"
 
 
+def split(stream: bytes, size: int | None) -> list[bytes]:
+    """``stream`` in pieces of ``size`` bytes (None: one piece)."""
+    if size is None:
+        return [stream]
+    return [stream[i : i + size] for i in range(0, len(stream), size)]
+
+
+def committed_stream(ex: FakeExchange, strip: bool) -> Relay:
+    """A relay on ``ex`` whose upstream answered 200 with an event stream, committed."""
+    r = Relay(ex, FakeConn(), strip, 60.0)  # type: ignore[arg-type]
+    r.on_head(200, [(b"content-type", b"text/event-stream")])
+    r.commit_stream([])
+    return r
+
+
 def relay_through(pieces: list[bytes], strip: bool) -> tuple[Relay, bytes, FakeExchange]:
     async def main() -> tuple[Relay, FakeExchange]:
         ex = FakeExchange()
-        r = Relay(ex, FakeConn(), strip, 60.0)  # type: ignore[arg-type]
-        r.on_head(200, [(b"content-type", b"text/event-stream")])
-        r.commit_stream([])
+        r = committed_stream(ex, strip)
         for i, p in enumerate(pieces):
             r.on_body(p)
             if i == len(pieces) - 1:
@@ -65,26 +84,20 @@ def relay_through(pieces: list[bytes], strip: bool) -> tuple[Relay, bytes, FakeE
     return r, b"".join(w for w in ex.writes if w != b"<head>"), ex
 
 
-@pytest.mark.parametrize("split", [None, 7, 1])
-def test_usage_only_chunk_is_removed_however_split(split: int | None) -> None:
-    stream = b"".join(TOKENS) + USAGE + DONE
-    pieces = (
-        [stream] if split is None else [stream[i : i + split] for i in range(0, len(stream), split)]
-    )
-    r, out, _ = relay_through(pieces, strip=True)
+@pytest.mark.parametrize("size", [None, 7, 1])
+def test_usage_only_chunk_is_removed_however_split(size: int | None) -> None:
+    r, out, _ = relay_through(split(b"".join(TOKENS) + USAGE + DONE, size), strip=True)
     assert out == b"".join(TOKENS) + DONE + b"<end>"
     assert r.usage == {"prompt_tokens": 4, "completion_tokens": 3}
     assert r.first_token_ns > 0
 
 
-@pytest.mark.parametrize("split", [None, 7, 1])
+@pytest.mark.parametrize("size", [None, 7, 1])
 def test_usage_read_after_the_write_when_the_client_asked_however_split(
-    split: int | None,
+    size: int | None,
 ) -> None:
     stream = b"".join(TOKENS) + USAGE + DONE
-    pieces = (
-        [stream] if split is None else [stream[i : i + split] for i in range(0, len(stream), split)]
-    )
+    pieces = split(stream, size)
     r, out, ex = relay_through(pieces, strip=False)
     assert out == stream + b"<end>"  # unchanged, one write per read
     assert len(ex.writes) == len(pieces) + 1
@@ -117,10 +130,7 @@ def test_one_write_per_read_and_the_end_rides_along() -> None:
 
 def test_role_chunk_is_not_the_first_token() -> None:
     async def main() -> Relay:
-        ex = FakeExchange()
-        r = Relay(ex, FakeConn(), False, 60.0)  # type: ignore[arg-type]
-        r.on_head(200, [(b"content-type", b"text/event-stream")])
-        r.commit_stream([])
+        r = committed_stream(FakeExchange(), strip=False)
         r.on_body(ev('{"choices":[{"delta":{"role":"assistant","content":""}}]}'))
         assert r.first_token_ns == 0
         r.on_body(ev('{"choices":[{"delta":{"content":"hi"}}]}'))
@@ -181,6 +191,35 @@ def test_event_ends_found_like_a_plain_search() -> None:
         assert _event_end(buf, at) == end_after(buf, at), (buf, at)
 
 
+@contextlib.asynccontextmanager
+async def charging_gateway(
+    tmp_path: Any, script: Script
+) -> AsyncIterator[tuple[Gateway, Callable[[], float]]]:
+    """A gateway (tenant ``default``, a tpm quota of 100,000 that never refills) in front of the
+    scripted server playing ``script``; yields it and the tokens charged so far."""
+    from harness import gateway_config
+
+    from servetune.gateway.app import Gateway
+    from servetune.gateway.quota import MemoryQuota
+    from servetune.testserver.server import ScriptedServer
+
+    frozen = MemoryQuota(clock=lambda: 1000.0)  # no refill: the level shows what was charged
+    srv = ScriptedServer(script)
+    port = await srv.start()
+    cfg = gateway_config(
+        tmp_path,
+        groups=[{"name": "g", "urls": [f"http://127.0.0.1:{port}/v1"]}],
+        defaults={"tpm": 100_000},
+    )
+    gw = Gateway(cfg, None, frozen)
+    await gw.start()
+    try:
+        yield gw, lambda: 100_000 - frozen._buckets[("default", "tpm")][0]
+    finally:
+        await gw.stop(drain_s=1.0)
+        await srv.close()
+
+
 @pytest.mark.parametrize(
     ("space", "per_chunk", "chat", "crlf"),
     [(True, 1, False, False), (False, 1, False, False), (True, 4, False, False),
@@ -194,34 +233,17 @@ def test_a_stream_without_usage_is_charged_its_tokens(
     without the space (TGI): those events were not counted and the stream cost only its
     prompt; and when it sends several tokens per event (speculative decoding): each event
     was charged as one token, 4 tokens per event charged 12 of 50."""
-    from harness import gateway_config
-
-    from servetune.gateway.app import Gateway
-    from servetune.gateway.quota import MemoryQuota
     from servetune.testserver.script import Script
-    from servetune.testserver.server import ScriptedServer
-
-    frozen = MemoryQuota(clock=lambda: 1000.0)  # no refill: the level shows what was charged
 
     async def main() -> float:
-        srv = ScriptedServer(
-            Script(
-                send_usage=False,
-                data_space=space,
-                tokens_per_chunk=per_chunk,
-                crlf=crlf,
-                tpot_ms=1.0,
-            )  # events written one by one: the sample is not the stream
-        )
-        port = await srv.start()
-        cfg = gateway_config(
-            tmp_path,
-            groups=[{"name": "g", "urls": [f"http://127.0.0.1:{port}/v1"]}],
-            defaults={"tpm": 100_000},
-        )
-        gw = Gateway(cfg, None, frozen)
-        await gw.start()
-        try:
+        script = Script(
+            send_usage=False,
+            data_space=space,
+            tokens_per_chunk=per_chunk,
+            crlf=crlf,
+            tpot_ms=1.0,
+        )  # events written one by one: the sample is not the stream
+        async with charging_gateway(tmp_path, script) as (gw, charged):
             import aiohttp
 
             body: dict[str, Any] = {"model": "scripted-model", "max_tokens": 50, "stream": True}
@@ -237,10 +259,7 @@ def test_a_stream_without_usage_is_charged_its_tokens(
                 data = await r.read()
             events = -(-50 // per_chunk) + 1 + chat  # the content, [DONE], the role chunk
             assert r.status == 200 and data.count(b"data:") == events, data[:300]
-        finally:
-            await gw.stop(drain_s=1.0)
-            await srv.close()
-        return 100_000 - frozen._buckets[("default", "tpm")][0]
+        return charged()
 
     charged = asyncio.run(main())
     assert 3 + 49 <= charged <= 3 + 50, charged  # the prompt and the output
@@ -253,28 +272,14 @@ def test_a_client_that_hangs_up_mid_stream_is_charged_the_tokens_it_was_sent(
     stream's own count. With 4 tokens per event (speculative decoding) it was charged one
     token per event (a quarter); now the tokens relayed, give or take the events in flight
     when the hang-up is seen (bounds of 10 events, 0.8 s at 20 ms a token, for a slow box)."""
-    from harness import gateway_config
-
-    from servetune.gateway.app import Gateway
-    from servetune.gateway.quota import MemoryQuota
     from servetune.testserver.script import Script
-    from servetune.testserver.server import ScriptedServer
-
-    frozen = MemoryQuota(clock=lambda: 1000.0)  # no refill: the level shows what was charged
-    level = lambda: frozen._buckets[("default", "tpm")][0]  # noqa: E731
 
     async def main() -> tuple[float, int]:
-        srv = ScriptedServer(Script(tokens_per_chunk=4, tpot_ms=20.0))
-        port = await srv.start()
-        cfg = gateway_config(
-            tmp_path,
-            groups=[{"name": "g", "urls": [f"http://127.0.0.1:{port}/v1"]}],
-            defaults={"tpm": 100_000},
-        )
-        gw = Gateway(cfg, None, frozen)
-        await gw.start()
         seen = 0
-        try:
+        async with charging_gateway(tmp_path, Script(tokens_per_chunk=4, tpot_ms=20.0)) as (
+            gw,
+            charged,
+        ):
             import aiohttp
 
             body = {"model": "scripted-model", "prompt": "one two three", "max_tokens": 400,
@@ -289,13 +294,10 @@ def test_a_client_that_hangs_up_mid_stream_is_charged_the_tokens_it_was_sent(
                     if seen == 10:
                         break  # and hang up: the session closes the connection
             for _ in range(200):  # settled once the reservation (3 + 400) is given back
-                if 100_000 - level() < 3 + 400:
+                if charged() < 3 + 400:
                     break
                 await asyncio.sleep(0.05)
-        finally:
-            await gw.stop(drain_s=1.0)
-            await srv.close()
-        return 100_000 - level(), seen
+        return charged(), seen
 
     charged, seen = asyncio.run(main())
     assert seen == 10
