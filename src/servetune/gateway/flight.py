@@ -18,13 +18,14 @@ whichever way a request gets through:
 3. **head** — a 500/502/503/504, a reset, a connect error or the deadline before the head
    count against the upstream's circuit and are retried elsewhere (``retries``), never after;
    a reused connection that the server had closed is replaced once by a fresh one, which is
-   not a failure;
+   not a failure (the bookkeeping: :mod:`servetune.gateway.failover`);
 4. **answer** — a stream is committed at once and passed through as it arrives; a whole body
    is answered when it is in;
 5. **end** — the breaker told, the connection back to the pool (kept alive) or closed, the
    slot freed, the reservation settled to the engine's usage, the fair queue charged the
    difference, metrics and the canary's observation recorded — exactly once, also when the
-   client leaves (the upstream request is then closed so the engine aborts it).
+   client leaves (the upstream request is then closed so the engine aborts it). What is
+   settled and recorded: :mod:`servetune.gateway.settle`.
 """
 
 from __future__ import annotations
@@ -43,10 +44,11 @@ from servetune.gateway.deadlines import HeadDeadlines
 from servetune.gateway.exposition import GatewayMetrics
 from servetune.gateway.failover import RETRY_STATUSES, Tries
 from servetune.gateway.heads import Heads
-from servetune.gateway.pool import Pool, QueueRefusal, Router, Slot, Upstream
-from servetune.gateway.refusals import refuse, retry_after
+from servetune.gateway.pool import Pool, QueueRefusal, Router, Upstream
+from servetune.gateway.refusals import queue_refused, retry_after
 from servetune.gateway.relay import Relay, UpstreamLost
 from servetune.gateway.requests import InputCounter, error_body
+from servetune.gateway.seat import Seat
 from servetune.gateway.settle import Attempt, record, stream_usage, tokens_used, usage_from_json
 from servetune.gateway.tenants import TenantRuntime
 from servetune.gateway.upstream import ConnectionPool, UpstreamConnection
@@ -77,7 +79,6 @@ class Host(Protocol):
 class Flight:
     __slots__ = (
         "_finished",
-        "_holding",
         "_reused",
         "_task",
         "att",
@@ -85,13 +86,12 @@ class Flight:
         "ex",
         "group",
         "gw",
-        "pool",
         "prep",
         "relay",
         "res",
+        "seat",
         "settle_now",
         "step",
-        "t_start",
         "tenant",
         "tries",
         "upstream",
@@ -118,15 +118,12 @@ class Flight:
         self.att = Attempt()
         self.step = gw.canary_step()
         self.group = ""
-        self.pool: Pool | None = None
+        self.seat = Seat(tenant, prep.reserve)
         self.upstream: Upstream | None = None
         self.relay: Relay | None = None
         self.tries = Tries()
-        self.t_start = 0.0
         self.ended = False
         self.used = 0
-        self._holding: Upstream | None = None
-        """The upstream whose slot this request holds (to free exactly once)."""
         self._task: asyncio.Task[None] | None = None
         self._finished: asyncio.Future[None] | None = None
         self._reused = False
@@ -136,27 +133,19 @@ class Flight:
         """Send now (None: the flight goes on by callbacks) or return the coroutine that waits
         for a slot or a connection first (the HTTP server runs it as the request's task)."""
         try:
-            return self._start()
+            gw = self.gw
+            self.group = gw.router.pick(gw.healthy_groups())
+            u = self.seat.take(gw.pools[self.group])
+            if u is None:
+                return self._wait_then_send(None)
+            conn = gw.conn_pool(u).take()
+            if conn is None:
+                return self._wait_then_send(u)
+            self._send(u, conn, True)
+            return None
         except Exception:
-            log.exception("gateway: request failed")
             self._crash()
             return None
-
-    def _start(self) -> Awaitable[None] | None:
-        gw = self.gw
-        self.group = gw.router.pick(gw.healthy_groups())
-        pool = self.pool = gw.pools[self.group]
-        u = pool.try_acquire(self.tenant.priority)
-        if u is None:
-            return self._wait_then_send(None)
-        pool.queue.charge(self.tenant.name, self.tenant.weight, float(self.prep.reserve))
-        self._holding = u
-        self.t_start = time.perf_counter()
-        conn = gw.conn_pool(u).take()
-        if conn is None:
-            return self._wait_then_send(u)
-        self._send(u, conn, True)
-        return None
 
     async def run(self) -> None:
         """The whole flight inside the caller's task (a Redis-backed gateway awaits its
@@ -184,45 +173,14 @@ class Flight:
             raise
 
     async def _first_slot(self) -> Upstream | None:
-        gw, tenant = self.gw, self.tenant
+        gw = self.gw
         try:
-            slot = await self._queue()
+            return await self.seat.wait(gw.cfg.queue.max_queued, gw.metrics)
         except QueueRefusal as exc:
-            status = 503 if exc.reason == "no_upstream" else 429
-            type_ = "server_error" if status == 503 else "requests"
-            # counted by refuse; att.code stays 0 so that record does not count it again
-            refuse(
-                gw.metrics,
-                self.ex,
-                tenant.name,
-                exc.reason,
-                status,
-                exc.message,
-                type_,
-                exc.retry_after_s,
-            )
+            # counted by the refusal; att.code stays 0 so that record does not count it again
+            queue_refused(gw.metrics, self.ex, self.tenant.name, exc)
             self._end()
             return None
-        self._holding = slot.upstream
-        self.t_start = time.perf_counter()
-        if slot.queued_s > 0:
-            gw.metrics.observe_queue(tenant.name, slot.queued_s)
-        return slot.upstream
-
-    def _queue(self, avoid: list[Upstream] | None = None) -> Awaitable[Slot]:
-        """A slot in the pool for this request (the fair queue, its tenant's limits)."""
-        tenant, pool = self.tenant, self.pool
-        assert pool is not None
-        return pool.acquire(
-            tenant.name,
-            tenant.weight,
-            tenant.priority,
-            float(self.prep.reserve),
-            tenant.queue_timeout_s,
-            self.gw.cfg.queue.max_queued,
-            tenant.max_queued,
-            avoid=avoid or (),
-        )
 
     async def _connect_send(self, u: Upstream) -> None:
         """A connection to ``u`` (an idle one, else a new one), then the send."""
@@ -253,7 +211,6 @@ class Flight:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("gateway: request failed")
                 self._crash()
             finally:
                 self._task = None
@@ -277,73 +234,64 @@ class Flight:
     def head_in(self) -> None:
         """The upstream's response head: retry elsewhere (a 5xx with tries left) or commit."""
         try:
-            self._head_in()
+            relay = self.relay
+            assert relay is not None
+            self.gw.head_deadlines.discard(relay)
+            if relay.status in RETRY_STATUSES and self.tries.attempts < self.gw.cfg.retries:
+                relay.conn.abort()
+                self._failed(f"HTTP {relay.status}")
+                return
+            # committed to this upstream's answer
+            att = self.att
+            att.sent_ns = relay.last_ns or time.perf_counter_ns()
+            att.code = relay.status
+            if relay.sse:
+                head = self.gw.heads.stream(self.group)
+                relay.commit_stream(head + self.prep.headers if self.prep.headers else head)
         except Exception:
-            log.exception("gateway: request failed")
             self._crash()
-
-    def _head_in(self) -> None:
-        relay = self.relay
-        assert relay is not None
-        self.gw.head_deadlines.discard(relay)
-        if relay.status in RETRY_STATUSES and self.tries.attempts < self.gw.cfg.retries:
-            relay.conn.abort()
-            self._failed(f"HTTP {relay.status}")
-            return
-        # committed to this upstream's answer
-        att = self.att
-        att.sent_ns = relay.last_ns or time.perf_counter_ns()
-        att.code = relay.status
-        if relay.sse:
-            head = self.gw.heads.stream(self.group)
-            relay.commit_stream(head + self.prep.headers if self.prep.headers else head)
 
     def head_failed(self, exc: Exception) -> None:
         """No head: the connection was lost (or answered garbage) or the deadline passed."""
         try:
-            self._head_failed(exc)
+            relay = self.relay
+            assert relay is not None and self.upstream is not None
+            self.gw.head_deadlines.discard(relay)
+            relay.conn.abort()
+            if isinstance(exc, UpstreamLost):
+                if self.tries.fresh_once(self._reused):
+                    # an idle connection the server had closed: once more, fresh (not a failure)
+                    self.relay = None
+                    u = self.upstream
+                    conn = self.gw.conn_pool(u).take()
+                    if conn is not None:
+                        self._send(u, conn, True)
+                    else:
+                        self._spawn(self._connect_send(u))
+                    return
+                self._failed(exc.detail)
+            else:
+                self._failed(f"no response head within {self.gw.cfg.timeouts.first_byte_s:g} s")
         except Exception:
-            log.exception("gateway: request failed")
             self._crash()
-
-    def _head_failed(self, exc: Exception) -> None:
-        relay = self.relay
-        assert relay is not None and self.upstream is not None
-        self.gw.head_deadlines.discard(relay)
-        relay.conn.abort()
-        if isinstance(exc, UpstreamLost):
-            if self.tries.fresh_once(self._reused):
-                # an idle connection the server had closed: once more, fresh (not a failure)
-                self.relay = None
-                u = self.upstream
-                conn = self.gw.conn_pool(u).take()
-                if conn is not None:
-                    self._send(u, conn, True)
-                else:
-                    self._spawn(self._connect_send(u))
-                return
-            self._failed(exc.detail)
-        else:
-            self._failed(f"no response head within {self.gw.cfg.timeouts.first_byte_s:g} s")
 
     def _failed(self, error: str) -> None:
         """Failed before the first byte: count it, free the slot, try another upstream."""
-        gw, u, pool, tries = self.gw, self.upstream, self.pool, self.tries
-        assert u is not None and pool is not None
+        gw, u, tries = self.gw, self.upstream, self.tries
+        assert u is not None
         self.relay = None
         again = tries.failed(u, error, gw.metrics, gw.cfg.retries)  # the breaker told first
-        self._release()
+        self.seat.release()
         if not again:
             self.att.code = 502
             self.att.error = True
             self.ex.respond(502, tries.exhausted())
             self._end()
             return
-        nxt = pool.try_acquire(self.tenant.priority, tries.tried)
+        nxt = self.seat.retake(tries.tried)
         if nxt is None:
             self._spawn(self._retry_slot())
             return
-        self._holding = nxt
         conn = gw.conn_pool(nxt).take()
         if conn is None:
             self._spawn(self._connect_send(nxt))
@@ -352,56 +300,51 @@ class Flight:
 
     async def _retry_slot(self) -> None:
         try:
-            slot = await self._queue(self.tries.tried)
+            u = await self.seat.rewait(self.gw.cfg.queue.max_queued, self.tries.tried)
         except QueueRefusal as exc:
             self.att.code = 503
             self.att.error = True
             self.ex.respond(503, self.tries.no_slot(exc), headers=retry_after(exc.retry_after_s))
             self._end()
             return
-        self._holding = slot.upstream
-        await self._connect_send(slot.upstream)
+        await self._connect_send(u)
 
     def relay_ended(self, ok: bool) -> None:
         """The committed answer is complete (ok) or was cut, timed out idle."""
         try:
-            self._relay_ended(ok)
-        except Exception:
-            log.exception("gateway: request failed")
-            self._crash()
-
-    def _relay_ended(self, ok: bool) -> None:
-        relay, u, att, ex = self.relay, self.upstream, self.att, self.ex
-        assert relay is not None and u is not None
-        if not relay.sse:
-            if ok:
-                ctype = next(
-                    (v for k, v in relay.headers if k == b"content-type"), b"application/json"
-                )
-                data = relay.body()
-                ex.respond(
-                    relay.status,
-                    data,
-                    ctype,
-                    [(b"x-servetune-group", self.group.encode()), *self.prep.headers],
-                )
-                usage_from_json(data, att)
+            relay, u, att, ex = self.relay, self.upstream, self.att, self.ex
+            assert relay is not None and u is not None
+            if not relay.sse:
+                if ok:
+                    ctype = next(
+                        (v for k, v in relay.headers if k == b"content-type"), b"application/json"
+                    )
+                    data = relay.body()
+                    ex.respond(
+                        relay.status,
+                        data,
+                        ctype,
+                        [(b"x-servetune-group", self.group.encode()), *self.prep.headers],
+                    )
+                    usage_from_json(data, att)
+                else:
+                    att.code = 502
+                    ex.respond(502, error_body(relay.end_reason, "upstream_error", "upstream_cut"))
+            if relay.status >= 500 or not ok:
+                u.breaker.failure()
+                att.error = True
             else:
-                att.code = 502
-                ex.respond(502, error_body(relay.end_reason, "upstream_error", "upstream_cut"))
-        if relay.status >= 500 or not ok:
-            u.breaker.failure()
-            att.error = True
-        else:
-            u.breaker.success()
-        if relay.sse:
-            self._settle_stream(relay)
-        if ok and relay.conn.keep:
-            self.gw.conn_pool(u).put(relay.conn)
-        else:
-            relay.conn.abort()
-        self._release(time.perf_counter() - self.t_start)
-        self._end()
+                u.breaker.success()
+            if relay.sse:
+                self._settle_stream(relay)
+            if ok and relay.conn.keep:
+                self.gw.conn_pool(u).put(relay.conn)
+            else:
+                relay.conn.abort()
+            self.seat.release(served=True)
+            self._end()
+        except Exception:
+            self._crash()
 
     # -- the client leaves, the end --------------------------------------------------------
     def client_left(self) -> None:
@@ -420,16 +363,17 @@ class Flight:
             if self.att.sent_ns:  # its answer had begun
                 self.att.code = 499
                 self._settle_stream(relay)
-                self._release(time.perf_counter() - self.t_start)
+                self.seat.release(served=True)
             else:
                 self.att.unanswered = True
-                self._release()
+                self.seat.release()
         else:
-            self._release()
+            self.seat.release()
         self._end()
 
     def _crash(self) -> None:
-        """A bug in the gateway: answer 500 (or cut the stream), free everything."""
+        """A bug in the gateway (logged): answer 500 (or cut the stream), free everything."""
+        log.exception("gateway: request failed")
         if self.ended:
             return
         ex = self.ex
@@ -440,17 +384,12 @@ class Flight:
         if self.relay is not None:
             self.relay.cancel()
         self.att.error = True
-        self._release()
+        self.seat.release()
         self._end()
 
     def _settle_stream(self, relay: Relay) -> None:
         gw = self.gw
         stream_usage(self.att, relay, self.prep, self.group, gw.counters, gw.default_counter)
-
-    def _release(self, service_s: float | None = None) -> None:
-        u, self._holding = self._holding, None
-        if u is not None and self.pool is not None:
-            self.pool.release(u, self.tenant.priority, service_s)
 
     def _end(self) -> None:
         """Settle and record, exactly once."""
@@ -469,8 +408,8 @@ class Flight:
         self.used = used
         if self.res is not None and self.settle_now is not None:
             self.settle_now(self.res, used)
-        if self.pool is not None and att.sent_ns and used != prep.reserve:
-            self.pool.queue.charge(tenant.name, tenant.weight, used - prep.reserve)
+        if att.sent_ns:
+            self.seat.settle(used)
         gw = self.gw
         record(
             gw.metrics,

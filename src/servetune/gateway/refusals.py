@@ -11,6 +11,7 @@ import math
 
 from servetune.gateway import quota as q
 from servetune.gateway.exposition import GatewayMetrics
+from servetune.gateway.pool import QueueRefusal
 from servetune.gateway.requests import error_body
 from servetune.http import Exchange
 
@@ -47,3 +48,10 @@ def quota_refused(metrics: GatewayMetrics, ex: Exchange, tenant: str, res: q.Ref
         return refuse(metrics, ex, tenant, res.reason, 503, res.message, "server_error", 1.0)
     type_ = {"rpm": "requests", "tpm": "tokens"}.get(res.reason, "requests")
     refuse(metrics, ex, tenant, res.reason, 429, res.message, type_, res.retry_after_s or 1.0)
+
+
+def queue_refused(metrics: GatewayMetrics, ex: Exchange, tenant: str, exc: QueueRefusal) -> None:
+    """The fair queue's refusal of a first slot: 503 when no upstream can serve, else 429."""
+    status = 503 if exc.reason == "no_upstream" else 429
+    type_ = "server_error" if status == 503 else "requests"
+    refuse(metrics, ex, tenant, exc.reason, status, exc.message, type_, exc.retry_after_s)
