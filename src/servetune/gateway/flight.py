@@ -121,7 +121,8 @@ class Flight:
         self.seat = Seat(tenant, prep.reserve)
         self.upstream: Upstream | None = None
         self.relay: Relay | None = None
-        self.tries = Tries()
+        self.tries: Tries | None = None
+        """Made at the request's first failure (most requests have none)."""
         self.ended = False
         self.used = 0
         self._task: asyncio.Task[None] | None = None
@@ -237,7 +238,7 @@ class Flight:
             relay = self.relay
             assert relay is not None
             self.gw.head_deadlines.discard(relay)
-            if relay.status in RETRY_STATUSES and self.tries.attempts < self.gw.cfg.retries:
+            if relay.status in RETRY_STATUSES and self._tries().attempts < self.gw.cfg.retries:
                 relay.conn.abort()
                 self._failed(f"HTTP {relay.status}")
                 return
@@ -259,7 +260,7 @@ class Flight:
             self.gw.head_deadlines.discard(relay)
             relay.conn.abort()
             if isinstance(exc, UpstreamLost):
-                if self.tries.fresh_once(self._reused):
+                if self._tries().fresh_once(self._reused):
                     # an idle connection the server had closed: once more, fresh (not a failure)
                     self.relay = None
                     u = self.upstream
@@ -277,7 +278,7 @@ class Flight:
 
     def _failed(self, error: str) -> None:
         """Failed before the first byte: count it, free the slot, try another upstream."""
-        gw, u, tries = self.gw, self.upstream, self.tries
+        gw, u, tries = self.gw, self.upstream, self._tries()
         assert u is not None
         self.relay = None
         again = tries.failed(u, error, gw.metrics, gw.cfg.retries)  # the breaker told first
@@ -298,13 +299,20 @@ class Flight:
         else:
             self._send(nxt, conn, True)
 
+    def _tries(self) -> Tries:
+        t = self.tries
+        if t is None:
+            t = self.tries = Tries()
+        return t
+
     async def _retry_slot(self) -> None:
+        tries = self._tries()
         try:
-            u = await self.seat.rewait(self.gw.cfg.queue.max_queued, self.tries.tried)
+            u = await self.seat.rewait(self.gw.cfg.queue.max_queued, tries.tried)
         except QueueRefusal as exc:
             self.att.code = 503
             self.att.error = True
-            self.ex.respond(503, self.tries.no_slot(exc), headers=retry_after(exc.retry_after_s))
+            self.ex.respond(503, tries.no_slot(exc), headers=retry_after(exc.retry_after_s))
             self._end()
             return
         await self._connect_send(u)
