@@ -112,7 +112,8 @@ def test_invalid_reload_keeps_the_running_configuration(tmp_path: Path) -> None:
 def test_a_reload_refused_late_changes_nothing_that_runs(tmp_path: Path) -> None:
     """A configuration that passes the checks but fails while being applied (a tokenizer or a
     sweep that cannot be read) is refused as a whole: the live upstream keeps its admission
-    limit and circuit threshold (they were changed first, then the refusal said "kept")."""
+    limit and circuit threshold (they were changed first, then the refusal said "kept"), and
+    a gateway without keys stays open (auth was switched before the groups were checked)."""
     from servetune.gateway.app import Gateway
     from servetune.gateway.config import load_config
 
@@ -129,12 +130,15 @@ def test_a_reload_refused_late_changes_nothing_that_runs(tmp_path: Path) -> None
         try:
             u = gw.pools["g"].upstreams[0]
             assert (u.limit, u.breaker.threshold) == (4, 5)
+            assert not gw.auth and set(gw.tenants) == {"default"}
             cfg.write_text(
                 group + f"    max_concurrency: 1\n    tokenizer: {tmp_path / 'none'}\n"
                 f"breaker: {{failures: 1}}\naudit_log: {tmp_path / 'audit.jsonl'}\n"
+                f"tenants:\n  - name: t\n    keys: [{hash_key(new_key())}]\n"
             )
             assert not await gw.reload()
             assert (u.limit, u.breaker.threshold) == (4, 5)
+            assert not gw.auth and set(gw.tenants) == {"default"}  # the refused keys switched nothing on
             assert gw.pools["g"].upstreams[0] is u
         finally:
             await gw.stop(drain_s=1.0)
