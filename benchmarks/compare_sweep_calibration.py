@@ -153,7 +153,7 @@ def one_pair(
         slo_interval_excludes_0=bool(excl),
         knee=(c.knee_shift.value, c.knee_shift.low, c.knee_shift.high),
         slo_max=(sm.value, sm.low, sm.high),
-        levels=len(c.rows),
+        levels=sum(row.comparison is not None for row in c.rows),
     )
     for row in c.rows:
         pc = row.comparison
@@ -202,17 +202,18 @@ def summary(name: str, results: list[PairResult]) -> list[str]:
         rate_line("either moved (A/A)", sum(r.knee_moved or r.slo_moved for r in aa), len(aa))
     )
     nlev = sum(r.levels for r in aa)
-    lines.append(
-        rate_line("levels differing (A/A)", sum(len(r.levels_different) for r in aa), nlev)
-        + f"; cannot tell at {sum(r.levels_cannot_tell for r in aa)}"
-    )
-    lines.append(
-        rate_line(
-            "sweeps with any level differing (A/A)",
-            sum(bool(r.levels_different) for r in aa),
-            len(aa),
+    if nlev:  # (not with --no-levels)
+        lines.append(
+            rate_line("levels differing (A/A)", sum(len(r.levels_different) for r in aa), nlev)
+            + f"; cannot tell at {sum(r.levels_cannot_tell for r in aa)}"
         )
-    )
+        lines.append(
+            rate_line(
+                "sweeps with any level differing (A/A)",
+                sum(bool(r.levels_different) for r in aa),
+                len(aa),
+            )
+        )
     if aa:
         per_load: dict[float, list[tuple[float, float, int]]] = {}
         for r in aa:

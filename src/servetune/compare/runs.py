@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from servetune.compare.bootstrap import pair_block_length, point_estimates
+from servetune.compare.blockrule import pair_blocks, past_capacity, queue_growth
+from servetune.compare.bootstrap import point_estimates
 from servetune.compare.comparable import Difference, flag_differences, run_differences
 from servetune.compare.figures import BY_KEY, FIGURES, FigureDef
 from servetune.compare.inputs import RunInput
@@ -40,33 +39,12 @@ from servetune.compare.windows import (
 )
 from servetune.results.schema import Slo
 
-GROWTH_WARN = 3.0
 QUEUEING_SOURCES = ("ttft", "e2el", "good")
 """What a request's wait in the queue is part of."""
 
 
 def _slo_dict(slo: Slo | None) -> dict[str, float]:
     return {} if slo is None else {k: v for k, v in slo.model_dump().items() if v is not None}
-
-
-def arrival_windows(run: WindowedRun) -> int:
-    """Windows up to the last one a measured request was scheduled in."""
-    vs = run.sets.get("ttft")
-    return int(vs.window.max()) + 1 if vs is not None and vs.size else 0
-
-
-def queue_growth(run: WindowedRun) -> float | None:
-    """Median TTFT of the last quarter of the requests (in the order they were scheduled)
-    over the first quarter's: well above 1 when the queue grew through the run."""
-    vs = run.sets.get("ttft")
-    if vs is None or vs.size < 8:
-        return None
-    order = np.argsort(vs.window, kind="stable")
-    q = max(1, vs.size // 4)
-    first = vs.values[order[:q]]
-    last = vs.values[order[-q:]]
-    lo = float(np.median(first))
-    return float(np.median(last)) / lo if lo > 0 else None
 
 
 def _verdict_of(fig: FigureDef, sig: bool, delta: float | None) -> str:
@@ -152,24 +130,14 @@ def compare_windows(
     est_a, est_b = point_estimates(wa, figs), point_estimates(wb, figs)
     head_figs = [f for f in figs if f.key in headline]
     n = wa.n
-    # at least MIN_BLOCKS blocks over the stretch where requests arrived (after it, a run
-    # only drains: no latency is measured there) ...
-    span = max(arrival_windows(wa), arrival_windows(wb)) or n
-    block = min(pair_block_length(wa, wb, head_figs, est_a, est_b), max(1, span // MIN_BLOCKS))
-    # Both runs past capacity: the queue carries chance differences from block to block for
-    # the rest of the run (a random walk), so the blocks' dependence is taken as it is; else a
-    # change that grows through the runs is a change, not dependence (ρ of detrended d_j).
-    persistent = all((g := queue_growth(w)) is not None and g >= GROWTH_WARN for w in (wa, wb))
-    # ... and, unless both runs were past capacity, blocks at least LIFETIMES decodes long: a
-    # request shares the server's batch with the ones that arrive while it decodes, so shorter
-    # blocks share their load with the next block (see signflip.LIFETIMES). A run too short
-    # for enough of them is said to be so, not tested. (Past capacity in both runs, a decode
-    # lasts as long as the full batch takes, and the queue's own dependence is taken as it
-    # is: no false alarm in 40 pairs at three times the capacity.)
-    decode_s = max(wa.decode_s, wb.decode_s)
-    if not persistent and wa.width_s > 0:
-        block = max(block, math.ceil(LIFETIMES * decode_s / wa.width_s - 1e-9))
-    block = min(block, n)
+    # the blocks (blockrule): over the arrivals, at least LIFETIMES decodes long unless both
+    # runs were past capacity — there the queue carries chance differences from block to block
+    # for the rest of the run (a random walk), so the blocks' dependence is taken as it is (no
+    # false alarm in 40 pairs at three times the capacity); else a change that grows through
+    # the runs is a change, not dependence (ρ of detrended d_j). A run too short for enough
+    # blocks is said to be so, not tested.
+    rule = pair_blocks(wa, wb, head_figs, est_a, est_b)
+    block, span, persistent, decode_s = rule.windows, rule.span, rule.persistent, rule.decode_s
     tests = block_tests(wa, wb, figs, block, replicates, seed, detrend_rho=not persistent)
     if persistent:
         # Both queues grew through the runs: a request's wait is the backlog of the arrivals
@@ -185,7 +153,7 @@ def compare_windows(
         window_s=(wa.width_s, wb.width_s),
         block_windows=block,
         blocks=blocks,
-        arrival_blocks=math.ceil(span / block),
+        arrival_blocks=rule.arrival_blocks,
         replicates=min(replicates, 2**blocks),
         level=level,
         decode_s=decode_s,
@@ -255,7 +223,7 @@ def _warnings(out: PairComparison, wa: WindowedRun, wb: WindowedRun) -> list[str
         )
     for side, w in (("A", wa), ("B", wb)):
         g = queue_growth(w)
-        if g is not None and g >= GROWTH_WARN:
+        if g is not None and past_capacity(w):
             warns.append(
                 f"run {side}: the queue grew through the run (median TTFT ×{g:.1f} from the first "
                 "to the last quarter): the server was past its capacity, so its waits depend on "
@@ -263,10 +231,7 @@ def _warnings(out: PairComparison, wa: WindowedRun, wb: WindowedRun) -> list[str
                 + (
                     "; with both runs past capacity, TTFT, E2E and goodput are not tested "
                     "(throughput, TPOT and ITL are)"
-                    if side == "B"
-                    and all(
-                        (x := queue_growth(v)) is not None and x >= GROWTH_WARN for v in (wa, wb)
-                    )
+                    if side == "B" and past_capacity(wa) and past_capacity(wb)
                     else ""
                 )
             )

@@ -10,6 +10,11 @@ makes of it — *between* runs, where a block bootstrap of each run only reshuff
 episodes (it never draws a taller P99 than the run had) and calls two seeds of one
 configuration "different" half the time.
 
+A level's blocks are the run comparison's (:func:`.blockrule.pair_blocks`): at least two of a
+request's decodes long unless both runs were past capacity, so that a block swapped in does
+not carry load that belongs to its neighbours in the other run. A level whose requests live
+long against it is then swapped in a few blocks, or whole.
+
 Levels are not independent either: a sweep runs them one after another on one server, and
 what differs between A and B at one level (the machine's state, a slow stretch) tends to
 differ at the next. The blocks' differences, taken in the sweeps' order over all levels, have
@@ -28,10 +33,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from servetune.compare.bootstrap import figure_values, pair_block_length, point_estimates
+from servetune.compare.blockrule import Blocks, pair_blocks
+from servetune.compare.bootstrap import figure_values, point_estimates
 from servetune.compare.figures import FigureDef
-from servetune.compare.runs import arrival_windows
-from servetune.compare.signflip import MAX_RHO, MIN_BLOCKS, block_matrix, detrended, lag1
+from servetune.compare.signflip import MAX_RHO, block_matrix, detrended, lag1
 from servetune.compare.windows import ValueSet, WindowedRun
 
 
@@ -76,9 +81,8 @@ class LevelSwap:
         self.figs = figs
         self.a, self.b = a, b
         est_a, est_b = point_estimates(a, figs), point_estimates(b, figs)
-        span = max(arrival_windows(a), arrival_windows(b)) or a.n
-        block = pair_block_length(a, b, figs, est_a, est_b)
-        self.block = max(1, min(block, max(1, span // MIN_BLOCKS)))
+        self.rule: Blocks = pair_blocks(a, b, figs, est_a, est_b)
+        self.block = self.rule.windows
         self.blocks = block_matrix(a.n, self.block)
         self.run = stacked(a, b)
 

@@ -3,16 +3,19 @@ SLO-max rate with their uncertainty and their shift.
 
 - Each load both sweeps ran is compared as two runs (:func:`.runs.compare_runs`).
 - A sweep's own knee and SLO-max come with a 95% interval from a block bootstrap of every
-  level (each level's run resampled in time blocks, the curve re-fitted per replicate). This
-  is the within-run spread: it does not see how a P99 resting on one episode varies between
-  runs, so it is a lower bound on the uncertainty (labelled so).
+  level (each level's run resampled in Politis–White time blocks, the curve re-fitted per
+  replicate). This is the within-run spread: it does not see how a P99 resting on one episode
+  varies between runs, nor load that a request carries past its block, so it is a lower bound
+  on the uncertainty (labelled so).
 - The *shift* (B − A) is tested against run-to-run noise (:mod:`.swap`): the no-change
-  replicates swap A's and B's runs of each level block by block at the same moments, widened
-  for the dependence of the blocks' differences through the sweeps (levels run one after
-  another on one server). Its interval is the observed shift ± the replicates' 95% half-width
-  (and takes in the two bootstraps' difference too); it moved when that interval excludes 0.
-  The two independent bootstraps alone called two seeds of one configuration "moved" in half
-  the pairs.
+  replicates swap A's and B's runs of each level block by block at the same moments — blocks
+  cut by the run comparison's rule (:mod:`.blockrule`: at least two of a request's decodes
+  unless both runs were past capacity) — widened for the dependence of the blocks'
+  differences through the sweeps (levels run one after another on one server). Its interval
+  is the observed shift ± the replicates' 95% half-width (and takes in the two bootstraps'
+  difference too); it moved when that interval excludes 0. The two independent bootstraps
+  alone called two seeds of one configuration "moved" in half the pairs; the swap, in none
+  of 60 pairs over three model × GPU workloads (``benchmarks/compare_sweep_calibration.py``).
 - The SLO-max is a threshold crossing: it is decided by the one or two levels around it, and
   near capacity a level's P99 TTFT is 1 s in one seed and 4 s in the next (the realized
   arrivals run a few percent apart for the whole run; swapping blocks of the two runs mixes
@@ -31,19 +34,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from servetune.compare.blockrule import past_capacity
 from servetune.compare.bootstrap import block_length, figure_values, multiplicities
 from servetune.compare.bootstrap import point_estimates as _points
 from servetune.compare.comparable import Difference, config_differences, run_differences
 from servetune.compare.figures import BY_KEY, FigureDef
 from servetune.compare.inputs import RunInput, SweepInput
 from servetune.compare.model import CurveRow, Estimate, SweepComparison
-from servetune.compare.runs import (
-    GROWTH_WARN,
-    QUEUEING_SOURCES,
-    compare_runs,
-    paired_windows,
-    queue_growth,
-)
+from servetune.compare.runs import QUEUEING_SOURCES, compare_runs, paired_windows
 from servetune.compare.swap import LevelSwap, sweep_rho, widening
 from servetune.compare.windows import WindowedRun, build_windows
 from servetune.results.schema import Slo
@@ -280,10 +278,7 @@ def slo_support(
             )
         # a queue that grew through either run: at capacity a P99 TTFT is 1 s in one seed
         # and 4 s in the next, so the waits there are no evidence either way
-        grew = any(
-            (g := queue_growth(w)) is not None and g >= GROWTH_WARN
-            for w in paired_windows(a.level_run(ra), b.level_run(rb), slo)
-        )
+        grew = any(past_capacity(w) for w in paired_windows(a.level_run(ra), b.level_run(rb), slo))
         for k in keys:
             f = pc.figures.get(k)
             if grew and BY_KEY[k].source in QUEUEING_SOURCES:
