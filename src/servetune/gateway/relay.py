@@ -16,8 +16,9 @@ While passing an event stream it also
   asked for usage itself (nothing to remove) only after the piece has been written;
 - counts data events and their bytes, and keeps the stream's first 4 KB: when a stream ends
   without usage (a client that hangs up mid-stream), its output tokens are estimated from
-  those once, on that path only (:meth:`Relay.output_estimate`) — an engine that sends several
-  tokens per event (speculative decoding, a stream interval above 1) is not charged per event;
+  those once, on that path only (:mod:`servetune.gateway.output_estimate`) — an engine that
+  sends several tokens per event (speculative decoding, a stream interval above 1) is not
+  charged per event;
 - ends an idle stream (nothing for ``idle_s``) with a terminal error event inside the 200.
 """
 
@@ -25,45 +26,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import orjson
 
+from servetune.gateway.output_estimate import SAMPLE_BYTES
+from servetune.gateway.sse_frames import ends_event, event_end, last_event_end
 from servetune.gateway.upstream import UpstreamConnection
 from servetune.http import Exchange
 
 _HIGH_WATER = 256 * 1024
-_SAMPLE_BYTES = 4096
-"""The stream's opening bytes kept for :meth:`Relay.output_estimate`."""
-
-
-def _last_event_end(buf: bytes) -> int:
-    """Index just past the last blank line that ends an SSE event (-1: none). A CRLF ending
-    is looked for only after the last LF one (one that ends later starts at or after it)."""
-    i = buf.rfind(b"\n\n")
-    j = buf.rfind(b"\n\r\n", max(i, 0))
-    if j >= 0:
-        return max(i + 2, j + 3)
-    return i + 2 if i >= 0 else -1
-
-
-def _event_end(buf: bytes, at: int) -> int:
-    """Index just past the blank line ending the event that holds position ``at``. A CRLF
-    ending is looked for only before the first LF one (one that ends sooner starts before)."""
-    i = buf.find(b"\n\n", at)
-    if i < 0:
-        j = buf.find(b"\n\r\n", at)
-        return j + 3 if j >= 0 else -1
-    j = buf.find(b"\n\r\n", at, i + 2)
-    return j + 3 if j >= 0 else i + 2
-
-
-def _ends_event(piece: bytes) -> bool:
-    """Does ``piece`` end with the blank line that ends an SSE event?"""
-    return piece.endswith(b"\n\n") or piece.endswith(b"\n\r\n")
 
 
 class UpstreamLost(Exception):
@@ -85,31 +58,6 @@ def _token_piece(data: bytes) -> bool:
     if b'"role"' not in data:
         return True
     return data.find(b"data:", data.find(b"data:") + 5) >= 0  # a second event (no full count)
-
-
-def _event_text(obj: Any) -> str:
-    """The generated text of one stream event (completions' ``text``; chat's ``content``,
-    ``reasoning_content`` and tool-call arguments), of every choice."""
-    if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
-        return ""
-    out = []
-    for c in obj["choices"]:
-        if not isinstance(c, dict):
-            continue
-        if isinstance(c.get("text"), str):
-            out.append(c["text"])
-        d = c.get("delta")
-        if isinstance(d, dict):
-            for key in ("content", "reasoning_content", "reasoning"):
-                if isinstance(d.get(key), str):
-                    out.append(d[key])
-            calls = d.get("tool_calls")
-            if isinstance(calls, list):
-                for call in calls:
-                    fn = call.get("function") if isinstance(call, dict) else None
-                    if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
-                        out.append(fn["arguments"])
-    return "".join(out)
 
 
 class RelayOwner(Protocol):
@@ -138,7 +86,6 @@ class Relay:
         "_rest",
         "_resume_task",
         "_room",
-        "_sample",
         "_timer",
         "committed",
         "conn",
@@ -154,6 +101,7 @@ class Relay:
         "nbytes",
         "ok",
         "owner",
+        "sample",
         "sse",
         "status",
         "strip_usage",
@@ -198,8 +146,9 @@ class Relay:
         self.events = 0
         self.nbytes = 0
         """Bytes of the events counted (with their framing)."""
-        self._sample: list[bytes] = []
-        self._room = _SAMPLE_BYTES
+        self.sample: list[bytes] = []
+        """The stream's opening bytes (for the estimate without usage)."""
+        self._room = SAMPLE_BYTES
         self.usage: dict[str, Any] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._resume_task: asyncio.Task[None] | None = None
@@ -300,60 +249,8 @@ class Relay:
         later, self._later = self._later, []
         for piece in later:
             at = piece.find(b'"usage"')
-            if self._rest or at >= 0 or not _ends_event(piece):
+            if self._rest or at >= 0 or not ends_event(piece):
                 self._scan(piece, at)
-
-    def output_estimate(self, count: Callable[[str], int]) -> int:
-        """Output tokens of a stream that ended without usage, from what it streamed: the
-        opening events kept give the bytes each event carries besides its text (its
-        envelope: id, model, framing — constant along a stream) and the tokens per byte of
-        text (``count``: the group's tokenizer, or the estimate); the stream's total bytes
-        less its events' envelopes are its text. At least one token per content event.
-        Falls back to the tokens per content event of the opening events when their text is
-        written neither as UTF-8 nor with ``\\u`` escapes, and to the events when they hold
-        no text. Runs once, on the settling of such a stream: nothing per event."""
-        floor = max(0, self.events - 1)
-        if not self._sample:
-            return floor
-        sample = b"".join(self._sample)
-        cut = _last_event_end(sample)
-        n_other = other_bytes = n_text = text_events_bytes = text_bytes = 0
-        texts: list[str] = []
-        exact = True
-        crlf = b"\r\n" in sample
-        for raw in sample[: max(cut, 0)].replace(b"\r\n", b"\n").split(b"\n\n"):
-            line = raw.strip()
-            if not line.startswith(b"data:") or line[5:].strip()[:1] != b"{":
-                continue
-            framed = len(raw) + 2 + (raw.count(b"\n") + 2 if crlf else 0)
-            try:
-                obj = orjson.loads(line[5:])
-            except orjson.JSONDecodeError:
-                continue
-            text = _event_text(obj)
-            if not text:  # a role-only opening, a bare finish: an event without tokens
-                n_other += 1
-                other_bytes += framed
-                continue
-            esc = orjson.dumps(text)[1:-1]  # as vLLM (pydantic) writes it: UTF-8
-            if esc not in line:  # as Python's json writes it: \\u escapes
-                esc = json.dumps(text)[1:-1].encode()
-                exact = exact and esc in line
-            n_text += 1
-            text_events_bytes += framed
-            text_bytes += len(esc)
-            texts.append(text)
-        tokens = count("".join(texts)) if texts else 0
-        if not tokens:
-            return floor
-        events = max(0, self.events - n_other)
-        if exact:
-            envelope = (text_events_bytes - text_bytes) / n_text
-            body = self.nbytes - other_bytes - events * envelope
-            est = round(body * tokens / text_bytes)
-        else:
-            est = round(events * tokens / n_text)
-        return max(floor, est)
 
     def _pass(self, data: bytes) -> None:
         now = time.perf_counter_ns()
@@ -361,7 +258,7 @@ class Relay:
         at = data.find(b'"usage"')
         if self.strip_usage:
             data = self._scan(data, at)  # whole events only: the usage chunk may be cut
-        elif self._later or self._rest or at >= 0 or not _ends_event(data):
+        elif self._later or self._rest or at >= 0 or not ends_event(data):
             # goes out unchanged: read for usage once written (a piece that ends inside an
             # event is read too: the usage may begin in it)
             self._later.append(data)
@@ -373,7 +270,7 @@ class Relay:
                 self.events += data.count(b"data: {") + data.count(b"data:{")
                 self.nbytes += len(data)
                 if self._room > 0:  # the opening bytes (a copy of at most that many)
-                    self._sample.append(data if len(data) <= self._room else data[: self._room])
+                    self.sample.append(data if len(data) <= self._room else data[: self._room])
                     self._room -= len(data)
             self._out.append(data)
 
@@ -383,7 +280,7 @@ class Relay:
         ``"usage"`` (-1: nowhere). Only finds in C: no step per event."""
         rest = self._rest
         buf = rest + data if rest else data
-        cut = _last_event_end(buf)
+        cut = last_event_end(buf)
         if cut < 0:
             self._rest = buf
             return b"" if self.strip_usage else data
@@ -392,7 +289,7 @@ class Relay:
             at = whole.find(b'"usage"')
         while at >= 0:
             start = whole.rfind(b"data:", 0, at)
-            end = _event_end(whole, at)
+            end = event_end(whole, at)
             if start < 0 or end < 0:
                 break
             obj = None

@@ -25,6 +25,7 @@ import orjson
 from servetune.gateway.canary import Observation
 from servetune.gateway.checks import Prepared
 from servetune.gateway.exposition import GatewayMetrics
+from servetune.gateway.output_estimate import output_estimate
 from servetune.gateway.relay import Relay
 from servetune.gateway.requests import InputCounter
 
@@ -80,7 +81,7 @@ def stream_usage(
     elif relay.events:
         own = counters.get(group)
         counter = own if own is not None and own.exact else default_counter
-        est = relay.output_estimate(counter.text)
+        est = output_estimate(relay, counter.text)
         cap = prep.reserve - prep.n_in  # max_tokens × choices (0: none given)
         att.output = min(est, max(cap, relay.events - 1)) if cap > 0 else est
     else:
