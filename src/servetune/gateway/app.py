@@ -51,7 +51,8 @@ from servetune.gateway.admission import LiveSignals
 from servetune.gateway.audit import AuditLog, config_hash
 from servetune.gateway.canary import Observation
 from servetune.gateway.checks import Prepared, prepare
-from servetune.gateway.config import GatewayConfig, host_port, load_config
+from servetune.gateway.config import GatewayConfig, host_port
+from servetune.gateway.config_load import load_config
 from servetune.gateway.deadlines import HeadDeadlines
 from servetune.gateway.exposition import GatewayMetrics, labels
 from servetune.gateway.flight import Flight
