@@ -208,7 +208,8 @@ def offline(repeat: int, baseline_src: str | None) -> None:
 def api_and_engine() -> None:
     """The no-files API and the engine loop alone, in this process, for the same sweep."""
     from servetune.sim.memory import plan_memory
-    from servetune.sim.offline import OfflineRun, simulate, workload_plan
+    from servetune.sim.offline import simulate, workload_plan
+    from servetune.sim.offline_run import OfflineRun
 
     simulate(_cfg(8, 20), SEED)
     r = SEED.resolve()

@@ -10,7 +10,8 @@ from servetune.results.io import read_records, read_run_result, read_server_seri
 from servetune.results.schema import BenchConfig
 from servetune.sim.config import EngineConfig
 from servetune.sim.memory import plan_memory
-from servetune.sim.offline import OfflineRun, run_offline
+from servetune.sim.offline import run_offline
+from servetune.sim.offline_run import OfflineRun
 from servetune.workload.plan import Plan
 from servetune.workload.spec import RequestSpec
 

@@ -15,7 +15,7 @@ from servetune.sim.catalog import efficiency
 from servetune.sim.config import EngineConfig
 from servetune.sim.engine import Engine
 from servetune.sim.memory import plan_memory
-from servetune.sim.offline import OfflineRun
+from servetune.sim.offline_run import OfflineRun
 from servetune.sim.perf import StepModel
 from servetune.workload.plan import Plan
 from servetune.workload.spec import RequestSpec

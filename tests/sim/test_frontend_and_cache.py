@@ -8,7 +8,7 @@ from servetune.sim.config import EngineConfig
 from servetune.sim.engine import Engine
 from servetune.sim.frontend import ApiServer
 from servetune.sim.memory import plan_memory
-from servetune.sim.offline import OfflineRun
+from servetune.sim.offline_run import OfflineRun
 from servetune.sim.perf import StepModel, capture_sizes
 from servetune.workload.plan import Plan
 from servetune.workload.spec import RequestSpec

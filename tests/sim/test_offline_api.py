@@ -110,7 +110,7 @@ def test_requests_file_is_record_lines_of_the_records(tmp_path: Path) -> None:
     concurrency cap and preemptions too (records of several segments)."""
     from servetune.results.io import LineAppender
     from servetune.sim.memory import plan_memory
-    from servetune.sim.offline import OfflineRun
+    from servetune.sim.offline_run import OfflineRun
 
     r = EngineConfig(
         gpu="A100-80GB", model="Qwen/Qwen2.5-7B-Instruct", gpu_memory_utilization=0.3
@@ -205,7 +205,7 @@ def test_scraped_samples_are_construct_of_their_values() -> None:
     from servetune.results.server_series import Histogram, ServerSample
     from servetune.sim.construct import _construct
     from servetune.sim.memory import plan_memory
-    from servetune.sim.offline import OfflineRun
+    from servetune.sim.offline_run import OfflineRun
     from servetune.sim.scrape import as_server_sample, server_sample
 
     cfg = BenchConfig(num_prompts=60, random_input_len=512, random_output_len=32, request_rate=20)
@@ -233,7 +233,7 @@ def test_itl_from_delivery_times_is_summarizes_own() -> None:
     and it declines (``None``) for records it did not make, or without token times."""
     from servetune.metrics.summary import _itl_ms, summarize
     from servetune.sim.memory import plan_memory
-    from servetune.sim.offline import OfflineRun
+    from servetune.sim.offline_run import OfflineRun
 
     r = EngineConfig(
         gpu="A100-80GB", model="Qwen/Qwen2.5-7B-Instruct", gpu_memory_utilization=0.3
@@ -281,7 +281,7 @@ def test_sample_line_is_orjson_of_the_scrape(tmp_path: Path) -> None:
 
     from servetune.results.io import LineAppender
     from servetune.sim.memory import plan_memory
-    from servetune.sim.offline import OfflineRun
+    from servetune.sim.offline_run import OfflineRun
     from servetune.sim.scrape import server_sample
 
     r = EngineConfig(gpu="A100-80GB", model="Qwen/Qwen2.5-7B-Instruct").resolve()

@@ -1,6 +1,6 @@
 """The seed's sweep simulates exactly what it simulated when it was pinned.
 
-Speed work on the offline path (``sim/offline.py``, ``sim/engine.py``, ``sim/kv.py``,
+Speed work on the offline path (``sim/offline_run.py``, ``sim/engine.py``, ``sim/kv.py``,
 ``sim/hist.py``, the summary code) must not change a simulated figure. This test runs the
 seed's sweep (Qwen2.5-7B-Instruct on A100-80GB, 32768 / 0.90 / 256 / 8192, random 1024/128,
 rates 8–128, 1000 prompts each: ``benchmarks/sim_speed.py``'s) through ``sim run``'s path and

@@ -122,8 +122,8 @@ def test_a_step_up_in_traffic_below_capacity_is_not_an_overload(tmp_path: Path) 
     import numpy as np
 
     from servetune.sim.memory import plan_memory
-    from servetune.sim.offline import OfflineRun
     from servetune.sim.offline_plan import workload_plan
+    from servetune.sim.offline_run import OfflineRun
 
     cfg = BenchConfig(
         num_prompts=1500,

@@ -1,6 +1,6 @@
 """One configuration at one request rate on the simulated engine: the adapter.
 
-The only place the planner touches the simulator: ``sim.offline.OfflineRun`` on a plan of the
+The only place the planner touches the simulator: ``sim.offline_run.OfflineRun`` on a plan of the
 planner's own requests, with a scrape that keeps only KV use and running (``_LeanRun``).
 ``sim.offline.simulate`` (the simulator's public entry point) is not used on purpose: it
 returns a RunResult without the per-request records the planner's overload test reads (the
@@ -28,7 +28,7 @@ from servetune.plan.workload import Workload, offsets_at
 from servetune.results.schema import BenchConfig
 from servetune.sim.config import ResolvedConfig
 from servetune.sim.memory import MemoryPlan
-from servetune.sim.offline import OfflineRun
+from servetune.sim.offline_run import OfflineRun
 from servetune.workload.plan import Plan
 
 WARMUP_SHARE = 0.1

@@ -1,0 +1,481 @@
+"""The virtual-clock loop of ``sim run`` (:class:`OfflineRun`): arrivals → engine → records
+and scrapes.
+
+The client is modelled as a perfect one (it sends on schedule; ``--max-concurrency`` holds
+requests until a slot frees, first in first out); the API server in front adds its own cost
+(:mod:`servetune.sim.frontend`). Each finished request becomes a RequestRecord
+(``tokens_source="sim"``, one chunk per token) and every 0.5 s of virtual time the engine is
+scraped; both are kept and, given appenders, written as ``requests.jsonl`` and
+``server_metrics.jsonl`` lines. The entry points that run it and write ``run.json``:
+:mod:`servetune.sim.offline`.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from array import array
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+
+from servetune.metrics.summary import pooled_itl_ms
+from servetune.results.io import LineAppender, record_line
+from servetune.results.record import RequestRecord
+from servetune.results.schema import BenchConfig
+from servetune.results.server_series import Histogram, ServerSample
+from servetune.sim.config import ResolvedConfig
+from servetune.sim.construct import _ok_record
+from servetune.sim.engine import Engine, SimRequest
+from servetune.sim.frontend import ApiServer, SharedIntake
+from servetune.sim.memory import MemoryPlan
+from servetune.sim.scrape import as_server_sample, server_sample
+from servetune.workload.plan import Plan
+
+SAMPLE_INTERVAL_S = 0.5
+NS = 1_000_000_000
+
+_HASHES: dict[int, tuple[tuple[str, int, int], ...]] = {}
+
+
+def _prompt_hashes(idx: int, nblocks: int) -> tuple[tuple[str, int, int], ...]:
+    """Block keys of prompt ``idx`` (the same objects for every run that sends it)."""
+    have = _HASHES.get(idx, ())
+    if len(have) < nblocks:
+        have = _HASHES[idx] = have + tuple(("p", idx, b) for b in range(len(have), nblocks))
+    return have[:nblocks]
+
+
+def _too_long_message(prompt: int, out: int, max_len: int) -> str:
+    return (
+        f"This model's maximum context length is {max_len} tokens. However, you requested "
+        f"{prompt + out} tokens ({prompt} in the messages, {out} in the completion). Please "
+        "reduce the length of the messages or completion."
+    )
+
+
+class OfflineRun:
+    """The virtual-clock loop: arrivals → engine → records and scrapes."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        cfg: BenchConfig,
+        r: ResolvedConfig,
+        mem: MemoryPlan,
+        requests_out: LineAppender | None = None,
+        samples_out: LineAppender | None = None,
+        progress: bool = False,
+        warm_prompts: int = 0,
+        engine: Engine | None = None,
+        prompt_ids: bool = False,
+        token_times: bool = True,
+        keep_series: bool = False,
+    ) -> None:
+        """``warm_prompts``: the first N prompts of the plan are already in the prefix cache
+        (a server that served them before, e.g. ``vllm bench serve``'s test request).
+        ``engine``: run on this engine (its clock, prefix cache and counters carry over from
+        what it ran before: a series of runs against one server); records are timed from
+        this run's start. ``prompt_ids``: prompt ``i`` of every run is the same text, so its
+        full blocks are shared across runs (vLLM's seeded random dataset does this: prompt
+        ``i`` starts with the same tokens whatever the number of prompts or their length)."""
+        self.plan = plan
+        self.warm_prompts = warm_prompts
+        self.prompt_ids = prompt_ids
+        self.token_times = token_times
+        """False: records keep the first and last token times only (no chunk_ns)."""
+        self.cfg = cfg
+        self.r = r
+        self.eng = engine if engine is not None else Engine(r, mem)
+        self.t0 = self.eng.now
+        self.id_base = self.eng.next_id
+        self.requests_out = requests_out
+        self.samples_out = samples_out
+        self.progress = progress
+        self.records: list[RequestRecord] = []
+        self.api = ApiServer(0, 0)
+        self.samples = 0
+        self.keep_series = keep_series or samples_out is not None
+        self.series: list[ServerSample] = []
+        """The scrapes (written to ``samples_out`` or kept with ``keep_series``), for the
+        run's server summary."""
+        self._buf: list[bytes] = []
+        self._hist_last: dict[str, tuple[dict[str, Any], Histogram]] = {}
+        self._hist_json: dict[str, tuple[dict[str, Any], bytes]] = {}
+        """A histogram's last snapshot and its ``"name":{...}`` JSON, by name (a snapshot
+        unchanged since the last scrape is the same dict: its bytes are written again)."""
+        self._done: list[tuple[SimRequest, int, int, int]] = []
+        self._step0 = self.eng.step
+        """The engine's first step of this run (``_deliv`` is indexed from it)."""
+        self._shift = round(self.t0 * NS)
+        """This run's start on the engine clock (ns): records are timed from it."""
+        self._deliv: list[int] = []
+        self._deliv_a = array("q")
+        """``_deliv`` as int64s (what ``requests.jsonl`` lines are written from)."""
+        """When the tokens of each step since ``_step0`` reached the clients (run clock, ns).
+        One int per step, shared: a record's token times are slices of this list (the
+        requests of a step all get its delivery time), so a run makes one int per step, not
+        one per token."""
+        """Finished requests whose records are not made yet (made by the 256)."""
+        self._segs: dict[int, tuple[RequestRecord, list[tuple[int, int]]]] = {}
+        """A successful record's steps (its token times: ``_deliv`` over them), by its id."""
+
+    def _record(self, rec: RequestRecord) -> None:
+        self.records.append(rec)
+        if self.requests_out is not None:
+            self._buf.append(record_line(rec))
+            if len(self._buf) >= 256:
+                self.requests_out.write(b"".join(self._buf))
+                self._buf.clear()
+
+    def _flush(self) -> None:
+        if self.requests_out is not None and self._buf:
+            self.requests_out.write(b"".join(self._buf))
+            self._buf.clear()
+
+    def run(self) -> None:
+        plan, eng, cfg = self.plan, self.eng, self.cfg
+        specs = plan.requests
+        t0 = self.t0
+        t0_ns = round(t0 * NS)
+        base = self.id_base
+        eff = eng.model.eff
+        chat = self.cfg.endpoint == "chat"
+        # the chat template is rendered for the whole burst first (shared), then the intake
+        # proper takes the requests one by one (servetune.sim.frontend)
+        render_ns = round(eff.frontend_chat_per_request_ms * 1e6) if chat else 0
+        render = SharedIntake(render_ns)
+        api = self.api = ApiServer(
+            round(eff.frontend_per_request_ms * 1e6),
+            round(eff.frontend_latency_ms * 1e6),
+            round(
+                (eff.frontend_per_token_us + (eff.frontend_chat_per_token_us if chat else 0.0))
+                * 1e3
+            ),
+        )
+        offsets = plan.offsets_ns
+        n = len(offsets)
+        eng.next_id = base + n
+        cap = cfg.max_concurrency
+        max_len = self.r.max_model_len
+        caching = self.r.enable_prefix_caching
+        B = self.r.block_size
+        prefix_blocks = cfg.prefix_len // B if cfg.dataset_name == "prefix" else 0
+        eligible: dict[int, int] = {}
+        pending: deque[int] = deque()
+        inflight = 0
+        i = 0
+        next_sample = 0.0
+        samples: list[bytes] = []
+        last_report = time.monotonic()
+        if self.warm_prompts and caching:
+            # the most recently used last: prompt 0 (the test request) is the freshest
+            keys = [
+                ("p", j, b)
+                for j in reversed(range(min(self.warm_prompts, n)))
+                for b in reversed(range(specs[j].input_len // B))
+            ]
+            eng.pool.prewarm(keys[-eng.pool.total :])
+
+        def submit(idx: int, at_ns: int) -> None:
+            """Request ``idx`` is sent at ``at_ns`` (run clock)."""
+            nonlocal inflight
+            spec = specs[idx]
+            eligible[idx] = at_ns
+            if spec.input_len + spec.output_len > max_len:
+                self._record(
+                    RequestRecord.model_construct(
+                        id=idx,
+                        worker=0,
+                        status="failed",
+                        http_status=400,
+                        error="HTTP 400: "
+                        + _too_long_message(spec.input_len, spec.output_len, max_len),
+                        scheduled_ns=offsets[idx],
+                        eligible_ns=at_ns,
+                        send_ns=at_ns,
+                        first_ns=None,
+                        last_ns=None,
+                        end_ns=at_ns,
+                        chunk_ns=[],
+                        chunk_tokens=None,
+                        planned_input_len=spec.input_len,
+                        planned_output_len=spec.output_len,
+                        prompt_tokens=None,
+                        output_tokens=None,
+                        tokens_source=None,
+                        finish_reason=None,
+                    )
+                )
+                return
+            hashes: tuple[Any, ...] = ()
+            if caching and spec.group is not None and prefix_blocks:
+                hashes = tuple(("g", spec.group, b) for b in range(prefix_blocks))
+            elif caching and (self.prompt_ids or idx < self.warm_prompts):
+                hashes = _prompt_hashes(idx, spec.input_len // B)
+            req = SimRequest(
+                base + idx, spec.input_len, spec.output_len, (t0_ns + at_ns) / NS, hashes, idx
+            )
+            self._drain(t0_ns + at_ns)  # outputs of steps that ended before it come first
+            if render_ns:
+                api.reserve(t0_ns + at_ns, render_ns)
+                render.arrive(max(t0_ns + at_ns, render.now_ns))
+                rendering.append(req)
+            else:
+                take_in(req, t0_ns + at_ns)
+            inflight += 1
+
+        def take_in(req: SimRequest, at_ns: int) -> None:
+            """The intake proper (one by one) from ``at_ns`` (engine ns), after the outputs of
+            the steps that ended before it (the loop's jobs in time order)."""
+            self._drain(at_ns)
+            at_engine = api.accept(at_ns) - t0_ns
+            if at_engine > round(eng.now * NS) - t0_ns:
+                arriving.append((at_engine, req))
+            else:
+                eng.add(req)
+
+        arriving: deque[tuple[int, SimRequest]] = deque()
+        rendering: deque[SimRequest] = deque()
+        """Chat requests whose template is being rendered, oldest first (they leave in order)."""
+        while True:
+            now_ns = round(eng.now * NS) - t0_ns
+            while i < n and offsets[i] <= now_ns + 1:  # +1 ns: float round trip
+                if cap is not None and inflight >= cap:
+                    pending.append(i)
+                else:
+                    submit(i, offsets[i])
+                i += 1
+            if rendering:
+                for d in render.depart_until(t0_ns + now_ns + 1):
+                    take_in(rendering.popleft(), d)
+            while arriving and arriving[0][0] <= now_ns + 1:
+                eng.add(arriving.popleft()[1])
+            while next_sample <= eng.now - t0:
+                if self.keep_series:
+                    samples.append(self._scrape(next_sample))
+                next_sample += SAMPLE_INTERVAL_S
+            if eng.idle():
+                if arriving:
+                    eng.now = max(eng.now, (t0_ns + arriving[0][0]) / NS)
+                    continue
+                nd = render.next_departure() if rendering else None
+                if nd is not None:
+                    eng.now = max(eng.now, nd / NS)
+                    continue
+                if pending:
+                    submit(pending.popleft(), now_ns)
+                    continue
+                if i >= n:
+                    break
+                eng.now = max(eng.now, (t0_ns + offsets[i]) / NS)
+                continue
+            t_next = math.inf
+            if i < n and (cap is None or inflight < cap):
+                t_next = offsets[i]
+            if arriving:
+                t_next = min(t_next, arriving[0][0])
+            nd = render.next_departure() if rendering else None
+            if nd is not None:
+                t_next = min(t_next, nd - t0_ns)
+            eng.advance(min(t0 + t_next / NS, t0 + next_sample))
+            if eng.finished:
+                # a client slot frees when the last token reaches the client
+                freed = sorted(self._finish(req, eligible, offsets) for req in eng.finished)
+                inflight -= len(freed)
+                eng.finished.clear()
+                for t_ns in freed:
+                    if not pending:
+                        break
+                    submit(pending.popleft(), t_ns)
+            if self.progress and time.monotonic() - last_report > 1.0:
+                last_report = time.monotonic()
+                print(
+                    f"  sim t={eng.now:8.1f}s done={len(self.records)}/{n} "
+                    f"running={eng.num_running} waiting={eng.num_waiting} "
+                    f"kv={eng.pool.usage:.0%} preempted={eng.counters.preemptions}",
+                    file=sys.stderr,
+                )
+        # a last scrape after the last request, as a scraper stopping at the end would see
+        if self.keep_series:
+            samples.append(self._scrape(eng.now - t0))
+        self.samples = len(samples)
+        self._flush_done()
+        self._flush()
+        if self.samples_out is not None:
+            self.samples_out.write(b"".join(samples))
+
+    def _scrape(self, t: float) -> bytes:
+        sample = server_sample(self.eng, t)
+        self.series.append(as_server_sample(sample, self._hist_last))
+        if self.samples_out is None:
+            return b""
+        # orjson.dumps(sample) + b"\n", byte for byte, with the histograms' JSON made only
+        # when their snapshot changed (tests/sim/test_offline_api.py checks it)
+        cache = self._hist_json
+        parts = []
+        for k, h in sample["histograms"].items():
+            got = cache.get(k)
+            if got is None or got[0] is not h:
+                got = cache[k] = (h, orjson.dumps({k: h})[1:-1])
+            parts.append(got[1])
+        head = orjson.dumps({"t": sample["t"], "values": sample["values"]})
+        return b"".join((head[:-1], b',"histograms":{', b",".join(parts), b"}}\n"))
+
+    def _drain(self, upto_ns: int | None = None) -> None:
+        """The API server's work on the outputs of the steps the engine ran since the last
+        call (those that ended by ``upto_ns``): when each step's tokens reach the clients."""
+        eng = self.eng
+        i0 = self._step0 + len(self._deliv)
+        all_ends = eng.step_end_ns
+        i1 = len(all_ends)
+        if i1 <= i0:
+            return
+        if upto_ns is not None:
+            if all_ends[i0] > upto_ns:
+                return
+            if all_ends[i1 - 1] > upto_ns:
+                i1 = bisect_right(all_ends, upto_ns, i0, i1)
+        shift = self._shift
+        if i1 - i0 <= 16:  # a few steps: cheaper than numpy's per-call overhead
+            got = self.api.outputs_few(all_ends[i0:i1].tolist(), eng.step_tokens[i0:i1].tolist())
+            if shift:
+                got = [t - shift for t in got]
+            self._deliv.extend(got)
+            self._deliv_a.extend(got)
+            return
+        ends = np.frombuffer(all_ends, dtype=np.int64)[i0:i1]
+        tokens = np.frombuffer(eng.step_tokens, dtype=np.int64)[i0:i1]
+        out = self.api.outputs(ends, tokens) - shift
+        self._deliv.extend(out.tolist())
+        self._deliv_a.frombytes(out.tobytes())
+
+    def _times(self, req: SimRequest) -> list[int]:
+        """When ``req``'s tokens reached its client (ns, run clock): a new list."""
+        d, s0 = self._deliv, self._step0
+        segs = req.segments
+        if len(segs) == 1:
+            a, b = segs[0]
+            return d[a - s0 : b - s0]
+        out: list[int] = []
+        for a, b in segs:
+            out += d[a - s0 : b - s0]
+        return out
+
+    def _finish(self, req: SimRequest, eligible: dict[int, int], offsets: list[int]) -> int:
+        """A request finished: returns when its last token reaches the client (which frees a
+        client slot); its record is made with the next batch (:meth:`_flush_done`)."""
+        idx = req.id - self.id_base
+        last = req.segments[-1][1] - 1 - self._step0 if req.segments else -1
+        if last >= len(self._deliv):
+            self._drain()  # the outputs of its steps (and all before them) are worked now
+        end = self._deliv[last] if last >= 0 else int((req.finish_t or 0.0) * NS) - self._shift
+        self._done.append((req, idx, eligible[idx], end))
+        if len(self._done) >= 256:
+            self._flush_done()
+        return end
+
+    def itl_ms(self, ok: Sequence[RequestRecord]) -> np.ndarray | None:
+        """The pooled ITL of ``ok`` (records of this run) as ``summarize`` computes it from
+        their ``chunk_ns``, read from the int64 delivery times instead of 100k+ Python ints
+        (:data:`~servetune.metrics.summary.ItlSource`); ``None`` (let it read them) for a
+        record this run did not make as it holds it."""
+        if not self.token_times:
+            return None
+        segs_of, s0, n_deliv = self._segs, self._step0, len(self._deliv_a)
+        starts: list[int] = []
+        counts: list[int] = []
+        lens: list[int] = []
+        for r in ok:
+            got = segs_of.get(r.id)
+            if got is None or got[0] is not r:
+                return None
+            segs = got[1]
+            if len(segs) == 1:  # most records: one segment, no sum over them
+                a, b = segs[0]
+                k = b - a
+                if k > 1:
+                    if a < s0 or b - s0 > n_deliv:
+                        return None
+                    starts.append(a - s0)
+                    counts.append(k)
+                    lens.append(k)
+                continue
+            k = 0
+            for a, b in segs:
+                k += b - a
+            if k <= 1:
+                continue
+            for a, b in segs:
+                if a < s0 or b < a or b - s0 > n_deliv:
+                    return None
+                starts.append(a - s0)
+                counts.append(b - a)
+            lens.append(k)
+        if not lens:
+            return np.zeros(0)
+        st = np.array(starts, dtype=np.int64)
+        cn = np.array(counts, dtype=np.int64)
+        at = np.arange(int(cn.sum()), dtype=np.int64) + np.repeat(st - (np.cumsum(cn) - cn), cn)
+        dv = np.frombuffer(self._deliv_a, dtype=np.int64)
+        flat = dv[at]
+        del dv
+        return pooled_itl_ms(flat, np.array(lens, dtype=np.int64))
+
+    def _flush_done(self) -> None:
+        """Records of the finished requests (256 at a time: the lines are written in one)."""
+        done = self._done
+        if not done:
+            return
+        self._done = []
+        offsets = self.plan.offsets_ns
+        specs = self.plan.requests
+        token_times = self.token_times
+        records = self.records
+        lines = self._buf if self.requests_out is not None else None
+        dv = np.frombuffer(self._deliv_a, dtype=np.int64) if lines is not None else None
+        s0 = self._step0
+        for req, idx, at, end in done:
+            times = self._times(req)
+            spec = specs[idx]
+            first, last = (times[0], times[-1]) if times else (None, None)
+            chunks = times if token_times else []
+            rec = _ok_record(
+                idx,
+                offsets[idx],
+                at,
+                first,
+                last,
+                end,
+                chunks,
+                spec.input_len,
+                spec.output_len,
+                req.prompt_len,
+                req.out,
+                req.finish_reason,
+            )
+            records.append(rec)
+            if token_times:
+                self._segs[idx] = (rec, req.segments)
+            if lines is not None and dv is not None:
+                # the same line as record_line(rec): the token times go to orjson as an int64
+                # array, which it writes ~2.6x faster than a list of ints
+                line = dict(rec.__dict__)
+                if token_times:
+                    segs = req.segments
+                    if len(segs) == 1:
+                        line["chunk_ns"] = dv[segs[0][0] - s0 : segs[0][1] - s0]
+                    elif segs:
+                        line["chunk_ns"] = np.concatenate([dv[a - s0 : b - s0] for a, b in segs])
+                lines.append(orjson.dumps(line, option=_LINE_OPTS))
+        del dv
+        if lines is not None and len(lines) >= 256:
+            self._flush()
+
+
+_LINE_OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
