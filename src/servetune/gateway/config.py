@@ -36,7 +36,6 @@ Unknown fields are errors (a typo must not silently drop a limit).
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Literal
 from urllib.parse import urlsplit
@@ -280,7 +279,3 @@ def host_port(listen: str) -> tuple[str, int]:
     if not 0 <= p <= 65535:
         raise ValueError(f"listen address {listen!r}: port out of range")
     return host, p
-
-
-def finite(x: float | None) -> float:
-    return math.inf if x is None else x
