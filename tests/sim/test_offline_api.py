@@ -309,3 +309,22 @@ def test_a_simulated_run_that_measures_nothing_failed() -> None:
     assert any("no request falls in the measured window" in w for w in empty.warnings)
     some = simulate(BenchConfig(**base, request_rate=50, warmup_s=0.05), ENGINE)
     assert some.summary.completed > 0 and some.status == "complete"
+
+
+@pytest.mark.parametrize(("endpoint", "what"), [("completions", "prompt"), ("chat", "messages")])
+def test_a_request_past_the_context_is_refused_in_vllms_words(
+    tmp_path: Path, endpoint: str, what: str
+) -> None:
+    """Offline, a request longer than the context fails as the simulated server refuses it:
+    one message (sim.intake), "in the prompt" for completions, "in the messages" for chat —
+    the offline path said "messages" for both."""
+    cfg = BenchConfig(
+        num_prompts=6, random_input_len=600, random_output_len=20, request_rate=4.0,
+        endpoint=endpoint,
+    )  # fmt: skip
+    engine = EngineConfig(gpu="A100-80GB", model="Qwen/Qwen2.5-7B-Instruct", max_model_len=512)
+    simulate(cfg, engine, tmp_path)
+    recs = read_records(tmp_path)
+    assert recs and all(r.status == "failed" and r.http_status == 400 for r in recs)
+    assert all(r.error and "maximum context length is 512 tokens" in r.error for r in recs)
+    assert all(f"in the {what}," in (r.error or "") for r in recs), recs[0].error

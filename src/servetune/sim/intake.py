@@ -77,6 +77,17 @@ def prompt_pieces(body: dict[str, Any], chat: bool) -> tuple[int, list[str]]:
     return approx_count(pieces), pieces
 
 
+def too_long_message(n_prompt: int, max_tokens: int, max_model_len: int, chat: bool) -> str:
+    """vLLM's refusal of a request past the context length (the words its API server uses)."""
+    what = "messages" if chat else "prompt"
+    return (
+        f"This model's maximum context length is {max_model_len} tokens. However, you "
+        f"requested {n_prompt + max_tokens} tokens ({n_prompt} in the {what}, "
+        f"{max_tokens} in the completion). Please reduce the length of the {what} "
+        "or completion."
+    )
+
+
 def read_request(
     body: dict[str, Any], chat: bool, names: set[str], max_model_len: int
 ) -> Ask | Refusal:
@@ -98,14 +109,8 @@ def read_request(
     if max_tokens < 1:
         return Refusal(400, f"max_tokens must be at least 1, got {max_tokens}.", "BadRequestError")
     if n_prompt + max_tokens > max_model_len:
-        what = "messages" if chat else "prompt"
         return Refusal(
-            400,
-            f"This model's maximum context length is {max_model_len} tokens. However, you "
-            f"requested {n_prompt + max_tokens} tokens ({n_prompt} in the {what}, "
-            f"{max_tokens} in the completion). Please reduce the length of the {what} "
-            "or completion.",
-            "BadRequestError",
+            400, too_long_message(n_prompt, max_tokens, max_model_len, chat), "BadRequestError"
         )
     stream = bool(body.get("stream", False))
     opts = body.get("stream_options")

@@ -33,6 +33,7 @@ from servetune.sim.config import ResolvedConfig
 from servetune.sim.construct import _ok_record
 from servetune.sim.engine import Engine, SimRequest
 from servetune.sim.frontend import ApiServer, SharedIntake
+from servetune.sim.intake import too_long_message
 from servetune.sim.memory import MemoryPlan
 from servetune.sim.scrape import as_server_sample, server_sample
 from servetune.workload.plan import Plan
@@ -49,14 +50,6 @@ def _prompt_hashes(idx: int, nblocks: int) -> tuple[tuple[str, int, int], ...]:
     if len(have) < nblocks:
         have = _HASHES[idx] = have + tuple(("p", idx, b) for b in range(len(have), nblocks))
     return have[:nblocks]
-
-
-def _too_long_message(prompt: int, out: int, max_len: int) -> str:
-    return (
-        f"This model's maximum context length is {max_len} tokens. However, you requested "
-        f"{prompt + out} tokens ({prompt} in the messages, {out} in the completion). Please "
-        "reduce the length of the messages or completion."
-    )
 
 
 class OfflineRun:
@@ -195,7 +188,7 @@ class OfflineRun:
                         status="failed",
                         http_status=400,
                         error="HTTP 400: "
-                        + _too_long_message(spec.input_len, spec.output_len, max_len),
+                        + too_long_message(spec.input_len, spec.output_len, max_len, chat),
                         scheduled_ns=offsets[idx],
                         eligible_ns=at_ns,
                         send_ns=at_ns,
