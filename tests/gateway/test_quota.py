@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from redis_server import RedisServer
 
-from conftest import RedisServer
 from servetune.gateway.quota import Limits, MemoryQuota, Refusal, Reservation, refill, wait_for
 from servetune.gateway.redis_state import RedisState
 

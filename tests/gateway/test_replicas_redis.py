@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from harness import MODEL, client, sim
+from redis_server import RedisServer
 
-from conftest import RedisServer
 from servetune.sim.embedded import EmbeddedServer
 
 _LISTEN = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")

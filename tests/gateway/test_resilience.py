@@ -10,8 +10,7 @@ from typing import Any
 
 import aiohttp
 from harness import client, gateway_config, running, url
-
-from conftest import free_port
+from redis_server import free_port
 
 MODEL = "scripted-model"
 

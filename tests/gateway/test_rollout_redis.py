@@ -9,8 +9,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 from harness import MODEL, client, gateway_config, running, sim, stop_tasks, url, wait_until
+from redis_server import RedisServer
 
-from conftest import RedisServer
 from servetune.gateway.app import Gateway
 from servetune.gateway.keys import hash_key, new_key
 

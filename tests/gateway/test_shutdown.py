@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from harness import gateway_config, sim
+from redis_server import RedisServer
 
-from conftest import RedisServer
 from servetune.aio import cancel_requested, stop_task
 from servetune.gateway.app import Gateway
 
