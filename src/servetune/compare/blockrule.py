@@ -10,7 +10,9 @@ and the swap of two sweeps' runs level by level (:mod:`.swap`).
    server's batch with the requests that arrive while it decodes, so a shorter block shares
    its load with the next one — and a level's few blocks cannot show that in their own
    correlation. Past capacity in both runs, a decode lasts as long as the full batch takes and
-   the queue's own dependence is taken as it is (the test then leaves the waits out);
+   the queue's own dependence is taken as it is (the test then leaves every per-request
+   latency out, :data:`.runs.PAST_CAPACITY_UNTESTED`, and tests throughput alone: a longer
+   block does not make those latencies comparable — their chance difference lasts the run);
 3. at most the whole run.
 """
 

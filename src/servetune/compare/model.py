@@ -10,9 +10,10 @@ from servetune.compare.comparable import Difference, FlagDifference
 
 Verdict = Literal["better", "worse", "same", "not measured", "past capacity", "cannot tell"]
 """``cannot tell``: the runs are too short for their requests' lifetime (too few independent
-blocks over their arrivals). ``past capacity``: both runs' queues grew throughout, so a figure
-that includes the wait in the queue measures the run's length and its realized arrivals; it is
-shown, not tested."""
+blocks over their arrivals). ``past capacity``: both runs' queues grew throughout, so a
+per-request latency (a wait in the queue, or the token pace of a batch that filled when the
+queue's chance backlog said) measures the run's length and its realized arrivals; it is shown,
+not tested."""
 
 
 class FigureResult(BaseModel):
