@@ -21,7 +21,8 @@ import os
 import time
 
 from servetune.cost.prices import PriceBook
-from servetune.plan.planner import PlanRequest, make_plan
+from servetune.plan.request import PlanRequest
+from servetune.plan.search import make_plan
 from servetune.plan.space import (
     DEFAULT_GPUS,
     DEFAULT_KNOB_SETS,

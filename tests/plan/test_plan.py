@@ -393,7 +393,9 @@ def test_a_capacity_refuted_on_every_draw_shows_no_figure() -> None:
     the SLO: no replicas, $/hour or headroom from the refuted figure (real simulations: the
     A100 case above, where 1 of the 8 draws misses at the search's 9.03 req/s; one step)."""
     from servetune.plan.capacity import confirm, simulate_draw
-    from servetune.plan.planner import PlanRequest, _apply_confirmation, _set_replicas
+    from servetune.plan.confirmation import _apply_confirmation
+    from servetune.plan.pricing import set_replicas
+    from servetune.plan.request import PlanRequest
     from servetune.plan.space import candidates
     from servetune.results.plan_file import PlannedCandidate
 
@@ -419,7 +421,7 @@ def test_a_capacity_refuted_on_every_draw_shows_no_figure() -> None:
         knob_set="default", status="ok", usd_per_gpu_hour=1.39,
         slo_max_rate_per_replica=cap.slo_max_rate,
     )  # fmt: skip
-    _set_replicas(c, req, 1, w)
+    set_replicas(c, req, 1, w)
     _apply_confirmation(req, c, conf)
     assert c.status == "misses_slo"
     assert c.slo_max_rate_per_replica is None and c.headroom is None

@@ -11,7 +11,9 @@ import pytest
 
 from servetune.cli import main
 from servetune.plan.capacity import DRAWS, Confirmation, latency_margin, simulate_draw
-from servetune.plan.planner import PlanRequest, _apply_confirmation, _set_replicas, rank_key
+from servetune.plan.confirmation import _apply_confirmation
+from servetune.plan.pricing import rank_key, set_replicas
+from servetune.plan.request import PlanRequest
 from servetune.plan.simulate import Point
 from servetune.plan.space import candidates
 from servetune.plan.workload import synthetic
@@ -103,7 +105,7 @@ def test_a_confirmation_only_raises_a_rows_ranking_key(share: float | None) -> N
         knob_set="default", status="ok", usd_per_gpu_hour=1.39,
         slo_max_rate_per_replica=searched,
     )  # fmt: skip
-    _set_replicas(c, req, 3, w)
+    set_replicas(c, req, 3, w)
     before = rank_key(c)
     missed = [_point(searched, 120.0)] * DRAWS
     if share is None:  # refuted at every rate tried

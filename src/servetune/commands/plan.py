@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from servetune.plan.planner import PlanRequest
+    from servetune.plan.request import PlanRequest
     from servetune.results.plan_file import PlannedCandidate, PlanResult
 
 
@@ -39,7 +39,7 @@ def _ints(text: str) -> list[int]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from servetune.commands._workload_args import parse_rate
     from servetune.commands.cost import add_price_arguments
-    from servetune.plan.planner import CONFIRM_ROWS
+    from servetune.plan.request import CONFIRM_ROWS
     from servetune.plan.space import (
         DEFAULT_GPUS,
         DEFAULT_KNOB_SETS,
@@ -160,7 +160,7 @@ def _request(args: argparse.Namespace) -> PlanRequest:
     from servetune.errors import ConfigError
     from servetune.metrics.slo_spec import p99_slo, parse_slos
     from servetune.plan import workload as wl
-    from servetune.plan.planner import PlanRequest
+    from servetune.plan.request import PlanRequest
     from servetune.plan.space import DEFAULT_KNOB_SETS, candidates, parse_quantizations
     from servetune.sim.catalog import find_model
 
@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
     from datetime import datetime
 
     from servetune.commands.cost import price_book
-    from servetune.plan.planner import make_plan
+    from servetune.plan.search import make_plan
     from servetune.results.plan_file import PLAN_FILE, write_plan_result
 
     req = _request(args)

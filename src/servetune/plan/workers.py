@@ -1,0 +1,60 @@
+"""What runs in the planner's worker processes (a ``ProcessPoolExecutor``: these functions are
+pickled by their module path): :func:`init` sets a worker's traffic and SLOs once,
+:func:`evaluate` finds one candidate's start-up and capacity (the memory planner, then
+:func:`~servetune.plan.capacity.find_capacity`), :func:`draw` simulates one independent draw of
+the traffic for a confirmation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from servetune.errors import SimError
+from servetune.plan.capacity import Capacity, find_capacity, simulate_draw
+from servetune.plan.simulate import Point
+from servetune.plan.space import Candidate
+from servetune.plan.workload import Workload
+from servetune.results.schema import Slo
+from servetune.sim.memory import plan_memory
+
+
+class Outcome(BaseModel):
+    """What a worker found for one candidate (no prices: those are the parent's)."""
+
+    index: int
+    refused: str | None = None
+    vllm_serve: str | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    capacity: Capacity | None = None
+
+
+_W: dict[str, Any] = {}
+
+
+def init(workload: Workload, slo: Slo, n: int) -> None:
+    _W.update(workload=workload, slo=slo, n=n)
+
+
+def evaluate(index: int, cand: Candidate) -> Outcome:
+    try:
+        r = cand.engine.resolve()
+        mem = plan_memory(r)
+    except SimError as exc:
+        return Outcome(index=index, refused=exc.message)
+    serve = "vllm serve " + " ".join(cand.engine.vllm_args())
+    cap = find_capacity(r, mem, _W["workload"], _W["slo"], _W["n"])
+    return Outcome(
+        index=index,
+        vllm_serve=serve,
+        kv_cache_tokens=mem.kv_cache_tokens,
+        max_concurrency=mem.max_concurrency,
+        capacity=cap,
+    )
+
+
+def draw(cand: Candidate, rate: float, draw: int) -> Point:
+    """One independent draw of the traffic at ``rate`` on one replica of ``cand``."""
+    r = cand.engine.resolve()
+    return simulate_draw(r, plan_memory(r), _W["workload"], rate, _W["n"], draw)
