@@ -149,6 +149,11 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise ConfigError(f"--r must be a positive number (got {args.r:g})", hint="e.g. --r 4")
     if args.top < 1:
         raise ConfigError(f"--top must be ≥ 1 (got {args.top})", hint="or --all for every row")
+    if not 0 < args.burstiness < math.inf:  # inf: every gap NaN, a ValueError traceback
+        raise ConfigError(
+            f"--burstiness must be a finite number > 0 (got {args.burstiness:g})",
+            hint="e.g. --burstiness 0.5 (burstier than Poisson), 1 for Poisson arrivals",
+        )
     if args.workers is not None and args.workers < 1:
         raise ConfigError(
             f"--workers must be ≥ 1 (got {args.workers})",

@@ -62,10 +62,7 @@ def load_texts(path: str | Path | None, n: int) -> tuple[list[str], str]:
         built = builtin_texts()
         return built[:n], f"servetune's built-in English paragraphs ({min(n, len(built))})"
     p = Path(path).expanduser()
-    try:
-        raw = p.read_text("utf-8")
-    except OSError as exc:
-        raise DatasetError(f"cannot read --texts {p}: {exc.strerror or exc}") from None
+    raw = _read_text(p, "--texts")
     texts: list[str] = []
     if p.suffix == ".jsonl":
         for i, line in enumerate(raw.splitlines(), 1):
@@ -88,12 +85,26 @@ def load_texts(path: str | Path | None, n: int) -> tuple[list[str], str]:
     return texts[:n], f"{p} ({min(n, len(texts))} texts)"
 
 
+def _read_text(p: Path, flag: str) -> str:
+    """The UTF-8 text of the file a flag names; a missing, unreadable or binary file is a
+    DatasetError that names the flag."""
+    try:
+        return p.read_text("utf-8")
+    except OSError as exc:
+        raise DatasetError(
+            f"cannot read {flag} {p}: {exc.strerror or exc}",
+            hint=f"give {flag} a readable text file",
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise DatasetError(
+            f"{flag} {p} is not UTF-8 text (byte {exc.start}: {exc.reason})",
+            hint=f"give {flag} a text file (.jsonl or plain text), not a binary one",
+        ) from None
+
+
 def load_samples(path: str | Path) -> list[Sample]:
     p = Path(path).expanduser()
-    try:
-        lines = p.read_text("utf-8").splitlines()
-    except OSError as exc:
-        raise DatasetError(f"cannot read --samples {p}: {exc.strerror or exc}") from None
+    lines = _read_text(p, "--samples").splitlines()
     out: list[Sample] = []
     for i, line in enumerate(lines, 1):
         if not line.strip():

@@ -236,11 +236,17 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
     file = p / "config.json" if p.is_dir() else p
     try:
         cfg = json.loads(file.read_text("utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SimError(
             f"cannot read model config {file}: {exc}",
             hint="give a Hugging Face config.json (or its folder) or a catalog name",
         ) from exc
+    if not isinstance(cfg, dict):  # a JSON array or a bare value: no field to read
+        raise SimError(
+            f"{file} is not a model config: expected a JSON object of fields, found "
+            f"{type(cfg).__name__}",
+            hint="give a Hugging Face config.json (or its folder) or a catalog name",
+        )
     if isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg, **cfg["text_config"]}
     try:
@@ -260,7 +266,7 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
             attention_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
             source=str(file),
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
         raise SimError(
             f"{file} lacks a field the simulator needs: {exc}",
             hint="the simulator models dense decoder-only transformers (Llama/Qwen/Mistral "
