@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from servetune.commands._result_dir import add_result_dir_argument, result_dir
+from servetune.commands._url_args import http_url
 from servetune.commands._workload_args import (
     add_target_arguments,
     add_workload_arguments,
@@ -105,7 +106,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--no-progress", action="store_true", help="no live progress line")
     o.add_argument("--no-metrics", action="store_true", help="do not scrape the server's /metrics")
     o.add_argument("--metrics-interval", type=float, default=1.0, help="seconds between scrapes")
-    o.add_argument("--dcgm-url", default=None, help="DCGM exporter /metrics URL for GPU use")
+    o.add_argument(
+        "--dcgm-url", type=http_url, default=None, help="DCGM exporter /metrics URL for GPU use"
+    )
     add_engine_arguments(
         p.add_argument_group("simulated engine (when no --base-url)"),
         shared=("model", "served_model_name"),
@@ -160,11 +163,21 @@ def sweep_config_from_args(args: argparse.Namespace) -> SweepConfig:
             "--restart-per-level needs --server-cmd (servetune can only restart what it started)"
         )
     if args.repeats < 1:
-        raise ConfigError(f"--repeats must be ≥ 1 (got {args.repeats})")
+        raise ConfigError(
+            f"--repeats must be ≥ 1 (got {args.repeats})",
+            hint="e.g. --repeats 3 (one run per level is --repeats 1)",
+        )
     if args.auto_levels < 2:
-        raise ConfigError(f"--auto-levels must be ≥ 2 (got {args.auto_levels})")
+        raise ConfigError(
+            f"--auto-levels must be ≥ 2 (got {args.auto_levels})", hint="e.g. --auto-levels 8"
+        )
     if not args.knee_k > 0:
-        raise ConfigError(f"--knee-k must be > 0 (got {args.knee_k})")
+        raise ConfigError(f"--knee-k must be > 0 (got {args.knee_k})", hint="e.g. --knee-k 1")
+    if not 0 < args.server_ready_timeout < math.inf:  # 0 or NaN: no server is ever "ready"
+        raise ConfigError(
+            f"--server-ready-timeout must be > 0 seconds (got {args.server_ready_timeout:g})",
+            hint="e.g. --server-ready-timeout 600",
+        )
     if args.confirm and bench.goodput.is_empty():
         raise ConfigError(
             "--confirm checks the SLO-max rate, which needs SLOs",
@@ -175,7 +188,9 @@ def sweep_config_from_args(args: argparse.Namespace) -> SweepConfig:
         if args.concurrencies is not None
         else {
             "mode": "rate",
-            "request_rates": parse_rates(args.request_rates or DEFAULT_RATES),
+            "request_rates": parse_rates(
+                DEFAULT_RATES if args.request_rates is None else args.request_rates
+            ),
             "auto_levels": args.auto_levels,
         }
     )

@@ -175,6 +175,23 @@ def _check_numbers(args: argparse.Namespace) -> None:
             f"--ready-timeout must be a positive number of seconds (got {args.ready_timeout:g})",
             hint="e.g. --ready-timeout 600",
         )
+    # Each was clamped without a word (--probes -1 ran with 2, --repeats 0 with 1, --top-k 0
+    # with 1, --heartbeat 0 with 1 s): the study ran other than asked.
+    for flag, value, least, example in (
+        ("--repeats", args.repeats, 1, "--repeats 3"),
+        ("--top-k", args.top_k, 1, "--top-k 3"),
+        ("--probes", args.probes, 2, "--probes 8"),
+        ("--validate-top", args.validate_top, 0, "--validate-top 3, or 0 for none"),
+        ("--heartbeat", args.heartbeat, 1, "--heartbeat 10 (seconds)"),
+    ):
+        _at_least(flag, value, least, example)
+
+
+def _at_least(flag: str, value: int | None, least: int, example: str) -> None:
+    from servetune.errors import ConfigError
+
+    if value is not None and value < least:
+        raise ConfigError(f"{flag} must be ≥ {least} (got {value})", hint=f"e.g. {example}")
 
 
 def _spec(args: argparse.Namespace) -> Any:
@@ -224,7 +241,7 @@ def _spec(args: argparse.Namespace) -> Any:
     if args.realtime and engine != "sim":
         raise ConfigError("--realtime applies to --engine sim only")
     if args.trials < 1:
-        raise ConfigError(f"--trials {args.trials}: at least 1")
+        raise ConfigError(f"--trials {args.trials}: at least 1", hint="e.g. --trials 30")
     _check_numbers(args)
     space = build_space(engine, args.knob, args.fix, gpus=max(1, len(gpus)))
     baseline = None
@@ -310,6 +327,8 @@ def run(args: argparse.Namespace) -> int:
 def _worker(args: argparse.Namespace) -> int:
     from servetune.tune.run import run_worker
 
+    _at_least("--trials", args.worker_trials, 1, "--trials 30, or leave it out for the study's")
+    _at_least("--heartbeat", args.worker_heartbeat, 1, "--heartbeat 10 (seconds)")
     gpus = [g.strip() for g in args.worker_gpus.split(",")] if args.worker_gpus else None
     out = args.worker_result_dir or Path("servetune-results") / f"{args.worker_study}-worker"
     recs = run_worker(
