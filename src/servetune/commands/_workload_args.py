@@ -320,6 +320,18 @@ def _check_numbers(args: argparse.Namespace) -> None:
             raise ConfigError(
                 f"{flag} must be a finite number (got {value:g})", hint=f"e.g. {example}"
             )
+    if getattr(args, "arrival", None) == "constant" and getattr(args, "burstiness", 1.0) != 1.0:
+        raise ConfigError(  # the gaps are all 1/rate: the shape was dropped without a word
+            f"--burstiness {args.burstiness:g} shapes random gaps, and --arrival constant "
+            "spaces the requests evenly",
+            hint="drop --burstiness, or use --arrival gamma (or poisson) for bursty arrivals",
+        )
+    temperature = getattr(args, "temperature", None)
+    if temperature is not None and temperature < 0:  # sent as is; the server answers 400
+        raise ConfigError(
+            f"--temperature must be ≥ 0 (got {temperature:g})",
+            hint="e.g. --temperature 0 (greedy) or --temperature 1",
+        )
     timeout = getattr(args, "request_timeout_s", None)
     if timeout is not None and not timeout > 0:  # 0 or -1: every request "timed out"
         raise ConfigError(

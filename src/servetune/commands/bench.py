@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from servetune.commands._result_dir import add_result_dir_argument, result_dir
+from servetune.commands._url_args import http_url
 from servetune.commands._workload_args import (
     add_target_arguments,
     add_workload_arguments,
@@ -35,7 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1.0,
         help="seconds between /metrics scrapes (0.5–1 recommended)",
     )
-    g.add_argument("--dcgm-url", default=None, help="DCGM exporter /metrics URL for GPU use")
+    g.add_argument(
+        "--dcgm-url", type=http_url, default=None, help="DCGM exporter /metrics URL for GPU use"
+    )
     add_engine_arguments(
         p.add_argument_group("simulated engine (when no --base-url)"),
         shared=("model", "served_model_name"),

@@ -231,4 +231,10 @@ def _run(args: argparse.Namespace) -> int:
 
     if result.failures is not None and result.failures.failed:
         print(f"{result.status}: {result.failures.verdict}")
+    elif result.failures is not None:
+        from servetune.metrics.summary import empty_window
+
+        why = empty_window(bench_cfg, s, result.failures)  # exit 1: say why
+        if why:
+            print(f"{result.status}: {why}")
     return exit_code(result.status)

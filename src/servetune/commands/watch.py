@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from servetune.commands._url_args import http_url
 from servetune.commands.export import parse_duration
 from servetune.watch.hold import HOLD_S
 
@@ -47,7 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", dest="server_cmd", help=argparse.SUPPRESS)  # its earlier name
     p.add_argument("--gpu", help="GPU type, for the compute-load estimate (e.g. A100-80GB)")
     p.add_argument("--model", help="model (`servetune sim models`), for the compute estimate")
-    p.add_argument("--dcgm-url", help="an NVIDIA DCGM exporter's /metrics, for GPU utilisation")
+    p.add_argument(
+        "--dcgm-url", type=http_url, help="an NVIDIA DCGM exporter's /metrics, for GPU utilisation"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -40,9 +40,16 @@ __all__ = [
 def _known_from_options(
     command: str | None, gpu: str | None, model: str | None
 ) -> KnownConfig | None:
-    """A KnownConfig from --server-cmd / --gpu / --model, or None to use the run's own record."""
+    """A KnownConfig from --server-cmd / --gpu / --model, or None to use the run's own record.
+    A --gpu or --model the catalog does not know is an error here, where the user typed it (the
+    figures that need it would otherwise go missing without a word)."""
     from servetune.diagnose.knobs import KnownConfig, from_command
+    from servetune.sim.catalog import find_gpu, find_model
 
+    if gpu:
+        find_gpu(gpu)
+    if model:
+        find_model(model)
     if command:
         return from_command(command, gpu, model, source="--server-cmd")
     if gpu or model:
