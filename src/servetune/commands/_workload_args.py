@@ -53,10 +53,14 @@ def parse_goodput(items: list[str] | None) -> Slo:
             ms = float(value)
         except ValueError:
             raise ConfigError(
-                f"--goodput {item!r}: {value!r} is not a number of milliseconds"
+                f"--goodput {item!r}: {value!r} is not a number of milliseconds",
+                hint="e.g. --goodput ttft:500 tpot:50 e2el:10000",
             ) from None
         if not ms > 0:  # NaN too: no latency is below it
-            raise ConfigError(f"--goodput {item!r}: the SLO must be > 0 ms")
+            raise ConfigError(
+                f"--goodput {item!r}: the SLO must be > 0 ms",
+                hint="e.g. --goodput ttft:500 tpot:50 e2el:10000",
+            )
         values[key] = ms
     return Slo(**values)
 
@@ -374,7 +378,10 @@ def workload_config_from_args(
         fields["model"] = args.served_model_name  # the name the requests carry
     fields["goodput"] = parse_goodput(getattr(args, "goodput", None))
     if getattr(args, "workers", None) is not None and args.workers < 1:
-        raise ConfigError(f"--workers must be ≥ 1 (got {args.workers})")
+        raise ConfigError(
+            f"--workers must be ≥ 1 (got {args.workers})",
+            hint="leave it out for as many as the rate needs",
+        )
     return BenchConfig(**fields)
 
 

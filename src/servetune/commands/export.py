@@ -108,7 +108,11 @@ def _promql(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         emap, absent = find_map(args.engine or "vllm")
     if not args.window > 0 or not args.resolution > 0 or not 0 <= args.for_s < math.inf:
         # NaN too: --for nan silently dropped every rule's `for:` (alerts fired at once)
-        raise ConfigError("--window and --resolution must be > 0 and --for ≥ 0")
+        raise ConfigError(
+            "--window and --resolution must be > 0 and --for ≥ 0 (got "
+            f"{args.window:g}, {args.resolution:g} and {args.for_s:g} s)",
+            hint="e.g. --window 5m --resolution 15s --for 1m",
+        )
     for flag, v in (("--input-len", args.input_len), ("--output-len", args.output_len)):
         if not 1 <= v < math.inf:
             raise ConfigError(f"{flag} must be ≥ 1 token (got {v:g})", hint=f"e.g. {flag} 1024")

@@ -201,7 +201,7 @@ def _request(args: argparse.Namespace) -> PlanRequest:
     model = find_model(model).name if not model.endswith(".json") else model
     quants = parse_quantizations(args.quantizations)
     if any(tp < 1 for tp in args.tp):
-        raise ConfigError("--tp sizes must be ≥ 1")
+        raise ConfigError("--tp sizes must be ≥ 1", hint="e.g. --tp 1,2,4")
     from servetune.cost.prices import canonical_gpu
 
     gpus = [canonical_gpu(g) for g in args.gpus]

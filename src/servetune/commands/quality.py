@@ -76,11 +76,19 @@ def run(args: argparse.Namespace) -> int:
 
     for name in ("top_k", "max_k", "concurrency", "greedy_tokens"):
         if getattr(args, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be ≥ 1")
+            flag = f"--{name.replace('_', '-')}"
+            raise ConfigError(
+                f"{flag} must be ≥ 1 (got {getattr(args, name)})",
+                hint=f"leave {flag} out for its default (see servetune quality --help)",
+            )
     if not 0 <= args.min_top1 <= 1 or (
         args.min_greedy_match is not None and not 0 <= args.min_greedy_match <= 1
     ):
-        raise ConfigError("--min-top1 and --min-greedy-match are shares between 0 and 1")
+        raise ConfigError(
+            "--min-top1 and --min-greedy-match are shares between 0 and 1 "
+            f"(got {args.min_top1:g} and {args.min_greedy_match})",
+            hint="e.g. --min-top1 0.95 --min-greedy-match 0.9",
+        )
     # not "< 0": a NaN threshold is never exceeded, so every candidate would have passed
     if not (args.max_ppl_increase >= 0 and args.max_kl >= 0 and args.max_sample_regressions >= 0):
         raise ConfigError(

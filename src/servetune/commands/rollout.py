@@ -40,7 +40,10 @@ def _key(args: argparse.Namespace) -> str:
         try:
             key = Path(args.admin_key_file).read_text().strip()
         except OSError as exc:
-            raise ConfigError(f"--admin-key-file {args.admin_key_file}: {exc.strerror}") from None
+            raise ConfigError(
+                f"--admin-key-file {args.admin_key_file}: {exc.strerror}",
+                hint="give the file holding the admin key, or set SERVETUNE_ADMIN_KEY",
+            ) from None
     else:
         key = os.environ.get("SERVETUNE_ADMIN_KEY", "").strip()
     if not key:
@@ -57,7 +60,10 @@ def run(args: argparse.Namespace) -> int:
     from servetune.gateway.rollout import parse_steps
 
     if args.status and args.abort:
-        raise ConfigError("--status and --abort contradict each other: give one")
+        raise ConfigError(
+            "--status and --abort contradict each other: give one",
+            hint="--status to look at the rollout, --abort to stop it",
+        )
     if args.timeout is not None and not 0 < args.timeout < math.inf:
         # NaN followed forever, a negative one gave up at once (exit 1)
         raise ConfigError(
@@ -83,7 +89,10 @@ class _Admin:
         except ValueError:
             port = -1
         if parts.scheme != "http" or not parts.hostname or port == -1:
-            raise ConfigError(f"--gateway {url!r}: expected http://host:port")
+            raise ConfigError(
+                f"--gateway {url!r}: expected http://host:port",
+                hint="the URL the gateway listens on, e.g. --gateway http://127.0.0.1:8080",
+            )
         self.url = url
         self.pool = ConnectionPool(parts.hostname, port or 80)
         self.auth = b"Authorization: Bearer %s\r\n" % key.encode()
@@ -98,7 +107,10 @@ class _Admin:
         try:
             status, _h, raw = await fetch(self.pool, method, path, self.auth, 30.0, body=data)
         except (OSError, ConnectionError, TimeoutError) as exc:
-            raise TargetError(f"cannot reach the gateway at {self.url}: {exc}") from None
+            raise TargetError(
+                f"cannot reach the gateway at {self.url}: {exc}",
+                hint="is `servetune gateway` running there? check --gateway",
+            ) from None
         try:
             return status, orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError:

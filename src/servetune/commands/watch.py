@@ -61,9 +61,14 @@ def run(args: argparse.Namespace) -> int:
     from servetune.watch.session import WatchSession, run_for
 
     if not args.refresh > 0:  # NaN too
-        raise ConfigError(f"--refresh must be > 0 s (got {args.refresh:g})")
+        raise ConfigError(
+            f"--refresh must be > 0 s (got {args.refresh:g})", hint="e.g. --refresh 1"
+        )
     if args.duration is not None and not args.duration > 0:
-        raise ConfigError(f"--duration must be > 0 s (got {args.duration:g})")
+        raise ConfigError(
+            f"--duration must be > 0 s (got {args.duration:g})",
+            hint="e.g. --duration 300, or leave it out to watch until Ctrl-C",
+        )
     known = known_from_options(args.server_cmd, args.gpu, args.model)
     session = WatchSession(
         args.url,

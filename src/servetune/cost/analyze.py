@@ -55,7 +55,10 @@ def _from_engine(engine: dict[str, Any] | None) -> tuple[str, int] | None:
 def deployment(recorded: dict[str, Any] | None, gpu: str | None, gpus: int | None) -> Deployment:
     """GPU type and count: flags win over what the result records; a real run needs --gpu."""
     if gpus is not None and gpus < 1:
-        raise ConfigError(f"--gpus must be ≥ 1 (got {gpus})")
+        raise ConfigError(
+            f"--gpus must be ≥ 1 (got {gpus})",
+            hint="leave it out for the recorded tensor-parallel size",
+        )
     rec = _from_engine(recorded)
     if gpu is not None:
         if gpus is None and rec is None:

@@ -79,9 +79,15 @@ def synthetic(
     input_len: int, output_len: int, range_ratio: float, n: int, seed: int, burstiness: float
 ) -> Workload:
     if input_len < 1 or output_len < 1:
-        raise ConfigError("--input-len and --output-len must be ≥ 1")
+        raise ConfigError(
+            f"--input-len and --output-len must be ≥ 1 (got {input_len} and {output_len})",
+            hint="e.g. --input-len 1024 --output-len 128",
+        )
     if not 0 <= range_ratio < 1:
-        raise ConfigError(f"--range-ratio must be in [0, 1) (got {range_ratio})")
+        raise ConfigError(
+            f"--range-ratio must be in [0, 1) (got {range_ratio})",
+            hint="e.g. --range-ratio 0.5 (lengths L·0.5 to L·1.5), 0 for fixed lengths",
+        )
     rng = np.random.default_rng(seed)
 
     def draw(mean: int) -> np.ndarray:

@@ -176,7 +176,9 @@ def detect_dir(path: str | Path) -> Literal["run", "sweep"]:
     if (p / RUN_FILE).is_file():
         return "run"
     if not p.exists():
-        raise ResultError(f"{p} does not exist")
+        raise ResultError(
+            f"{p} does not exist", hint="point at the --result-dir of a bench, sweep or sim run"
+        )
     raise ResultError(
         f"{p} holds no servetune result: expected {RUN_FILE} (a run) or {SWEEP_FILE} (a sweep)",
         hint="point at the --result-dir of a bench, sweep or sim run",

@@ -61,13 +61,24 @@ def read_json_file(path: Path, kind: str, max_version: int) -> dict[str, Any]:
     try:
         data = orjson.loads(path.read_bytes())
     except FileNotFoundError as exc:
-        raise ResultError(f"{path} not found") from exc
+        raise ResultError(
+            f"{path} not found", hint="point at a directory servetune wrote (its --result-dir)"
+        ) from exc
     except OSError as exc:  # a directory in its place, no permission, an I/O error
-        raise ResultError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        raise ResultError(
+            f"cannot read {path}: {exc.strerror or exc}",
+            hint="point at a directory servetune wrote (its --result-dir)",
+        ) from exc
     except orjson.JSONDecodeError as exc:
-        raise ResultError(f"{path} is not valid JSON ({exc.msg}, line {exc.lineno})") from exc
+        raise ResultError(
+            f"{path} is not valid JSON ({exc.msg}, line {exc.lineno})",
+            hint="the file was cut short or edited: re-run the command that wrote it",
+        ) from exc
     if not isinstance(data, dict) or data.get("kind") != kind:
-        raise ResultError(f'{path} is not a servetune {kind} file (no "kind": "{kind}")')
+        raise ResultError(
+            f'{path} is not a servetune {kind} file (no "kind": "{kind}")',
+            hint=f"point at the directory servetune wrote the {kind} to (its --result-dir)",
+        )
     version = data.get("schema_version")
     if not isinstance(version, int) or version > max_version:
         raise ResultError(

@@ -186,7 +186,11 @@ def _given_or_default(
 
 def _at_least_one(value: int, flag: str) -> int:
     if value < 1:
-        raise SimError(f"{flag} must be ≥ 1 (got {value})", code="sim.config")
+        raise SimError(
+            f"{flag} must be ≥ 1 (got {value})",
+            hint=f"leave {flag} out for vLLM's default",
+            code="sim.config",
+        )
     return value
 
 
@@ -279,13 +283,20 @@ def resolve(cfg: EngineConfig) -> ResolvedConfig:
     if cfg.block_size not in (1, 8, 16, 32, 64, 128):
         raise SimError(
             f"--block-size must be one of 1, 8, 16, 32, 64, 128 (got {cfg.block_size})",
+            hint="leave it out for 16, vLLM's default",
             code="sim.config",
         )
     if cfg.long_prefill_token_threshold < 0:
-        raise SimError("--long-prefill-token-threshold must be ≥ 0", code="sim.config")
+        raise SimError(
+            f"--long-prefill-token-threshold must be ≥ 0 (got {cfg.long_prefill_token_threshold})",
+            hint="e.g. --long-prefill-token-threshold 512, or 0 for no cap",
+            code="sim.config",
+        )
     if cfg.interconnect_gb_s is not None and not cfg.interconnect_gb_s > 0:
         raise SimError(
-            f"--interconnect-gb-s must be > 0 (got {cfg.interconnect_gb_s})", code="sim.config"
+            f"--interconnect-gb-s must be > 0 (got {cfg.interconnect_gb_s})",
+            hint="e.g. --interconnect-gb-s 300, or leave it out for the catalog's bandwidth",
+            code="sim.config",
         )
     return ResolvedConfig(
         gpu=gpu,

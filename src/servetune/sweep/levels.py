@@ -64,7 +64,9 @@ def _parse_levels(
             ) from None
         if not (v > 0 if least == 0 else v >= least):
             rule = "> 0" if least == 0 else f"≥ {least}"
-            raise ConfigError(f"{flag}: every value must be {rule} (got {part})")
+            raise ConfigError(
+                f"{flag}: every value must be {rule} (got {part})", hint=f"e.g. {flag} {example}"
+            )
         out.append(v)
     if not out:
         raise ConfigError(f"{flag} is empty", hint=f"e.g. {flag} {example}")
@@ -94,7 +96,7 @@ def round_sig(v: float, digits: int = 3) -> float:
 def auto_fractions(n: int) -> list[float]:
     """``n`` fractions of the saturation throughput, from 0.1 to 1.2, denser near 1."""
     if n < 2:
-        raise ConfigError(f"--auto-levels must be ≥ 2 (got {n})")
+        raise ConfigError(f"--auto-levels must be ≥ 2 (got {n})", hint="e.g. --auto-levels 8")
     anchors_t = np.linspace(0.0, 1.0, len(AUTO_FRACTIONS))
     shape = PchipInterpolator(anchors_t, np.array(AUTO_FRACTIONS))
     return [float(f) for f in shape(np.linspace(0.0, 1.0, n))]

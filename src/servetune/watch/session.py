@@ -167,7 +167,9 @@ class WatchSession:
         hold_s: float = HOLD_S,
     ) -> None:
         if not interval_s > 0:
-            raise ConfigError(f"--interval must be > 0 s (got {interval_s:g})")
+            raise ConfigError(
+                f"--interval must be > 0 s (got {interval_s:g})", hint="e.g. --interval 1"
+            )
         if not window_s >= 2 * interval_s:
             raise ConfigError(
                 f"--window ({window_s:g} s) must hold at least two scrapes "
@@ -175,7 +177,9 @@ class WatchSession:
                 hint="a window of 30-120 s is usual",
             )
         if not 0 <= hold_s < math.inf:
-            raise ConfigError(f"--for must be ≥ 0 s (got {hold_s:g})")
+            raise ConfigError(
+                f"--for must be ≥ 0 s (got {hold_s:g})", hint="e.g. --for 1m, or 0 for at once"
+            )
         self.url = url
         self.metrics_url = resolve_metrics_url(url)
         self.hold: Hold[Finding] = Hold(hold_s)

@@ -42,19 +42,40 @@ def validate_config(cfg: BenchConfig) -> None:
             hint="use a positive rate, or 'inf' (optionally with --max-concurrency N)",
         )
     if cfg.max_concurrency is not None and cfg.max_concurrency < 1:
-        raise ConfigError(f"--max-concurrency must be ≥ 1 (got {cfg.max_concurrency})")
+        raise ConfigError(
+            f"--max-concurrency must be ≥ 1 (got {cfg.max_concurrency})",
+            hint="e.g. --max-concurrency 32, or leave it out for no cap",
+        )
     if cfg.num_prompts < 1:
-        raise ConfigError(f"--num-prompts must be ≥ 1 (got {cfg.num_prompts})")
+        raise ConfigError(
+            f"--num-prompts must be ≥ 1 (got {cfg.num_prompts})", hint="e.g. --num-prompts 1000"
+        )
     if cfg.duration_s is not None and not cfg.duration_s > 0:
-        raise ConfigError(f"--duration must be > 0 seconds (got {cfg.duration_s})")
+        raise ConfigError(
+            f"--duration must be > 0 seconds (got {cfg.duration_s})", hint="e.g. --duration 60"
+        )
     if cfg.random_input_len < 1 or cfg.random_output_len < 1:
-        raise ConfigError("--random-input-len and --random-output-len must be ≥ 1")
+        raise ConfigError(
+            "--random-input-len and --random-output-len must be ≥ 1 "
+            f"(got {cfg.random_input_len} and {cfg.random_output_len})",
+            hint="e.g. --random-input-len 1024 --random-output-len 128",
+        )
     if not 0 <= cfg.random_range_ratio < 1:
-        raise ConfigError(f"--random-range-ratio must be in [0, 1) (got {cfg.random_range_ratio})")
+        raise ConfigError(
+            f"--random-range-ratio must be in [0, 1) (got {cfg.random_range_ratio})",
+            hint="e.g. --random-range-ratio 0.5 (lengths L·0.5 to L·1.5), 0 for fixed lengths",
+        )
     if not cfg.burstiness > 0:
-        raise ConfigError(f"--burstiness must be > 0 (got {cfg.burstiness})")
+        raise ConfigError(
+            f"--burstiness must be > 0 (got {cfg.burstiness})",
+            hint="e.g. --burstiness 0.5 (burstier than Poisson), 1 for Poisson arrivals",
+        )
     if cfg.warmup_s < 0 or cfg.cooldown_s < 0:
-        raise ConfigError("--warmup and --cooldown must be ≥ 0 seconds")
+        raise ConfigError(
+            f"--warmup and --cooldown must be ≥ 0 seconds (got {cfg.warmup_s:g} and "
+            f"{cfg.cooldown_s:g})",
+            hint="e.g. --warmup 10 --cooldown 10, or 0 to measure the whole run",
+        )
     if cfg.dataset_path is not None and cfg.dataset_name in ("random", "prefix"):
         # it was read by nobody: the run would send synthetic prompts the user did not ask for
         raise ConfigError(
