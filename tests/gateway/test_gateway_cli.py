@@ -59,6 +59,7 @@ def test_errors_are_messages_not_tracebacks(tmp_path: Path) -> None:
     r = cli("rollout", "--gateway", "http://127.0.0.1:9", "--candidate", "c", "--steps", "50,10",
             "--admin-key-file", str(key_file))  # fmt: skip
     assert r.returncode == 2 and "steps must rise" in r.stderr
+    assert "hint: give rising percentages" in r.stderr and "--steps 5,25,50,100" in r.stderr
 
 
 def _json_server(body: bytes) -> tuple[Any, str]:

@@ -19,7 +19,10 @@ def _yaml_error(path: Path, exc: Exception) -> ConfigError:
     mark = getattr(exc, "problem_mark", None)
     where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
     problem = getattr(exc, "problem", None) or str(exc)
-    return ConfigError(f"{where}: not valid YAML ({problem})")
+    return ConfigError(
+        f"{where}: not valid YAML ({problem})",
+        hint="fix the YAML at that line (a bracket or quote left open, a tab for indentation)",
+    )
 
 
 def _validation_error(source: str, exc: ValidationError) -> ConfigError:
@@ -41,7 +44,10 @@ def _validation_error(source: str, exc: ValidationError) -> ConfigError:
 
 def parse_config(data: Any, source: str = "configuration") -> GatewayConfig:
     if not isinstance(data, dict):
-        raise ConfigError(f"{source}: the top level must be a mapping of fields")
+        raise ConfigError(
+            f"{source}: the top level must be a mapping of fields",
+            hint="start with `groups:` (docs/gateway.md shows a whole gateway.yaml)",
+        )
     try:
         return GatewayConfig.model_validate(data)
     except ValidationError as exc:
@@ -56,9 +62,13 @@ def load_config(path: str | Path) -> GatewayConfig:
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{p}: no such file") from None
+        raise ConfigError(
+            f"{p}: no such file", hint="give the path of a gateway.yaml (docs/gateway.md)"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{p}: cannot be read ({exc})") from None
+        raise ConfigError(
+            f"{p}: cannot be read ({exc})", hint="give a readable UTF-8 YAML file, not a folder"
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

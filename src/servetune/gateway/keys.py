@@ -114,9 +114,15 @@ def read_key_file(path: str | Path) -> list[tuple[str, str | None]]:
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"API key file {p}: no such file") from None
+        raise ConfigError(
+            f"API key file {p}: no such file",
+            hint="give a file of 'KEY [TENANT]' lines (servetune gateway keygen makes a key)",
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"API key file {p}: cannot be read ({exc})") from None
+        raise ConfigError(
+            f"API key file {p}: cannot be read ({exc})",
+            hint="give a readable UTF-8 text file of 'KEY [TENANT]' lines",
+        ) from None
     out: list[tuple[str, str | None]] = []
     for n, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
@@ -124,7 +130,10 @@ def read_key_file(path: str | Path) -> list[tuple[str, str | None]]:
             continue
         parts = line.split()
         if len(parts) > 2:
-            raise ConfigError(f"{p}:{n}: expected 'KEY [TENANT]', got {len(parts)} fields")
+            raise ConfigError(
+                f"{p}:{n}: expected 'KEY [TENANT]', got {len(parts)} fields",
+                hint="one key a line, optionally followed by its tenant's name",
+            )
         key = parts[0]
         tenant = parts[1] if len(parts) == 2 else None
         if key.startswith(PREFIX):
