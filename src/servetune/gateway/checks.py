@@ -3,13 +3,16 @@ tenant's limits, and the bytes that go upstream.
 
 - **body** — a JSON object with ``model`` and well-typed fields (400 otherwise; the parse is
   :func:`~servetune.gateway.requests.parse_body`); its input tokens counted (or estimated);
-- **caps** — input tokens over ``max_input_tokens`` → 400; ``max_tokens`` over the cap →
-  clamped (or 400 with ``max_tokens_policy: refuse``), and set to the cap when absent (a
-  tenant with a token quota must give one: the reservation needs it).
+- **caps** — input tokens over ``max_input_tokens`` → 400; ``n``/``best_of`` over
+  ``max_choices`` → 400; the output bound (the tightest of every field an engine honours:
+  :mod:`~servetune.gateway.output_bounds`) over the cap → clamped (or 400 with
+  ``max_tokens_policy: refuse``), and set to the cap when absent (a tenant with a token quota
+  must give one: the reservation needs it).
 
-A stream that did not ask for usage is sent with ``stream_options.include_usage`` (the
-reservation is settled to it) and the usage-only chunk is taken out of the client's stream.
-The client's bytes go upstream as they came unless something had to change.
+What goes upstream is the parsed body re-encoded with one bound, ``max_tokens`` — the one
+capped and reserved — and no other length field. A stream that did not ask for usage is sent
+with ``stream_options.include_usage`` (the reservation is settled to it) and the usage-only
+chunk is taken out of the client's stream.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import orjson
 
 from servetune.gateway.exposition import GatewayMetrics
+from servetune.gateway.output_bounds import forward_bounds
 from servetune.gateway.refusals import refuse
 from servetune.gateway.requests import (
     ENDPOINTS,
@@ -27,8 +31,6 @@ from servetune.gateway.requests import (
 )
 from servetune.gateway.tenants import TenantRuntime
 from servetune.http import Exchange
-
-_USAGE_OPTION = b'{"stream_options":{"include_usage":true},'
 
 
 class Prepared:
@@ -56,12 +58,6 @@ class Prepared:
         """Extra response headers (a clamp notice)."""
         self.stream = stream
         """The client asked for a stream (a whole answer's head comes only with its end)."""
-
-
-def _with_usage_option(raw: bytes) -> bytes:
-    """``raw`` (a JSON object without ``stream_options``, checked by the parse) with the
-    option that makes the engine report usage, spliced in front of its first member."""
-    return _USAGE_OPTION + raw[raw.index(b"{") + 1 :]
 
 
 def prepare(
@@ -101,12 +97,22 @@ def prepare(
         )
         return None
     headers: list[tuple[bytes, bytes]] = []
+    if parsed.endpoint == "embeddings":
+        return Prepared(ex.body, n_in, n_in, False, headers, parsed.stream)
     max_tokens = parsed.max_tokens
-    if (
-        parsed.endpoint != "embeddings"
-        and lim.max_tokens is not None
-        and (max_tokens is None or max_tokens > lim.max_tokens)
-    ):
+    if lim.max_choices is not None and parsed.bounds.choices > lim.max_choices:
+        refuse(
+            metrics,
+            ex,
+            name,
+            "choices_over_cap",
+            400,
+            f"n/best_of {parsed.bounds.choices} is over this key's limit of {lim.max_choices} "
+            "sequences per request",
+            "invalid_request_error",
+        )
+        return None
+    if lim.max_tokens is not None and (max_tokens is None or max_tokens > lim.max_tokens):
         if max_tokens is not None and lim.max_tokens_policy == "refuse":
             refuse(
                 metrics,
@@ -121,11 +127,7 @@ def prepare(
         if max_tokens is not None:
             headers.append((b"x-servetune-max-tokens-clamped", b"%d" % lim.max_tokens))
         max_tokens = lim.max_tokens
-        body["max_tokens"] = max_tokens
-        body.pop("max_completion_tokens", None)
-        parsed.modified = True
-    out_reserve = 0 if parsed.endpoint == "embeddings" else (max_tokens or 0) * parsed.choices
-    if tenant.quota.tpm and parsed.endpoint != "embeddings" and max_tokens is None:
+    if tenant.quota.tpm and max_tokens is None:
         refuse(
             metrics,
             ex,
@@ -137,16 +139,14 @@ def prepare(
             "invalid_request_error",
         )
         return None
+    out_reserve = (max_tokens or 0) * parsed.choices
+    # one bound forwarded, the one capped and reserved (every other name removed), in a body
+    # re-encoded from what was parsed: the engine reads exactly what the gateway checked
+    forward_bounds(body, parsed.bounds, max_tokens)
     strip_usage = False
-    payload = ex.body
-    if parsed.stream and not parsed.usage_asked and parsed.endpoint != "embeddings":
+    if parsed.stream and not parsed.usage_asked:
         opts = body.get("stream_options")
         body["stream_options"] = {**(opts or {}), "include_usage": True}
         strip_usage = True
-        if opts is None and not parsed.modified:
-            payload = _with_usage_option(payload)  # the client's bytes, not a re-encode
-        else:
-            parsed.modified = True
-    if parsed.modified:
-        payload = orjson.dumps(body)
+    payload = orjson.dumps(body)
     return Prepared(payload, n_in, n_in + out_reserve, strip_usage, headers, parsed.stream)

@@ -66,6 +66,9 @@ class TenantLimits(_Strict):
     """Tokens per minute, input + output; a request reserves input + max_tokens at admission."""
     max_tokens: int | None = Field(default=None, ge=1)
     """Cap on the output tokens a request may ask for (and the default when it asks none)."""
+    max_choices: int | None = Field(default=None, ge=1)
+    """Sequences a request may ask for (``n``, ``best_of``); over it → 400. Unset: any number,
+    each charged (the reservation is input + max_tokens × choices)."""
     max_tokens_policy: MaxTokensPolicy = "clamp"
     """clamp: lower max_tokens to the cap; refuse: answer 400 when a request asks more."""
     max_input_tokens: int | None = Field(default=None, ge=1)

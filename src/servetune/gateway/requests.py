@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import orjson
 
+from servetune.gateway.output_bounds import BoundError, Bounds, read_bounds
 from servetune.http import Exchange
 from servetune.workload.tokens import ApproxTokenizer, TokenCounter, load_tokenizer
 
@@ -74,28 +75,17 @@ class Parsed:
     model: str
     stream: bool
     max_tokens: int | None
-    """As asked (``max_tokens`` or chat's ``max_completion_tokens``); None when not given."""
+    """The tightest output length asked for, whatever its field's name (``max_tokens``,
+    ``max_completion_tokens``, ``n_predict``, ``max_new_tokens``:
+    :mod:`~servetune.gateway.output_bounds`); None when none was given."""
     choices: int
     """Sequences generated, each up to max_tokens: ``n`` (or ``best_of`` when larger), times
     the number of prompts of a batched completions request (a list of strings or of token-id
     lists: the engine completes each one)."""
     usage_asked: bool
     """The client asked for ``stream_options.include_usage``."""
-    modified: bool = False
-    """The gateway changed the body (a clamp, a merged usage option): forward it re-encoded;
-    otherwise the client's bytes go upstream as they came (with at most the usage option
-    spliced in front when the client sent no ``stream_options``)."""
-
-
-def _int_field(body: dict[str, Any], name: str, minimum: int) -> int | None:
-    v = body.get(name)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise BadRequest(f"'{name}' must be an integer, got {type(v).__name__}", param=name)
-    if v < minimum:
-        raise BadRequest(f"'{name}' must be at least {minimum}, got {v}", param=name)
-    return v
+    bounds: Bounds
+    """Every output bound the body holds (rewritten to one before it is forwarded)."""
 
 
 def parse_body(raw: bytes, endpoint: Endpoint) -> Parsed:
@@ -120,13 +110,10 @@ def parse_body(raw: bytes, endpoint: Endpoint) -> Parsed:
     if opts is not None and not isinstance(opts, dict):
         raise BadRequest("'stream_options' must be an object", param="stream_options")
     usage_asked = bool(opts.get("include_usage")) if isinstance(opts, dict) else False
-    max_tokens = _int_field(body, "max_tokens", 1)
-    if endpoint == "chat":
-        mct = _int_field(body, "max_completion_tokens", 1)
-        if mct is not None:
-            max_tokens = mct if max_tokens is None else min(max_tokens, mct)
-    n = _int_field(body, "n", 1) or 1
-    best_of = _int_field(body, "best_of", 1) or 1
+    try:
+        bounds = read_bounds(body)
+    except BoundError as exc:
+        raise BadRequest(exc.message, param=exc.param) from None
     if endpoint == "chat":
         msgs = body.get("messages")
         if not isinstance(msgs, list) or not msgs:
@@ -143,10 +130,10 @@ def parse_body(raw: bytes, endpoint: Endpoint) -> Parsed:
             raise BadRequest(
                 "'input' must be a string, a list of strings, or token ids", param="input"
             )
-    choices = max(n, best_of)
+    choices = bounds.choices
     if endpoint == "completions":
         choices *= _prompts_in(body["prompt"])
-    return Parsed(body, endpoint, model, stream, max_tokens, choices, usage_asked)
+    return Parsed(body, endpoint, model, stream, bounds.max_tokens, choices, usage_asked, bounds)
 
 
 def _prompts_in(p: Any) -> int:
