@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("client",),
     ("loadgen",),
     ("engines",),
+    ("routing",),
     ("sim", "testserver"),
     ("sweep",),
     ("diagnose",),

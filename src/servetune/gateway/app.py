@@ -65,7 +65,7 @@ from servetune.gateway.groups import (
 )
 from servetune.gateway.heads import Heads
 from servetune.gateway.keys import KeyRing
-from servetune.gateway.pool import Router, Upstream
+from servetune.gateway.pool import Pool, Router, Upstream
 from servetune.gateway.redis_state import RedisState, replica_id
 from servetune.gateway.refusals import quota_refused
 from servetune.gateway.requests import ENDPOINTS, error_body
@@ -90,6 +90,9 @@ class Gateway:
         self.replica = replica_id()
         self.metrics = GatewayMetrics()
         self.metrics.gauges.append(self._gauges)
+        self.metrics.counter_sources.append(self._route_counts)
+        self._rebalanced: set[tuple[str, str]] = set()
+        """(group, upstream) whose sessions were moved off it (audited once per outage)."""
         self.upstreams: dict[UpstreamKey, Upstream] = {}
         self.conns: dict[tuple[str, int], ConnectionPool] = {}
         self.signals: dict[UpstreamKey, LiveSignals] = {}
@@ -129,6 +132,8 @@ class Gateway:
         # from here on nothing fails: a refused reload has changed nothing that runs (the
         # upstreams are the live ones, shared with in-flight requests)
         self.pools = rebuild_pools(cfg, limits, self.upstreams, getattr(self, "pools", {}))
+        for pool in self.pools.values():
+            pool.on_rebalance = self._on_rebalance
         self.cfg = cfg
         self.head_deadlines.timeout_s = cfg.timeouts.first_byte_s
         self.heads = Heads(cfg)
@@ -179,6 +184,7 @@ class Gateway:
             old_weights=old,
             new_weights=dict(self.router.weights),
             config=self.config_id,
+            routing=self.routing_policies(),
         )
         log.info("configuration reloaded (%s)", self.config_id)
         return True
@@ -197,6 +203,14 @@ class Gateway:
                 await self.redis.set_weights(dict(self.router.weights))
             self._tasks.append(asyncio.create_task(self._sync_loop(), name="gateway-sync"))
         self._sync_signals()
+        if any(g.routing.policy != "least-loaded" for g in self.cfg.groups):
+            await asyncio.to_thread(
+                self.audit.write,
+                "routing",
+                reason="routing policies in force",
+                config=self.config_id,
+                routing=self.routing_policies(),
+            )
         router = HTTPRouter()
         for path in ENDPOINTS:
             router.post(path, self._generate)
@@ -234,6 +248,54 @@ class Gateway:
         with contextlib.suppress(Exception):
             await self.rollouts.flush()
         await self.store.close()
+
+    # -- routing -----------------------------------------------------------------------------
+    def routing_policies(self) -> dict[str, dict[str, object]]:
+        """Each group's routing configuration (the audit log's record of what decides)."""
+        return {g.name: g.routing.model_dump() for g in self.cfg.groups}
+
+    def _on_rebalance(self, pool: Pool, route: object) -> None:
+        """A session's own upstream has its circuit open and it went to its next choice:
+        audited once per upstream until its circuit closes again."""
+        for u in pool.upstreams:
+            key = (pool.name, u.url)
+            if u.breaker.state == "closed":
+                if key in self._rebalanced:
+                    self._rebalanced.discard(key)
+                    self._audit_bg("route_restored", pool, u.url, "circuit closed again")
+            elif key not in self._rebalanced:
+                self._rebalanced.add(key)
+                self._audit_bg(
+                    "route_rebalanced",
+                    pool,
+                    u.url,
+                    "circuit open: its sessions go to their next rendezvous choice",
+                )
+
+    def _audit_bg(self, action: str, pool: Pool, url: str, reason: str) -> None:
+        async def write() -> None:
+            await asyncio.to_thread(
+                self.audit.write,
+                action,
+                reason=reason,
+                group=pool.name,
+                upstream=url,
+                policy=pool.balancer.policy,
+            )
+
+        fut: asyncio.Future[None] = asyncio.ensure_future(write())
+        self._stopping.add(fut)
+        fut.add_done_callback(self._stopping.discard)
+
+    def _route_counts(self) -> list[tuple[str, str, str, float]]:
+        out = []
+        help_ = "Routing choices, by group, policy, upstream and reason."
+        for p in self.pools.values():
+            pol = p.balancer.policy
+            for (up, reason), n in sorted(p.routes.items()):
+                lab = labels(group=p.name, policy=pol, upstream=up, reason=reason)
+                out.append(("route_decisions_total", help_, lab, float(n)))
+        return out
 
     # -- helpers -----------------------------------------------------------------------------
     def conn_pool(self, u: Upstream) -> ConnectionPool:
@@ -372,6 +434,11 @@ class Gateway:
                 )
         for g, w in self.router.weights.items():
             out.append(("group_weight", labels(group=g), w))
+        for p in self.pools.values():
+            b = p.balancer
+            if b.routed_blocks:
+                est = b.matched_blocks / b.routed_blocks
+                out.append(("route_prefix_hit_estimate", labels(group=p.name), est))
         if isinstance(self.store, q.MemoryQuota):
             for t in self.tenants:
                 out.append(("tenant_inflight", labels(tenant=t), float(self.store.inflight(t))))

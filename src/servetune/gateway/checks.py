@@ -17,6 +17,8 @@ chunk is taken out of the client's stream.
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from servetune.gateway.exposition import GatewayMetrics
@@ -36,7 +38,7 @@ from servetune.http import Exchange
 class Prepared:
     """A checked request: what goes upstream and what it reserves."""
 
-    __slots__ = ("headers", "n_in", "payload", "reserve", "stream", "strip_usage")
+    __slots__ = ("body", "headers", "n_in", "payload", "reserve", "stream", "strip_usage")
 
     def __init__(
         self,
@@ -46,8 +48,11 @@ class Prepared:
         strip_usage: bool,
         headers: list[tuple[bytes, bytes]],
         stream: bool = True,
+        body: dict[str, Any] | None = None,
     ) -> None:
         self.payload = payload
+        self.body = body
+        """The parsed body (what routing reads: the session and the prompt)."""
         self.n_in = n_in
         """Input tokens, counted or estimated."""
         self.reserve = reserve
@@ -149,4 +154,6 @@ def prepare(
         body["stream_options"] = {**(opts or {}), "include_usage": True}
         strip_usage = True
     payload = orjson.dumps(body)
-    return Prepared(payload, n_in, n_in + out_reserve, strip_usage, headers, parsed.stream)
+    return Prepared(
+        payload, n_in, n_in + out_reserve, strip_usage, headers, parsed.stream, body
+    )

@@ -13,6 +13,8 @@ A configuration names upstream *groups* (a baseline and, during a rollout, a can
         urls: [http://10.0.0.5:8000/v1]
         max_concurrency: 48                 # admission limit per upstream (or from_sweep)
         from_sweep: sweeps/qwen-a100        # the sweep's comfortable concurrency
+        routing: {policy: score}            # least-loaded (default), round-robin, session,
+                                            # prefix, score (servetune.routing)
       - name: candidate
         urls: [http://10.0.0.6:8000/v1]
         weight: 0                           # traffic share; `servetune rollout` moves it
@@ -43,6 +45,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servetune.errors import ConfigError
+from servetune.routing.config import RoutingConfig
 
 DEFAULT_PRIORITIES = ("interactive", "standard", "batch")
 """Priority classes, highest first: a waiting request of a higher class is always sent first;
@@ -116,6 +119,8 @@ class Group(_Strict):
     """Local tokenizer (folder or tokenizer.json) of the served model, for exact input counts."""
     api_key: str | None = None
     """Bearer token the gateway sends upstream (the client's key is never forwarded)."""
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
+    """How a request's upstream is chosen (:mod:`servetune.routing.policies`)."""
 
     @field_validator("urls")
     @classmethod

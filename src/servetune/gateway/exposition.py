@@ -62,6 +62,8 @@ class GatewayMetrics:
         self.queue: dict[str, Hist] = {}
         self.gauges: list[Callable[[], Iterable[tuple[str, str, float]]]] = []
         """Callbacks yielding (name, label text, value) at scrape time."""
+        self.counter_sources: list[Callable[[], Iterable[tuple[str, str, str, float]]]] = []
+        """Callbacks yielding counters (name, help, label text, value) at scrape time."""
 
     def hist(self, metric: str, tenant: str, group: str) -> Hist:
         key = (metric, tenant, group)
@@ -123,6 +125,13 @@ class GatewayMetrics:
         counter("retries_total", "Requests retried on another try before their first byte.",
                 ("upstream",), self.retries)  # fmt: skip
         seen: set[str] = set()
+        for src in self.counter_sources:
+            for name, help_, labels, value in src():
+                if name not in seen:
+                    seen.add(name)
+                    out.append(f"# HELP {PREFIX}{name} {help_}")
+                    out.append(f"# TYPE {PREFIX}{name} counter")
+                out.append(f"{PREFIX}{name}{{{labels}}} {value!r}")
         for cb in self.gauges:
             for name, labels, value in cb():
                 if name not in seen:

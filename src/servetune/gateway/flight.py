@@ -48,6 +48,7 @@ from servetune.gateway.pool import Pool, QueueRefusal, Router, Upstream
 from servetune.gateway.refusals import queue_refused, retry_after
 from servetune.gateway.relay import Relay, UpstreamLost
 from servetune.gateway.requests import InputCounter, error_body
+from servetune.gateway.route_key import RequestRoute
 from servetune.gateway.seat import Seat
 from servetune.gateway.settle import Attempt, record, stream_usage, tokens_used, usage_from_json
 from servetune.gateway.tenants import TenantRuntime
@@ -118,7 +119,7 @@ class Flight:
         self.att = Attempt()
         self.step = gw.canary_step()
         self.group = ""
-        self.seat = Seat(tenant, prep.reserve)
+        self.seat = Seat(tenant, prep.reserve, RequestRoute(ex, prep.body))
         self.upstream: Upstream | None = None
         self.relay: Relay | None = None
         self.tries: Tries | None = None

@@ -75,10 +75,14 @@ def rebuild_pools(
                     u.recompute()
             ups.append(u)
         old = old_pools.get(g.name)
-        pool = Pool(g.name, ups, classes, cfg.queue.priority_headroom)
+        pool = Pool(g.name, ups, classes, cfg.queue.priority_headroom, g.routing)
         if old is not None:  # keep the waiters and the fairness counters
             pool.queue = old.queue
             pool.service_ewma_s = old.service_ewma_s
+            pool.routes = old.routes
+            pool.on_rebalance = old.on_rebalance
+            if old.routing == g.routing and old.balancer.names == pool.balancer.names:
+                pool.balancer = old.balancer  # the prefix indexes stay warm
             # in-flight requests release into the pool they started on: one count for both
             old.running.extend([0] * (classes - len(old.running)))
             pool.running = old.running
@@ -110,7 +114,8 @@ def sync_signals(
     signals: dict[UpstreamKey, LiveSignals],
     stopping: set[asyncio.Future[None]],
 ) -> None:
-    """One running :class:`LiveSignals` per upstream with a limit to tighten: kept ones
+    """One running :class:`LiveSignals` per upstream with a limit to tighten or whose group's
+    routing policy reads its queue and KV use (``score``): kept ones
     pointed at the new upstream and pool, new ones started, gone ones stopped (their stops
     kept in ``stopping`` until done)."""
     for g in cfg.groups:
@@ -122,8 +127,8 @@ def sync_signals(
                 existing.upstream, existing.pool = u, pools[g.name]
                 existing.adaptive = g.adaptive
                 continue
-            if u.configured is None:
-                continue  # nothing to tighten
+            if u.configured is None and not pools[g.name].balancer.uses_signals:
+                continue  # nothing to tighten, no policy reading its /metrics
             sig = LiveSignals(u, pools[g.name], cfg.metrics_interval_s, g.adaptive)
             sig.start()
             signals[key] = sig

@@ -33,14 +33,19 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
 from servetune.gateway.breaker import Breaker
 from servetune.gateway.fairqueue import FairQueue, Waiter
+from servetune.gateway.route_key import RequestRoute
+from servetune.results import server_series as ss
+from servetune.routing.config import RoutingConfig
+from servetune.routing.policies import Balancer
 
+_WAITING, _KV = ss.WAITING, ss.KV_CACHE_USAGE
 QueueReason = Literal["queue_full", "queue_timeout", "no_upstream"]
 
 
@@ -93,10 +98,22 @@ class Pool:
     """One group: its upstreams and the fair queue in front of them."""
 
     def __init__(
-        self, name: str, upstreams: list[Upstream], classes: int, headroom: int = 0
+        self,
+        name: str,
+        upstreams: list[Upstream],
+        classes: int,
+        headroom: int = 0,
+        routing: RoutingConfig | None = None,
     ) -> None:
         self.name = name
         self.upstreams = upstreams
+        self.routing = routing or RoutingConfig()
+        self.balancer = Balancer(self.routing, [u.url for u in upstreams])
+        """The group's routing policy and its state (prefix indexes, round-robin position)."""
+        self.session_header = self.routing.session_header.lower().encode()
+        self.routes: dict[tuple[str, str], int] = {}
+        """Choices so far by (upstream URL, reason): the gateway's /metrics."""
+        self.on_rebalance: Callable[[Pool, RequestRoute | None], None] | None = None
         self.queue = FairQueue(classes)
         self.headroom = headroom
         """Slots of each upstream kept for the higher priority classes while one is active."""
@@ -106,25 +123,52 @@ class Pool:
         self._wake: asyncio.TimerHandle | None = None
 
     # -- choosing ----------------------------------------------------------------------------
-    def _free(self, avoid: Iterable[Upstream] = (), keep: int = 0) -> Upstream | None:
-        """The least-loaded upstream with more than ``keep`` free slots and a circuit that
-        lets a request through (one in ``avoid`` only when there is no other)."""
-        best: Upstream | None = None
-        best_load = math.inf
+    def _free(
+        self, avoid: Iterable[Upstream] = (), keep: int = 0, route: RequestRoute | None = None
+    ) -> Upstream | None:
+        """The upstream the group's routing policy picks among those with more than ``keep``
+        free slots and a circuit that lets a request through (one in ``avoid`` only when there
+        is no other)."""
+        ups = self.upstreams
         avoided = tuple(avoid)
-        fallback: Upstream | None = None
-        for u in self.upstreams:
+        eligible: list[int] = []
+        fallback: int | None = None
+        for i, u in enumerate(ups):
             lim = u.limit
             if (lim is not None and u.inflight + keep >= lim) or not u.breaker.would_allow():
                 continue
-            load = u.inflight / u.limit if u.limit else u.inflight * 1e-9
-            if u in avoided:
+            if avoided and u in avoided:
                 if fallback is None:
-                    fallback = u
+                    fallback = i
                 continue
-            if load < best_load:
-                best, best_load = u, load
-        return best or fallback
+            eligible.append(i)
+        if not eligible:
+            if fallback is None:
+                return None
+            eligible.append(fallback)
+        b = self.balancer
+        if route is not None:
+            route.header = self.session_header
+        inflight = [u.inflight for u in ups]
+        limits = [u.limit for u in ups]
+        if b.policy in ("least-loaded", "round-robin"):
+            healthy: list[int] = []
+        else:
+            healthy = [i for i, u in enumerate(ups) if u.breaker.would_allow()]
+        depth: list[float] = []
+        kv: list[float | None] = []
+        if b.uses_signals:
+            for u in ups:
+                sig = u.signals
+                depth.append(sig.get(_WAITING, 0.0))
+                kv.append(sig.get(_KV))
+        i = b.choose(route, eligible, inflight, limits, healthy, depth, kv)
+        u = ups[i]
+        key = (u.url, b.reason)
+        self.routes[key] = self.routes.get(key, 0) + 1
+        if b.reason == "rebalanced" and self.on_rebalance is not None:
+            self.on_rebalance(self, route)
+        return u
 
     def healthy(self) -> bool:
         return any(u.breaker.would_allow() for u in self.upstreams)
@@ -145,12 +189,14 @@ class Pool:
             return self.headroom
         return 0
 
-    def try_acquire(self, priority: int, avoid: Iterable[Upstream] = ()) -> Upstream | None:
+    def try_acquire(
+        self, priority: int, avoid: Iterable[Upstream] = (), route: RequestRoute | None = None
+    ) -> Upstream | None:
         """A slot now for a request of class ``priority``, if one is free to it (see the
         headroom above) and no request of its class or a higher one waits (they go first)."""
         if len(self.queue) and self.queue.head_class() <= priority:
             return None
-        u = self._free(avoid, self._keep(priority))
+        u = self._free(avoid, self._keep(priority), route)
         if u is None or not u.breaker.allows():
             return None
         u.inflight += 1
@@ -167,11 +213,12 @@ class Pool:
         max_queued: int,
         max_queued_tenant: int,
         avoid: Iterable[Upstream] = (),
+        route: RequestRoute | None = None,
     ) -> Slot:
         """A slot on one upstream, at once or after waiting in fair order; raises
         :class:`QueueRefusal` when the queue is full, the deadline passes or no upstream is
         healthy."""
-        u = self.try_acquire(priority, avoid)
+        u = self.try_acquire(priority, avoid, route)
         if u is not None:
             self.queue.charge(tenant, weight, cost)
             return Slot(u, 0.0)
@@ -190,7 +237,8 @@ class Pool:
                 f"upstream capacity is in use and {full} is full; retry later",
             )
         loop = asyncio.get_running_loop()
-        w = Waiter(tenant, weight, priority, cost)
+        w = RoutedWaiter(tenant, weight, priority, cost)
+        w.route = route
         self.queue.push(w)
         t0 = loop.time()
         handle = loop.call_later(timeout_s, self._expire, w, timeout_s)
@@ -268,8 +316,8 @@ class Pool:
         back the classes below it too: strict priority)."""
         queue = self.queue
         while len(queue):
-            u = self._free(keep=self._keep(queue.head_class()))
-            if u is None or not u.breaker.allows():
+            keep = self._keep(queue.head_class())
+            if self._free_count(keep) == 0:
                 self._arm_wake()
                 return
             w = queue.pop()
@@ -277,9 +325,40 @@ class Pool:
                 return
             if w.fut.done():
                 continue
+            route = getattr(w, "route", None)
+            tried: list[Upstream] = []
+            while True:
+                u = self._free(tried, keep, route)
+                if u is None or u in tried:
+                    # every free one's half-open probe was taken meanwhile (rare): it waits
+                    # again, behind its tenant's others
+                    queue.push(w)
+                    self._arm_wake()
+                    return
+                if u.breaker.allows():
+                    break
+                tried.append(u)
             u.inflight += 1
             self.running[w.priority] += 1
             w.fut.set_result(u)
+
+    def _free_count(self, keep: int) -> int:
+        """Upstreams with more than ``keep`` free slots whose circuit lets a request through."""
+        return sum(
+            1
+            for u in self.upstreams
+            if (u.limit is None or u.inflight + keep < u.limit) and u.breaker.would_allow()
+        )
+
+
+class RoutedWaiter(Waiter):
+    """A waiting request with what its group's routing policy reads."""
+
+    __slots__ = ("route",)
+
+    def __init__(self, tenant: str, weight: float, priority: int, cost: float) -> None:
+        super().__init__(tenant, weight, priority, cost)
+        self.route: RequestRoute | None = None
 
 
 class Router:

@@ -18,14 +18,19 @@ from collections.abc import Awaitable, Sequence
 
 from servetune.gateway.exposition import GatewayMetrics
 from servetune.gateway.pool import Pool, Slot, Upstream
+from servetune.gateway.route_key import RequestRoute
 from servetune.gateway.tenants import TenantRuntime
 
 
 class Seat:
-    __slots__ = ("cost", "held", "pool", "t_start", "tenant")
+    __slots__ = ("cost", "held", "pool", "route", "t_start", "tenant")
 
-    def __init__(self, tenant: TenantRuntime, reserve: int) -> None:
+    def __init__(
+        self, tenant: TenantRuntime, reserve: int, route: RequestRoute | None = None
+    ) -> None:
         self.tenant = tenant
+        self.route = route
+        """What the group's routing policy reads (session, prompt blocks)."""
         self.cost = float(reserve)
         """The fair queue's cost of the request: the tokens reserved."""
         self.pool: Pool | None = None
@@ -39,7 +44,7 @@ class Seat:
         """The first slot in ``pool`` if one is free now (charged to the fair queue)."""
         self.pool = pool
         t = self.tenant
-        u = pool.try_acquire(t.priority)
+        u = pool.try_acquire(t.priority, route=self.route)
         if u is not None:
             pool.queue.charge(t.name, t.weight, self.cost)
             self.held = u
@@ -58,7 +63,7 @@ class Seat:
     def retake(self, avoid: Sequence[Upstream]) -> Upstream | None:
         """Another slot for a retry if one is free now (one not in ``avoid`` if possible)."""
         assert self.pool is not None
-        u = self.pool.try_acquire(self.tenant.priority, avoid)
+        u = self.pool.try_acquire(self.tenant.priority, avoid, self.route)
         if u is not None:
             self.held = u
         return u
@@ -81,6 +86,7 @@ class Seat:
             max_queued,
             t.max_queued,
             avoid=avoid,
+            route=self.route,
         )
 
     def release(self, served: bool = False) -> None:
