@@ -154,6 +154,4 @@ def prepare(
         body["stream_options"] = {**(opts or {}), "include_usage": True}
         strip_usage = True
     payload = orjson.dumps(body)
-    return Prepared(
-        payload, n_in, n_in + out_reserve, strip_usage, headers, parsed.stream, body
-    )
+    return Prepared(payload, n_in, n_in + out_reserve, strip_usage, headers, parsed.stream, body)
