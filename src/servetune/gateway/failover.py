@@ -6,8 +6,12 @@ count against the upstream (its circuit breaker and ``failures{upstream,kind}``)
 ``retries`` are left, send the request to another upstream of the group (one not tried yet
 when there is one; ``retries{upstream}``); never after the head, when the answer is the
 client's. A reused kept-alive connection that the server had closed is replaced once by a
-fresh one, which is no failure. When the tries run out the client gets a 502 that names the
-last error; when no slot comes for a retry, the fair queue's 503 with it.
+fresh one, which is no failure — when it had sat idle for :data:`RACE_IDLE_S` or more (the
+keep-alive race of a server timing out idle connections: no server's time-out is shorter). A
+connection lost before its head sooner after its last answer is the upstream's failure like
+any reset (an engine that crashed on the request must not hide behind the race). When the
+tries run out the client gets a 502 that names the last error; when no slot comes for a
+retry, the fair queue's 503 with it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,11 @@ from __future__ import annotations
 from servetune.gateway.exposition import GatewayMetrics
 from servetune.gateway.pool import QueueRefusal, Upstream
 from servetune.gateway.requests import error_body
+
+RACE_IDLE_S = 1.0
+"""A reused connection lost before its head after sitting idle at least this long may have
+been closed by the server's keep-alive time-out as the request went out (retried fresh, no
+failure); sooner, the loss is the upstream's failure."""
 
 RETRY_STATUSES = (500, 502, 503, 504)
 """Response statuses that are retried on another upstream (before the first byte)."""
@@ -31,10 +40,10 @@ class Tries:
         self.fresh_retried = False
         self.last_error = ""
 
-    def fresh_once(self, reused: bool) -> bool:
+    def fresh_once(self, reused: bool, idle_s: float) -> bool:
         """A lost connection: is this the one fresh retry of a reused connection (the server
-        had closed it while idle)?"""
-        if reused and not self.fresh_retried:
+        had closed it while idle, ``idle_s`` before the request went out)?"""
+        if reused and not self.fresh_retried and idle_s >= RACE_IDLE_S:
             self.fresh_retried = True
             return True
         return False

@@ -16,7 +16,9 @@ whichever way a request gets through:
 2. **send** — on an idle connection, else a new one; the first-byte deadline is watched by
    the gateway's one timer for all requests (:mod:`servetune.gateway.deadlines`);
 3. **head** — a 500/502/503/504, a reset, a connect error or the deadline before the head
-   count against the upstream's circuit and are retried elsewhere (``retries``), never after;
+   count against the upstream's circuit — and, during a rollout, each is an error of the
+   failing upstream's group for the canary, whatever the retry then gets — and are retried
+   elsewhere (``retries``), never after;
    a reused connection that the server had closed is replaced once by a fresh one, which is
    not a failure (the bookkeeping: :mod:`servetune.gateway.failover`);
 4. **answer** — a stream is committed at once and passed through as it arrives; a whole body
@@ -261,7 +263,8 @@ class Flight:
             self.gw.head_deadlines.discard(relay)
             relay.conn.abort()
             if isinstance(exc, UpstreamLost):
-                if self._tries().fresh_once(self._reused):
+                idle_s = (relay.last_ns - relay.conn.idle_since_ns) / 1e9
+                if self._tries().fresh_once(self._reused, idle_s):
                     # an idle connection the server had closed: once more, fresh (not a failure)
                     self.relay = None
                     u = self.upstream
@@ -283,6 +286,11 @@ class Flight:
         assert u is not None
         self.relay = None
         again = tries.failed(u, error, gw.metrics, gw.cfg.retries)  # the breaker told first
+        if self.step is not None:
+            # the canary's error, charged to the group of the upstream that failed this try
+            # (whatever happens on the next): a retried 5xx, reset or timeout is still the
+            # failing upstream's failure
+            gw.observe(Observation(u.group, self.step, None, None, None, True))
         self.seat.release()
         if not again:
             self.att.code = 502
@@ -344,6 +352,9 @@ class Flight:
                 att.error = True
             else:
                 u.breaker.success()
+                if relay.failed_inside:  # an error event, or no [DONE]: failed inside its 200
+                    att.error = True
+                    self.gw.metrics.failures[(u.url, relay.failed_inside)] += 1
             if relay.sse:
                 self._settle_stream(relay)
             if ok and relay.conn.keep:

@@ -19,7 +19,15 @@ While passing an event stream it also
   those once, on that path only (:mod:`servetune.gateway.output_estimate`) — an engine that
   sends several tokens per event (speculative decoding, a stream interval above 1) is not
   charged per event;
-- ends an idle stream (nothing for ``idle_s``) with a terminal error event inside the 200.
+- ends an idle stream (nothing for ``idle_s``) with a terminal error event inside the 200;
+- notes a stream that *failed inside its 200* (:attr:`Relay.failed_inside`): an error event
+  from the engine (``data: {"error"…`` — vLLM, SGLang, TGI and llama.cpp all open their
+  in-stream errors with that key; generated text cannot contain it unescaped), a choice that
+  finished with ``"finish_reason":"error"``, or a body that ended without the closing
+  ``data: [DONE]`` (the engine stopped mid-stream but closed the HTTP body properly). The
+  client gets the stream as the engine sent it; the gateway counts it as the upstream's
+  failure (the canary's errors, ``upstream_failures_total``). Two searches in C per piece,
+  no copy.
 """
 
 from __future__ import annotations
@@ -93,6 +101,7 @@ class Relay:
         "ended",
         "events",
         "ex",
+        "failed_inside",
         "first_token_ns",
         "head_seen",
         "headers",
@@ -105,6 +114,8 @@ class Relay:
         "sse",
         "status",
         "strip_usage",
+        "tail",
+        "tail_before",
         "usage",
     )
 
@@ -150,6 +161,12 @@ class Relay:
         """The stream's opening bytes (for the estimate without usage)."""
         self._room = SAMPLE_BYTES
         self.usage: dict[str, Any] | None = None
+        self.failed_inside = ""
+        """Why a stream that ended normally at the HTTP level failed inside its 200
+        (``"error_event"``, ``"truncated"``; empty: it did not)."""
+        self.tail = b""
+        self.tail_before = b""
+        """The last two pieces passed (references, not copies): where ``[DONE]`` must be."""
         self._timer: asyncio.TimerHandle | None = None
         self._resume_task: asyncio.Task[None] | None = None
 
@@ -265,6 +282,11 @@ class Relay:
         if data:
             if not self.first_token_ns and b"data:" in data and _token_piece(data):
                 self.first_token_ns = now
+            if not self.failed_inside and (
+                b'{"error"' in data or b'"finish_reason":"error"' in data
+            ):
+                self.failed_inside = "error_event"
+            self.tail_before, self.tail = self.tail, data
             if self.usage is None:  # the fallback count: not needed once usage is in
                 # both spellings the SSE standard allows (TGI writes ``data:{``)
                 self.events += data.count(b"data: {") + data.count(b"data:{")
@@ -342,6 +364,8 @@ class Relay:
         self.ended = True
         self.ok = ok
         if self.committed and self.sse:
+            if ok and not self.failed_inside and not self._done_seen():
+                self.failed_inside = "truncated"
             if not ok:
                 kind = "upstream_idle_timeout" if idle else "upstream_error"
                 self._out.append(error_event(reason, kind, 504 if idle else 502))
@@ -352,6 +376,14 @@ class Relay:
             self._write()
         if self.owner is not None:
             self.owner.relay_ended(ok)
+
+    def _done_seen(self) -> bool:
+        """Did the stream end with ``data: [DONE]`` (possibly split over the last two
+        reads, or held back as a split event)?"""
+        last = self._rest or self.tail
+        if b"[DONE]" in last[-32:]:
+            return True
+        return b"[DONE]" in (self.tail_before[-32:] + last[-32:])
 
     def body(self) -> bytes:
         parts, self._parts = self._parts, []

@@ -151,10 +151,11 @@ def record(
         att.prompt if att.usage_exact else n_in,
         att.output,
     )
-    if step is not None and att.code != 499 and (att.sent_ns or att.error):
-        # a request that failed before any answer (connect refused, reset, no head in
-        # time, on every try) is an error of its group: the canary must see it
-        # the canary compares the upstreams: latencies from the moment the request left
+    if step is not None and att.code != 499 and att.sent_ns:
+        # only an answer the request committed to: each try that failed before its answer
+        # (connect refused, reset, 5xx, no head in time) was observed as an error of the
+        # failing upstream's group when it failed (Flight._failed), retried or not.
+        # The canary compares the upstreams: latencies from the moment the request left
         c_ttft = (att.first_ns - att.sent_ns) / 1e9 if ok and att.first_ns else None
         c_e2e = (now - att.sent_ns) / 1e9 if ok else None
         observe(Observation(group, step, c_ttft, tpot, c_e2e, not ok))

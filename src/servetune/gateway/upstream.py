@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 from typing import Protocol
 
 from servetune.http import ProtocolError, ResponseReader
@@ -48,6 +49,9 @@ class UpstreamConnection(asyncio.Protocol, ResponseReader):
         self.sink: RelaySink | None = None
         self.closed = False
         self.keep = False
+        self.idle_since_ns = 0
+        """When it went back to the pool (``perf_counter_ns``): how long a reused one sat
+        idle before its request (see :data:`servetune.gateway.failover.RACE_IDLE_S`)."""
         self._paused = False
 
     # -- asyncio -----------------------------------------------------------------------------
@@ -154,6 +158,7 @@ class ConnectionPool:
             conn.abort()
             return
         conn.resume()
+        conn.idle_since_ns = time.perf_counter_ns()
         self.idle.append(conn)
 
     def forget(self, conn: UpstreamConnection) -> None:

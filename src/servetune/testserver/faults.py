@@ -4,6 +4,8 @@ Whatever carries the bytes, a request's fate is decided here from the :class:`Sc
 request's number (1-based, in arrival order):
 
 - :func:`refusal` — answer with an HTTP error instead of a stream (``fail_every``);
+- :func:`before_head` — reset the connection before any answer, or hold the head back
+  (``reset_before_head_every``, ``stall_head_every``);
 - :func:`shape_stream` — the events to pace out and how the body ends: normally (the SSE tail
   and the end of the HTTP body), ``end`` (the HTTP body ends properly but the SSE stream is cut:
   no finish_reason, no usage, no ``[DONE]``), or ``reset`` (the connection is aborted).
@@ -90,6 +92,16 @@ def refusal(s: Script, nth: int) -> tuple[int, list[tuple[bytes, bytes]], bytes]
         }
     )
     return code, headers, body
+
+
+def before_head(s: Script, nth: int) -> Literal["reset"] | float | None:
+    """What happens to request ``nth`` before its head: ``"reset"`` (the connection is
+    aborted), a delay in seconds, or None."""
+    if _every(s.reset_before_head_every, nth):
+        return "reset"
+    if _every(s.stall_head_every, nth) and s.stall_head_ms > 0:
+        return s.stall_head_ms / 1000
+    return None
 
 
 def _malformed_event(s: Script, srv: Renderer, chat: bool, i: int) -> bytes:

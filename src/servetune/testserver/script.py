@@ -43,6 +43,13 @@ class Script(BaseModel):
     """Every Nth request is answered ``fail_status`` (1 = every request)."""
     fail_status: int = 500
     """The HTTP status of those answers: 500, 503, 429 (with ``Retry-After``), 400, …"""
+    reset_before_head_every: int = 0
+    """Every Nth request is answered nothing: the connection is reset before the response head
+    (an engine process that crashed or was killed)."""
+    stall_head_every: int = 0
+    """Every Nth request gets its response head only after ``stall_head_ms`` (an engine that
+    hangs: a proxy's first-byte deadline passes first)."""
+    stall_head_ms: float = 0.0
     error_midstream_every: int = 0
     """Every Nth request streams half its tokens, then an error object."""
     error_midstream_code: int = 500

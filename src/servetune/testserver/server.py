@@ -122,6 +122,12 @@ class ScriptedServer:
             status, headers, body = refused
             ex.respond(status, body, b"application/json", headers)
             return
+        early = faults.before_head(s, nth)
+        if early == "reset":
+            ex.abort()
+            return
+        if early is not None:
+            await asyncio.sleep(early)
         if chat:
             prompt = " ".join(str(m.get("content", "")) for m in req.get("messages") or [])
         else:
