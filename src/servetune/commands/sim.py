@@ -64,6 +64,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--overwrite", action="store_true", help="replace a run already in --result-dir"
     )
     run.add_argument("--no-progress", action="store_true")
+    run.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="simulated engines behind one router, on one virtual clock (default: %(default)s)",
+    )
+    run.add_argument(
+        "--router",
+        default=None,
+        choices=["least-loaded", "round-robin", "session", "prefix", "score"],
+        help="the routing policy in front of the replicas, the gateway's own code "
+        "(default: least-loaded with --replicas > 1; docs/gateway.md)",
+    )
 
     plan = sub.add_parser("plan", help="the start-up memory plan (or why vLLM would refuse)")
     _engine_group(plan)
@@ -201,12 +214,21 @@ def _run(args: argparse.Namespace) -> int:
     say("vllm serve " + " ".join(engine_cfg.vllm_args()), file=sys.stderr)
     for line in mem.log_lines()[1:5]:
         say("  " + line, file=sys.stderr)
+    routing = None
+    if args.router is not None or args.replicas != 1:
+        from servetune.routing.config import RoutingConfig
+        from servetune.sim.replicas import check_replicas
+
+        check_replicas(bench_cfg, args.replicas)
+        routing = RoutingConfig(policy=args.router or "least-loaded")
     result = run_offline(
         bench_cfg,
         engine_cfg,
         out,
         progress=not args.no_progress,
         command=["servetune", *sys.argv[1:]],
+        replicas=args.replicas,
+        routing=routing,
     )
     s = result.summary
     info = result.target.simulated or {}
@@ -224,6 +246,14 @@ def _run(args: argparse.Namespace) -> int:
     if result.server is not None:
         whole_run = result.server.summary.get("sim") or {}
         print(f"  preemptions  {whole_run.get('preemptions_total', 0)}")
+    routed = info.get("routing")
+    if routed:
+        hit = routed.get("prefix_cache_hit_rate")
+        print(
+            f"  routing      {routed['replicas']} replicas, {routed['policy']}: prefix-cache hit "
+            f"rate {'-' if hit is None else f'{hit:.1%}'}; requests per replica "
+            + ", ".join(str(p["requests"]) for p in routed["per_replica"])
+        )
     if s.request_goodput is not None:
         print(f"  goodput      {s.request_goodput:8.2f} req/s")
     print(f"results in {out}")

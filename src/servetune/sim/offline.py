@@ -32,14 +32,17 @@ from servetune.results.io import (
     SERVER_METRICS_FILE,
     LineAppender,
     ensure_result_dir,
+    record_line,
     write_run_result,
 )
 from servetune.results.schema import BenchConfig, RunResult
+from servetune.routing.config import RoutingConfig
 from servetune.sim.config import EngineConfig, ResolvedConfig
 from servetune.sim.memory import plan_memory
 from servetune.sim.offline_plan import workload_plan
 from servetune.sim.offline_result import build_result
 from servetune.sim.offline_run import OfflineRun
+from servetune.sim.replicas import check_replicas, merged_engine_facts, run_replicas
 
 
 def simulate(
@@ -51,6 +54,8 @@ def simulate(
     server_metrics: bool = True,
     progress: bool = False,
     command: list[str] | None = None,
+    replicas: int = 1,
+    routing: RoutingConfig | None = None,
 ) -> RunResult:
     """Simulate ``bench_cfg`` (the workload, rate, concurrency cap) against ``engine_cfg`` on
     a virtual clock and return the run's :class:`RunResult` — the ``run.json`` a real
@@ -69,6 +74,10 @@ def simulate(
     ``vllm_version``: the vLLM release whose memory planner sizes the KV pool (default: the
     0.10.2–0.16 rules, :mod:`servetune.sim.memory`). ``server_metrics=False`` skips the 0.5 s
     scrapes (and the server summary) when only the client-side figures are wanted.
+    ``replicas`` > 1 (or a ``routing`` given): that many engines of ``engine_cfg`` behind
+    ``routing``'s policy on one clock (:mod:`servetune.sim.replicas`); the result's
+    ``target.simulated["routing"]`` has each replica's requests and prefix-cache hits.
+
     Raises :class:`~servetune.errors.SimError` where vLLM would refuse to start and
     :class:`~servetune.errors.ConfigError` for a workload that cannot be built."""
     if bench_cfg.base_url is not None:
@@ -77,9 +86,78 @@ def simulate(
             hint="use `servetune bench --base-url ...` to load-test a real server",
         )
     with collector_paused():
+        if replicas > 1 or routing is not None:
+            return _simulate_replicas(
+                bench_cfg,
+                engine_cfg,
+                result_dir,
+                vllm_version,
+                command,
+                replicas,
+                routing or RoutingConfig(),
+            )
         return _simulate(
             bench_cfg, engine_cfg, result_dir, vllm_version, server_metrics, progress, command
         )
+
+
+def _simulate_replicas(
+    bench_cfg: BenchConfig,
+    engine_cfg: EngineConfig | ResolvedConfig,
+    result_dir: Path | str | None,
+    vllm_version: str | None,
+    command: list[str] | None,
+    replicas: int,
+    routing: RoutingConfig,
+) -> RunResult:
+    r = engine_cfg.resolve() if isinstance(engine_cfg, EngineConfig) else engine_cfg
+    mem = plan_memory(r, vllm_version)
+    check_replicas(bench_cfg, replicas)
+    plan, tok_name, tok_exact = workload_plan(bench_cfg)
+    env = this_machine(command)
+    done = run_replicas(plan, bench_cfg, r, mem, replicas, routing)
+    runs = done.runs
+    result = build_result(
+        bench_cfg,
+        r,
+        mem,
+        done.records,
+        [],
+        sum(run.samples for run in runs),
+        runs[0].eng,
+        env,
+        tok_name,
+        tok_exact,
+    )
+    info = result.target.simulated
+    assert info is not None
+    info.update(merged_engine_facts(runs))
+    info["routing"] = {
+        "replicas": replicas,
+        "policy": routing.policy,
+        "config": routing.model_dump(),
+        "reasons": done.routed.reasons,
+        "router_prefix_estimate": done.routed.prefix_estimate,
+        "prefix_cache_hit_rate": done.hit_rate(),
+        "per_replica": done.replica_summary(),
+    }
+    if result.server is not None:
+        sim_facts = result.server.summary.setdefault("sim", {})
+        sim_facts["preemptions_total"] = sum(run.eng.counters.preemptions for run in runs)
+        sim_facts["prefix_cache_hit_rate"] = done.hit_rate()
+        sim_facts["replicas"] = replicas
+    if result_dir is None:
+        return result
+    out = ensure_result_dir(result_dir)
+    (out / SERVER_METRICS_FILE).unlink(missing_ok=True)
+    (out / REQUESTS_FILE).unlink(missing_ok=True)
+    req_out = LineAppender(out / REQUESTS_FILE)
+    try:
+        req_out.write(b"".join(record_line(rec) for rec in done.records))
+    finally:
+        req_out.close()
+    write_run_result(out, result)
+    return result
 
 
 @contextmanager
@@ -155,6 +233,16 @@ def run_offline(
     result_dir: Path | str,
     progress: bool = False,
     command: list[str] | None = None,
+    replicas: int = 1,
+    routing: RoutingConfig | None = None,
 ) -> RunResult:
     """``sim run``: :func:`simulate` into ``result_dir``."""
-    return simulate(bench_cfg, engine_cfg, result_dir, progress=progress, command=command)
+    return simulate(
+        bench_cfg,
+        engine_cfg,
+        result_dir,
+        progress=progress,
+        command=command,
+        replicas=replicas,
+        routing=routing,
+    )

@@ -37,6 +37,7 @@ from servetune.sim.intake import too_long_message
 from servetune.sim.memory import MemoryPlan
 from servetune.sim.scrape import as_server_sample, server_sample
 from servetune.workload.plan import Plan
+from servetune.workload.spec import RequestSpec
 
 SAMPLE_INTERVAL_S = 0.5
 NS = 1_000_000_000
@@ -50,6 +51,19 @@ def _prompt_hashes(idx: int, nblocks: int) -> tuple[tuple[str, int, int], ...]:
     if len(have) < nblocks:
         have = _HASHES[idx] = have + tuple(("p", idx, b) for b in range(len(have), nblocks))
     return have[:nblocks]
+
+
+def prefix_hashes(spec: RequestSpec, prefix_blocks: int) -> tuple[Any, ...]:
+    """The block keys a request shares with others (the ``prefix`` dataset's group prefix),
+    for the engine's prefix cache."""
+    if spec.group is None or not prefix_blocks:
+        return ()
+    return tuple(("g", spec.group, b) for b in range(prefix_blocks))
+
+
+def shared_prefix_blocks(cfg: BenchConfig, block_size: int) -> int:
+    """Full blocks of the ``prefix`` dataset's shared prefix (0 for other datasets)."""
+    return cfg.prefix_len // block_size if cfg.dataset_name == "prefix" else 0
 
 
 class OfflineRun:
@@ -158,7 +172,7 @@ class OfflineRun:
         max_len = self.r.max_model_len
         caching = self.r.enable_prefix_caching
         B = self.r.block_size
-        prefix_blocks = cfg.prefix_len // B if cfg.dataset_name == "prefix" else 0
+        prefix_blocks = shared_prefix_blocks(cfg, B)
         eligible: dict[int, int] = {}
         pending: deque[int] = deque()
         inflight = 0
@@ -208,7 +222,7 @@ class OfflineRun:
                 return
             hashes: tuple[Any, ...] = ()
             if caching and spec.group is not None and prefix_blocks:
-                hashes = tuple(("g", spec.group, b) for b in range(prefix_blocks))
+                hashes = prefix_hashes(spec, prefix_blocks)
             elif caching and (self.prompt_ids or idx < self.warm_prompts):
                 hashes = _prompt_hashes(idx, spec.input_len // B)
             req = SimRequest(
