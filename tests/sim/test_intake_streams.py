@@ -84,5 +84,10 @@ def test_a_completion_without_usage_and_a_whole_body() -> None:
     assert ev["object"] == "text_completion" and ev["choices"][0]["stop_reason"] is None
     req.out = 3
     whole = orjson.loads(Stream(None, req, "cmpl-0", "m", False, False, False).full_body("m"))
-    assert whole["usage"] == {"prompt_tokens": 4, "total_tokens": 7, "completion_tokens": 3}
+    assert whole["usage"] == {
+        "prompt_tokens": 4,
+        "total_tokens": 7,
+        "completion_tokens": 3,
+        "prompt_tokens_details": {"cached_tokens": 0},  # what its prefix cache served
+    }
     assert ApproxTokenizer().count(whole["choices"][0]["text"]) == 3

@@ -282,8 +282,11 @@ accepts any coding (RFC 9110), and a compressing proxy would gzip the stream: ne
 decodes it (decoding would hold tokens back and blur their arrival stamps)."""
 
 
-def build_request(pool: Pool, path: str, body: bytes, api_key: str | None) -> bytes:
-    """The request bytes for a JSON POST (assembled once per request body)."""
+def build_request(
+    pool: Pool, path: str, body: bytes, api_key: str | None, headers: bytes = b""
+) -> bytes:
+    """The request bytes for a JSON POST (assembled once per request body); ``headers``:
+    extra header lines, each ``Name: value\r\n``."""
     auth = f"Authorization: Bearer {api_key}\r\n".encode() if api_key else b""
     return (
         b"POST "
@@ -293,6 +296,7 @@ def build_request(pool: Pool, path: str, body: bytes, api_key: str | None) -> by
         + b"\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\n"
         + IDENTITY
         + auth
+        + headers
         + b"Content-Length: "
         + str(len(body)).encode()
         + b"\r\n\r\n"

@@ -133,8 +133,9 @@ class OpenAIClient:
         self.tokenizer = tokenizer
         self.worker = worker
 
-    def prepare(self, body: bytes) -> object:
-        return self.transport.prepare(self.path, body)
+    def prepare(self, body: bytes, headers: bytes = b"") -> object:
+        """What :meth:`request` sends; ``headers``: extra header lines (``Name: value\r\n``)."""
+        return self.transport.prepare(self.path, body, headers)
 
     async def request(
         self,
@@ -144,8 +145,10 @@ class OpenAIClient:
         planned_output_len: int | None,
         scheduled_ns: int,
         eligible_ns: int,
+        text_out: list[str] | None = None,
     ) -> RequestRecord:
-        """Send one prepared request and return its record; never raises."""
+        """Send one prepared request and return its record; never raises. ``text_out``: the
+        generated text is appended to it (a session's next turn carries it)."""
         clock = time.perf_counter_ns
         state = StreamState(self.chat)
         status = "ok"
@@ -170,6 +173,8 @@ class OpenAIClient:
             cls, error = classify_exception(exc, self.timeout_s)
         end_ns = clock()
         t0 = self.t0_ns
+        if text_out is not None:
+            text_out.append(state.generated_text())
         return self._record(
             rid,
             state,
@@ -224,5 +229,6 @@ class OpenAIClient:
             "output_tokens": out_tokens,
             "tokens_source": source if out_tokens is not None else None,
             "finish_reason": st.finish_reason,
+            "cached_tokens": st.cached_tokens,
         }
         return RequestRecord.model_construct(**fields)

@@ -48,6 +48,7 @@ class StreamState:
     """Accumulates what the events of one response say. One instance per request."""
 
     __slots__ = (
+        "cached_tokens",
         "chat",
         "chunk_ns",
         "chunk_tokens",
@@ -74,6 +75,7 @@ class StreamState:
         self.usage_every_chunk = True
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
+        self.cached_tokens: int | None = None
         self.finish_reason: str | None = None
         self.error: str | None = None
         self.error_code: int | None = None
@@ -234,6 +236,10 @@ class StreamState:
                 self.completion_tokens = int(usage["completion_tokens"])
             if usage.get("prompt_tokens") is not None:
                 self.prompt_tokens = int(usage["prompt_tokens"])
+            details = usage.get("prompt_tokens_details")
+            if isinstance(details, dict) and details.get("cached_tokens") is not None:
+                # vLLM (--enable-prompt-tokens-details), SGLang, the simulated engine
+                self.cached_tokens = int(details["cached_tokens"])
 
     def _content(self, choice: Any, now_ns: int) -> None:
         """A content chunk: its stamp, its text (kept in case the server sends no usage)."""

@@ -26,8 +26,9 @@ READ_BUFSIZE = 4 * 1024 * 1024
 
 
 class Transport(Protocol):
-    def prepare(self, path: str, body: bytes) -> object:
-        """Whatever ``send`` needs, built once per request."""
+    def prepare(self, path: str, body: bytes, headers: bytes = b"") -> object:
+        """Whatever ``send`` needs, built once per request; ``headers``: extra header lines,
+        each ``Name: value\r\n``."""
         ...
 
     async def send(self, prepared: object, sink: Sink) -> tuple[int, bytes]: ...
@@ -44,8 +45,8 @@ class FastTransport:
         self.pool = Pool(base_url)
         self.api_key = api_key
 
-    def prepare(self, path: str, body: bytes) -> object:
-        return build_request(self.pool, path, body, self.api_key)
+    def prepare(self, path: str, body: bytes, headers: bytes = b"") -> object:
+        return build_request(self.pool, path, body, self.api_key, headers)
 
     async def send(self, prepared: object, sink: Sink) -> tuple[int, bytes]:
         assert isinstance(prepared, bytes)
@@ -83,22 +84,28 @@ class AiohttpTransport:
         self.session = make_session(api_key)
         self.reads = 0
 
-    def prepare(self, path: str, body: bytes) -> object:
-        return (self.base + path, body)
+    def prepare(self, path: str, body: bytes, headers: bytes = b"") -> object:
+        extra: dict[str, str] = {}
+        for line in headers.decode("latin-1").split("\r\n"):
+            name, sep, value = line.partition(":")
+            if sep:
+                extra[name.strip()] = value.strip()
+        return (self.base + path, body, extra or None)
 
     async def send(self, prepared: object, sink: Sink) -> tuple[int, bytes]:
         assert isinstance(prepared, tuple)
         url: str = prepared[0]
         body: bytes = prepared[1]
+        headers: dict[str, str] | None = prepared[2]
         clock = time.perf_counter_ns
         # A redirect is not followed (a failed request, protocol_error, as the fast client
         # says it): following it would hide a wrong --base-url and add its round trip to TTFT.
         try:
-            resp = await self.session.post(url, data=body, allow_redirects=False)
+            resp = await self.session.post(url, data=body, allow_redirects=False, headers=headers)
         except aiohttp.ServerDisconnectedError:
             # A kept-alive connection closed by the server as we reused it: the request was
             # never seen (no response byte), so it goes once more on a fresh connection.
-            resp = await self.session.post(url, data=body, allow_redirects=False)
+            resp = await self.session.post(url, data=body, allow_redirects=False, headers=headers)
         async with resp:
             if resp.status >= 300:
                 return resp.status, await resp.content.read(4096)

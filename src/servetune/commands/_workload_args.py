@@ -168,9 +168,17 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     """Dataset, arrivals and client-behaviour flags."""
     g = p.add_argument_group("workload")
     g.add_argument(
-        "--dataset-name", choices=["random", "sharegpt", "jsonl", "prefix"], default="random"
+        "--dataset-name",
+        choices=["random", "sharegpt", "jsonl", "prefix", "multiturn", "trace"],
+        default="random",
+        help="multiturn: sessions whose turns carry the conversation so far (synthetic, or "
+        "from --dataset-path: ShareGPT multi-turn JSON or a JSONL of sessions); trace: "
+        "replay a Mooncake JSONL, an Azure LLM trace CSV or a servetune requests.jsonl at its "
+        "own times (docs/workloads.md)",
     )
-    g.add_argument("--dataset-path", default=None, help="file for sharegpt / jsonl")
+    g.add_argument(
+        "--dataset-path", default=None, help="file for sharegpt / jsonl / multiturn / trace"
+    )
     g.add_argument("--random-input-len", type=int, default=1024)
     g.add_argument("--random-output-len", type=int, default=128)
     g.add_argument(
@@ -192,6 +200,7 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
         help="number of distinct prefixes (--dataset-name prefix)",
     )
     g.add_argument("--sharegpt-output-len", type=int, default=None)
+    add_session_arguments(p)
     g.add_argument(
         "--tokenizer",
         default=None,
@@ -304,6 +313,181 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _turns(text: str) -> tuple[int, int]:
+    lo, sep, hi = text.partition(":")
+    try:
+        a = int(lo)
+        b = int(hi) if sep else a
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a number of turns: {text!r} (N, or MIN:MAX)"
+        ) from None
+    return a, b
+
+
+def _window(text: str) -> tuple[float, float | None]:
+    lo, sep, hi = text.partition(":")
+    try:
+        a = float(lo) if lo.strip() else 0.0
+        b = float(hi) if sep and hi.strip() else None
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a window: {text!r} (START:END seconds of the trace, e.g. 0:600 or 300:)"
+        ) from None
+    if not sep:
+        raise argparse.ArgumentTypeError(f"not a window: {text!r} (START:END, e.g. 0:600)")
+    return a, b
+
+
+def add_session_arguments(p: argparse.ArgumentParser) -> None:
+    """Sessions (``--dataset-name multiturn``) and trace replay (``--dataset-name trace``)."""
+    g = p.add_argument_group("sessions and traces")
+    g.add_argument(
+        "--multiturn-turns",
+        type=_turns,
+        default=(4, 4),
+        metavar="N|MIN:MAX",
+        help="turns per synthetic session, fixed or uniform in MIN:MAX (default 4); a user "
+        "message is --random-input-len tokens, an answer --random-output-len",
+    )
+    g.add_argument(
+        "--multiturn-system-len",
+        type=int,
+        default=0,
+        help="tokens of the system prompt each synthetic session starts with (default 0: none)",
+    )
+    g.add_argument(
+        "--multiturn-system-prompts",
+        type=int,
+        default=1,
+        help="distinct system prompts the sessions share (each draws one; default 1)",
+    )
+    g.add_argument(
+        "--multiturn-think-time",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="mean seconds between an answer's end and the next turn (default 0)",
+    )
+    g.add_argument(
+        "--multiturn-think-dist",
+        choices=["exponential", "constant"],
+        default="exponential",
+        help="distribution of the think time (default exponential)",
+    )
+    g.add_argument(
+        "--multiturn-max-context",
+        type=int,
+        default=None,
+        metavar="TOKENS",
+        help="the client's context cap, prompt + max_tokens (default: the server's "
+        "max_model_len when it says, else none)",
+    )
+    g.add_argument(
+        "--multiturn-on-overflow",
+        choices=["truncate", "end"],
+        default="truncate",
+        help="a turn past the cap: truncate (drop the oldest exchanges, keep the system "
+        "prompt; default) or end the session",
+    )
+    g.add_argument(
+        "--request-rate-unit",
+        choices=["sessions", "requests"],
+        default="sessions",
+        help="for session workloads, what --request-rate counts: new sessions/s (default) "
+        "or requests/s (sessions then start at rate / mean turns)",
+    )
+    g.add_argument(
+        "--session-header",
+        default="X-Session-ID",
+        help="header carrying each request's session id ('' for none; the OpenAI 'user' "
+        "field carries it always; default X-Session-ID)",
+    )
+    g.add_argument(
+        "--trace-format",
+        choices=["auto", "mooncake", "azure", "servetune"],
+        default="auto",
+        help="the trace file's format (default: told from the file)",
+    )
+    g.add_argument(
+        "--trace-time-scale",
+        type=float,
+        default=1.0,
+        metavar="F",
+        help="multiply the trace's gaps by F (0.5 = twice as fast; default 1). A finite "
+        "--request-rate instead replays the trace's shape at that mean rate",
+    )
+    g.add_argument(
+        "--trace-window",
+        type=_window,
+        default=None,
+        metavar="START:END",
+        help="replay only the trace's requests in [START, END) seconds from its first",
+    )
+
+
+def session_configs(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``multiturn`` and ``trace`` parts of a BenchConfig from the flags (range errors
+    named by flag)."""
+    from pydantic import ValidationError
+
+    from servetune.results.conversation import MultiturnConfig, TraceConfig
+
+    out: dict[str, Any] = {}
+    if hasattr(args, "multiturn_turns"):
+        lo, hi = args.multiturn_turns
+        flags = {
+            "turns_min": "--multiturn-turns",
+            "turns_max": "--multiturn-turns",
+            "system_prompt_len": "--multiturn-system-len",
+            "system_prompts": "--multiturn-system-prompts",
+            "think_time_s": "--multiturn-think-time",
+            "max_context": "--multiturn-max-context",
+        }
+        try:
+            out["multiturn"] = MultiturnConfig(
+                turns_min=lo,
+                turns_max=hi,
+                system_prompt_len=args.multiturn_system_len,
+                system_prompts=args.multiturn_system_prompts,
+                think_time_s=args.multiturn_think_time,
+                think_dist=args.multiturn_think_dist,
+                max_context=args.multiturn_max_context,
+                on_overflow=args.multiturn_on_overflow,
+                rate_unit=args.request_rate_unit,
+                session_header=args.session_header,
+            )
+        except ValidationError as exc:
+            raise _flag_error(exc, flags) from None
+    if hasattr(args, "trace_format"):
+        start, end = args.trace_window if args.trace_window is not None else (0.0, None)
+        tflags = {
+            "time_scale": "--trace-time-scale",
+            "window_start_s": "--trace-window",
+            "window_end_s": "--trace-window",
+        }
+        try:
+            out["trace"] = TraceConfig(
+                format=args.trace_format,
+                time_scale=args.trace_time_scale,
+                window_start_s=start,
+                window_end_s=end,
+            )
+        except ValidationError as exc:
+            raise _flag_error(exc, tflags) from None
+    return out
+
+
+def _flag_error(exc: Any, flags: dict[str, str]) -> ConfigError:
+    err = exc.errors()[0]
+    field = str(err["loc"][0]) if err.get("loc") else ""
+    flag = flags.get(field, field)
+    return ConfigError(
+        f"{flag}: {err['msg']} (got {err.get('input')!r})",
+        hint=f"see `--help` for {flag}",
+    )
+
+
 # Plain float flags that must be finite numbers (NaN compares false with every bound, and JSON
 # has neither NaN nor infinity: run.json would carry null). --request-rate has its own 'inf'.
 _FINITE_FLAGS = {
@@ -313,6 +497,8 @@ _FINITE_FLAGS = {
     "random_range_ratio": ("--random-range-ratio", "--random-range-ratio 0.5"),
     "burstiness": ("--burstiness", "--burstiness 0.5, or --arrival constant for even spacing"),
     "temperature": ("--temperature", "--temperature 0"),
+    "multiturn_think_time": ("--multiturn-think-time", "--multiturn-think-time 2 (seconds)"),
+    "trace_time_scale": ("--trace-time-scale", "--trace-time-scale 0.5"),
     "request_timeout_s": ("--request-timeout", "--request-timeout 600 (seconds)"),
 }
 
@@ -377,6 +563,7 @@ def workload_config_from_args(
     if getattr(args, "served_model_name", None) is not None:
         fields["model"] = args.served_model_name  # the name the requests carry
     fields["goodput"] = parse_goodput(getattr(args, "goodput", None))
+    fields.update(session_configs(args))
     if getattr(args, "workers", None) is not None and args.workers < 1:
         raise ConfigError(
             f"--workers must be ≥ 1 (got {args.workers})",

@@ -108,6 +108,38 @@ def summary_table(result: RunResult) -> Table:
             else ""
         )
         row("  arrival stamps", h.arrival_stamps + detail)
+    ss = s.sessions
+    if ss is not None:
+        section("Sessions")
+        row(
+            "  sessions (completed / ended early)",
+            f"{ss.sessions} ({ss.completed} / {ss.ended_early})",
+        )
+        row("  turns sent per session (mean)", _fmt(ss.mean_turns))
+        if ss.truncated_turns:
+            row("  turns truncated to the context cap", str(ss.truncated_turns))
+        for tr in (ss.first_turn, ss.later_turns):
+            if tr is not None:
+                name = "first turns" if tr.turn == "1" else "later turns"
+                row(
+                    f"  {name}: P50 / P99 TTFT (ms)",
+                    f"{_fmt(tr.ttft_p50)} / {_fmt(tr.ttft_p99)}  ({tr.requests} requests)",
+                )
+        row(
+            "  per session mean TTFT, P50 / P99 (ms)",
+            f"{_fmt(ss.session_ttft_mean_p50)} / {_fmt(ss.session_ttft_mean_p99)}",
+        )
+    cf = s.cache
+    if cf is not None and cf.hit_rate is not None:
+        section("Prefix cache (as the answers said)")
+        row(
+            "  cached / prompt tokens",
+            f"{cf.cached_tokens:,} / {cf.prompt_tokens:,} = {cf.hit_rate:.1%}",
+        )
+        if cf.hit_rate_later_turns is not None:
+            row("  hit rate of later turns", f"{cf.hit_rate_later_turns:.1%}")
+        if cf.requests_reporting < cf.requests:
+            row("  requests that said", f"{cf.requests_reporting} of {cf.requests}")
     w = result.workload
     if w is not None:
         section("Workload")

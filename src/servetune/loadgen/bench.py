@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import shutil
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple, TypedDict, Unpack
 
@@ -27,7 +27,8 @@ from servetune.loadgen.driver import PlannedRequest
 from servetune.loadgen.health import note_stamps
 from servetune.loadgen.progress import ProgressLine
 from servetune.loadgen.runfile import RunFile, finish
-from servetune.loadgen.runner import LoopSetup, run_load
+from servetune.loadgen.runner import LoadItem, LoopSetup, run_load
+from servetune.loadgen.session_driver import PlannedSession, SessionStyle
 from servetune.metrics.prefix_check import check_prefix_cache
 from servetune.metrics.run_result import run_result
 from servetune.metrics.scraper import MetricsScraper, describe_info, metrics_url_for
@@ -96,7 +97,10 @@ def _undo_dir(out: Path, created: Path | None) -> None:
 def _check_lengths(plan: Plan, target: TargetInfo) -> None:
     if target.max_model_len is None:
         return
-    worst = max(plan.requests, key=lambda s: s.input_len + s.output_len)
+    requests = plan.requests
+    if plan.sessions is not None:  # later turns are kept under the context cap as they go
+        requests = [plan.requests[i] for i in _first_turns(plan)]
+    worst = max(requests, key=lambda s: s.input_len + s.output_len)
     need = worst.input_len + worst.output_len
     if need > target.max_model_len:
         raise ConfigError(
@@ -118,6 +122,41 @@ def _planned_requests(plan: Plan, cfg: BenchConfig, model: str) -> list[PlannedR
             )
         items.append(PlannedRequest(rid, off, body, spec.input_len, spec.output_len))
     return items
+
+
+def _first_turns(plan: Plan) -> list[int]:
+    """Indexes in ``plan.requests`` of each session's first turn."""
+    out, i = [], 0
+    for s in plan.sessions or []:
+        out.append(i)
+        i += len(s.turns)
+    return out
+
+
+def _planned_sessions(plan: Plan) -> list[PlannedSession]:
+    out: list[PlannedSession] = []
+    rid = 0
+    assert plan.sessions is not None and plan.session_offsets_ns is not None
+    for s, off in zip(plan.sessions, plan.session_offsets_ns, strict=True):
+        turns = [(t.user, t.user_tokens, t.output_len, round(t.think_s * 1e9)) for t in s.turns]
+        out.append(PlannedSession(s.sid, off, rid, s.system, s.system_tokens, turns))
+        rid += len(turns)
+    return out
+
+
+def session_style(cfg: BenchConfig, model: str, max_model_len: int | None) -> SessionStyle:
+    """How the sessions' requests are shaped; the context cap defaults to the server's
+    max_model_len."""
+    mt = cfg.multiturn
+    return SessionStyle(
+        model=model,
+        chat=cfg.endpoint == "chat",
+        ignore_eos=cfg.ignore_eos,
+        temperature=cfg.temperature,
+        header=mt.session_header,
+        max_context=mt.max_context if mt.max_context is not None else max_model_len,
+        on_overflow=mt.on_overflow,
+    )
 
 
 async def _prepare_scraper(
@@ -194,7 +233,7 @@ async def _run(
         tok = load_tokenizer(cfg.tokenizer)
         plan = make_plan(cfg, tok, opts.num_prompts_given)
         target.tokenizer, target.tokens_approximate = tok.name, not tok.exact
-        if not tok.exact:
+        if not tok.exact and plan.sessions is None:
             counter = ServerTokenizer(session, target.base_url, target.model)
             if await counter.count("hello world") is not None:
                 say("aligning prompt lengths with the server's /tokenize …")
@@ -203,8 +242,14 @@ async def _run(
                 plan = plan.model_copy(update={"requests": specs})
                 target.tokenizer, target.tokens_approximate = "server", missed > 0
         _check_lengths(plan, target)
-    facts = workload_facts(plan.requests, cfg.seed, chat=cfg.endpoint == "chat")
-    items = _planned_requests(plan, cfg, target.model)
+    facts = workload_facts(plan.requests, cfg.seed, cfg.endpoint == "chat", plan.sessions)
+    items: Sequence[LoadItem]
+    style = None
+    if plan.sessions is not None:
+        items = _planned_sessions(plan)
+        style = session_style(cfg, target.model, target.max_model_len)
+    else:
+        items = _planned_requests(plan, cfg, target.model)
     mean_out = sum(s.output_len for s in plan.requests) / max(1, len(plan.requests))
     workers = cfg.workers or choose_workers(plan.planned_rate or cfg.request_rate, mean_out)
     workers = max(1, min(workers, len(items)))
@@ -219,6 +264,7 @@ async def _run(
         stop_after_ns=plan.duration_ns,
         drain_timeout_s=cfg.request_timeout_s,
         tokenizer=cfg.tokenizer,
+        sessions=style,
     )
     scraper: MetricsScraper | None = None
     if opts.scrape_metrics:
@@ -246,14 +292,21 @@ async def _run(
         if on_start is not None:
             await on_start(t0_ns)
 
+    what = f"{len(items)} requests"
+    unit = "req/s"
+    if plan.sessions is not None:
+        what = f"{len(items)} sessions ({len(plan.requests)} turns planned)"
+        unit = "sessions/s"
+        if cfg.multiturn.rate_unit == "requests":
+            unit = "req/s (sessions start at that over the mean turns)"
     say(
-        f"{len(items)} requests to {target.model} at {target.base_url}, "
-        f"rate {cfg.request_rate:g} req/s"
+        f"{what} to {target.model} at {target.base_url}, "
+        f"rate {cfg.request_rate:g} {unit}"
         + (f", max concurrency {cfg.max_concurrency}" if cfg.max_concurrency else "")
         + f", {workers} worker{'s' if workers > 1 else ''}"
     )
     line = ProgressLine(
-        None if plan.duration_ns else len(items),
+        None if plan.duration_ns else len(plan.requests),
         None if math.isinf(cfg.request_rate) else plan.planned_rate,
         enabled=opts.progress,
         on_update=run_file.progress,

@@ -14,10 +14,11 @@ import gc
 import multiprocessing as mp
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnProcess
 from pathlib import Path
+from typing import cast
 
 from pydantic import BaseModel
 
@@ -26,6 +27,7 @@ from servetune.client.transports import TransportName, make_transport
 from servetune.loadgen.driver import Driver, PlannedRequest
 from servetune.loadgen.live import Snapshot
 from servetune.loadgen.progress import ProgressLine
+from servetune.loadgen.session_driver import PlannedSession, SessionDriver, SessionStyle
 from servetune.loadgen.sink import RecordSink
 from servetune.results.schema import Endpoint
 from servetune.workload.tokens import HFTokenizer
@@ -50,6 +52,12 @@ class LoopSetup(BaseModel):
     tokenizer: str | None = None
     """The local tokenizer (``--tokenizer``) that counts a response's text when the server
     sends no usage; without one such a response counts its content chunks."""
+    sessions: SessionStyle | None = None
+    """Set when the items are sessions (:mod:`servetune.loadgen.session_driver`)."""
+
+
+LoadItem = PlannedRequest | PlannedSession
+"""What a loop is given: requests, or (with ``LoopSetup.sessions``) sessions."""
 
 
 class LoadOutcome(BaseModel):
@@ -63,7 +71,7 @@ class LoadOutcome(BaseModel):
 async def _drive(
     index: int,
     setup: LoopSetup,
-    items: list[PlannedRequest],
+    items: Sequence[LoadItem],
     t0_ns: int,
     stop: asyncio.Event,
     report: Callable[[Snapshot], None] | None,
@@ -78,7 +86,26 @@ async def _drive(
     client = OpenAIClient(
         transport, setup.endpoint, t0_ns, setup.timeout_s, tokenizer=counter, worker=index
     )
-    driver = Driver(client, items, sink, t0_ns, setup.max_concurrency, setup.stop_after_ns)
+    driver: Driver
+    if setup.sessions is not None:
+        driver = SessionDriver(
+            client,
+            cast(Sequence[PlannedSession], items),
+            sink,
+            t0_ns,
+            setup.sessions,
+            setup.max_concurrency,
+            setup.stop_after_ns,
+        )
+    else:
+        driver = Driver(
+            client,
+            cast(Sequence[PlannedRequest], items),
+            sink,
+            t0_ns,
+            setup.max_concurrency,
+            setup.stop_after_ns,
+        )
 
     async def reporter() -> None:
         ticks = 0
@@ -145,9 +172,7 @@ def _freeze_heap() -> None:
 # --- worker processes -------------------------------------------------------------------
 
 
-def _worker_main(
-    index: int, setup: LoopSetup, items: list[PlannedRequest], conn: Connection
-) -> None:
+def _worker_main(index: int, setup: LoopSetup, items: Sequence[LoadItem], conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     from servetune.aio import run
 
@@ -155,7 +180,7 @@ def _worker_main(
 
 
 async def _worker_async(
-    index: int, setup: LoopSetup, items: list[PlannedRequest], conn: Connection
+    index: int, setup: LoopSetup, items: Sequence[LoadItem], conn: Connection
 ) -> None:
     loop = asyncio.get_running_loop()
     counter = load_counter(setup)
@@ -188,9 +213,9 @@ async def _worker_async(
 # --- the parent -------------------------------------------------------------------------
 
 
-def split_items(items: list[PlannedRequest], workers: int) -> list[list[PlannedRequest]]:
+def split_items(items: Sequence[LoadItem], workers: int) -> list[list[LoadItem]]:
     """Round-robin, so every worker's share keeps the plan's shape and rate."""
-    return [items[i::workers] for i in range(workers)]
+    return [list(items[i::workers]) for i in range(workers)]
 
 
 def split_concurrency(total: int | None, workers: int) -> list[int | None]:
@@ -200,7 +225,7 @@ def split_concurrency(total: int | None, workers: int) -> list[int | None]:
 
 
 async def run_load(
-    items: list[PlannedRequest],
+    items: Sequence[LoadItem],
     setup: LoopSetup,
     workers: int,
     progress: ProgressLine,
@@ -223,7 +248,7 @@ async def run_load(
 
 
 async def _run_inline(
-    items: list[PlannedRequest],
+    items: Sequence[LoadItem],
     setup: LoopSetup,
     progress: ProgressLine,
     stop: asyncio.Event,
@@ -249,7 +274,7 @@ async def _run_inline(
 
 
 async def _run_processes(
-    items: list[PlannedRequest],
+    items: Sequence[LoadItem],
     setup: LoopSetup,
     workers: int,
     progress: ProgressLine,

@@ -13,6 +13,7 @@ from itertools import chain
 
 import numpy as np
 
+from servetune.metrics.session_summary import cache_figures, session_figures
 from servetune.metrics.stats import describe
 from servetune.results.record import NS_PER_MS, RequestRecord
 from servetune.results.schema import (
@@ -209,6 +210,8 @@ def summarize(
         error_classes=dict(classes.most_common()),
         short_outputs=len(shorts),
         short_output_tokens=int(sum(shorts)),
+        cache=cache_figures(ok),
+        sessions=session_figures(records, inside, ok),
         percentiles=selected_percentiles(
             {"ttft": ttft, "tpot": tpot, "itl": itl, "e2el": e2el},
             percentile_metrics,
@@ -315,4 +318,10 @@ METRIC_DEFINITIONS: dict[str, str] = {
     "status": "failures.share = failed / ended (whole run) vs --max-failure-rate: complete, "
     "degraded (over it, most succeeded), failed (over it, fewer than half succeeded)",
     "short_outputs": "successful requests with fewer output tokens than max_tokens asked",
+    "cached_tokens": "usage.prompt_tokens_details.cached_tokens of each answer (vLLM with "
+    "--enable-prompt-tokens-details, SGLang, the simulated engine); cache.hit_rate = "
+    "Σ cached_tokens / Σ usage.prompt_tokens over the successful requests that report it",
+    "sessions": "a session's turn k is due when turn k−1's response ended plus the think time "
+    "(its scheduled time); by_turn: TTFT/TPOT percentiles per turn index; session_*_mean: "
+    "percentiles over sessions of each session's mean",
 }

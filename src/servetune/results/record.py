@@ -88,6 +88,19 @@ class RequestRecord(BaseModel):
     output_tokens: int | None = None
     tokens_source: TokenSource | None = None
     finish_reason: str | None = None
+    cached_tokens: int | None = None
+    """Prompt tokens the server served from its prefix cache, as its answer said
+    (``usage.prompt_tokens_details.cached_tokens``: vLLM with --enable-prompt-tokens-details,
+    SGLang, the simulated engine); None when it did not say."""
+
+    session: str | None = None
+    """The session this request belongs to (sent as the session header and ``user``)."""
+    turn: int | None = None
+    """Its turn in the session, from 1."""
+    session_turns: int | None = None
+    """Turns the session was planned with (a session whose records stop short ended early)."""
+    dropped_turns: int | None = None
+    """Earlier exchanges the client left out of this prompt to fit its context cap."""
 
     # --- derived figures (milliseconds) -------------------------------------------------
     @property

@@ -12,10 +12,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
+from servetune.results.conversation import (
+    CacheFigures,
+    MultiturnConfig,
+    SessionFigures,
+    TraceConfig,
+)
+
 SCHEMA_VERSION = 1
 
 Endpoint = Literal["completions", "chat"]
-DatasetName = Literal["random", "sharegpt", "jsonl", "prefix"]
+DatasetName = Literal["random", "sharegpt", "jsonl", "prefix", "multiturn", "trace"]
 Arrival = Literal["poisson", "gamma", "constant"]
 PercentileMetric = Literal["ttft", "tpot", "itl", "e2el"]
 RunStatus = Literal["running", "complete", "degraded", "failed", "interrupted", "cut_short"]
@@ -81,6 +88,10 @@ class BenchConfig(BaseModel):
     prefix_num_groups: int = 8
     prefix_len: int = 512
     sharegpt_output_len: int | None = None
+    multiturn: MultiturnConfig = Field(default_factory=MultiturnConfig)
+    """Sessions (``--dataset-name multiturn``): turns, system prompts, think time, context cap."""
+    trace: TraceConfig = Field(default_factory=TraceConfig)
+    """Trace replay (``--dataset-name trace``): format, time scale, window."""
     tokenizer: str | None = None
     """Local HF tokenizer folder or tokenizer.json; None = server /tokenize, else approximate."""
 
@@ -171,6 +182,10 @@ class Summary(BaseModel):
     """Successful requests that generated fewer tokens than asked (max_tokens)."""
     short_output_tokens: int = 0
     """Tokens those short outputs were missing, together."""
+    cache: CacheFigures | None = None
+    """Prompt tokens the server said it served from its prefix cache (None: no answer said)."""
+    sessions: SessionFigures | None = None
+    """Session workloads: sessions, and latency by turn index and by session."""
     percentiles: dict[str, dict[str, float | None]] = Field(default_factory=dict)
     """vLLM's selection: metric → {"99": value, "99.9": value, …} for ``percentile_metrics`` ×
     ``metric_percentiles`` (keys written as vLLM does: 99, not 99.0)."""

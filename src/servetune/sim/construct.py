@@ -107,10 +107,15 @@ def _ok_record(
     prompt_tokens: int,
     output_tokens: int,
     finish_reason: str | None,
+    cached: int | None = None,
+    session: tuple[str, int, int, int | None] | None = None,
 ) -> RequestRecord:
     """A successful simulated request's record: ``_record`` of its values (the same fields,
     in the same order, so the same line), made in one dict (a record per simulated request).
-    tests/sim/test_offline_api.py checks it against ``_record`` and ``record_line``."""
+    tests/sim/test_offline_api.py checks it against ``_record`` and ``record_line``.
+    ``cached``: the prompt tokens served from the prefix cache; ``session``: (session id,
+    turn, planned turns, dropped exchanges) of a session's request."""
+    sid, turn, turns, dropped = session if session is not None else (None, None, None, None)
     obj = RequestRecord.__new__(RequestRecord)
     _set(
         obj,
@@ -129,6 +134,11 @@ def _ok_record(
             "output_tokens": output_tokens,
             "tokens_source": "sim",
             "finish_reason": finish_reason,
+            "cached_tokens": cached,
+            "session": sid,
+            "turn": turn,
+            "session_turns": turns,
+            "dropped_turns": dropped,
             "id": idx,
             "status": "ok",
             "scheduled_ns": scheduled,
@@ -138,7 +148,12 @@ def _ok_record(
             "planned_input_len": input_len,
         },
     )
-    _set(obj, "__pydantic_fields_set__", set(_OK_FIELDS))
+    given = set(_OK_FIELDS)
+    if cached is not None:
+        given.add("cached_tokens")
+    if session is not None:
+        given.update(("session", "turn", "session_turns", "dropped_turns"))
+    _set(obj, "__pydantic_fields_set__", given)
     _set(obj, "__pydantic_extra__", None)
     _set(obj, "__pydantic_private__", None)
     return obj

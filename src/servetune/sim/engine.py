@@ -27,7 +27,7 @@ import heapq
 from array import array
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from servetune.sim.config import ResolvedConfig
@@ -46,6 +46,7 @@ class SimRequest:
     __slots__ = (
         "L0",
         "arrival",
+        "cached",
         "computed",
         "finish_reason",
         "finish_t",
@@ -56,6 +57,7 @@ class SimRequest:
         "held_n",
         "id",
         "max_tokens",
+        "more_keys",
         "nblocks",
         "o0",
         "out",
@@ -77,6 +79,7 @@ class SimRequest:
         arrival: float,
         hashes: Sequence[Hashable] = (),
         tag: object = None,
+        more_keys: Callable[[int], Sequence[Hashable]] | None = None,
     ) -> None:
         self.id = rid
         self.prompt_len = prompt_len
@@ -84,6 +87,14 @@ class SimRequest:
         self.arrival = arrival
         self.hashes = hashes
         """Content hashes of the prompt's full blocks (prefix caching)."""
+        self.more_keys = more_keys
+        """The keys of the next N full blocks after the prompt's (``more_keys(N)``: the
+        answer's, in a conversation whose next prompt holds it): when it finishes, these
+        blocks stay cached under them, as vLLM caches every full block it computed. None:
+        they are this request's own."""
+        self.cached = 0
+        """Prompt tokens served from the prefix cache when first scheduled (vLLM's
+        ``num_cached_tokens``, ``usage.prompt_tokens_details.cached_tokens``)."""
         self.tag = tag
         self.state = WAITING
         self.computed = 0
@@ -222,12 +233,12 @@ class Engine:
         self.phase[(req.s0 - req.L0) % self.B] -= 1
         req.ver += 1
 
-    def _free_blocks(self, req: SimRequest, keep: bool) -> None:
+    def _free_blocks(self, req: SimRequest, keep: bool, keys: Sequence[Hashable] = ()) -> None:
         # vLLM frees a request's blocks tail first, so eviction eats a preempted request's
         # chain from its end: its own (later) blocks go before its shared prompt prefix,
         # without which they could not be reused anyway.
         private = req.nblocks - len(req.held)
-        self.pool.release(private, ("r", req.id) if keep else None)
+        self.pool.release(private, ("r", req.id) if keep else None, keys)
         if req.held:
             self.pool.release_shared(req.held)
             req.held = []
@@ -269,8 +280,9 @@ class Engine:
         self.prefilling.pop(req.id, None)
         req.nblocks = -(-req.computed // self.B)
         # vLLM keeps a finished request's full blocks cached (evictable) too: they hold their
-        # place in the eviction order, ahead of its prompt prefix
-        self._free_blocks(req, keep=True)
+        # place in the eviction order, ahead of its prompt prefix; under their content keys
+        # when the caller knows them (a conversation's next turn starts with them)
+        self._free_blocks(req, keep=True, keys=self._private_keys(req))
         req.state = DONE
         req.finish_t = self.now
         req.finish_reason = reason
@@ -282,6 +294,18 @@ class Engine:
             self.h_prefill.observe(req.first_token - req.first_sched)
             self.h_decode.observe(self.now - req.first_token)
         self.finished.append(req)
+
+    def _private_keys(self, req: SimRequest) -> Sequence[Hashable]:
+        """Content keys of ``req``'s private full blocks (after the shared ones it holds), when
+        it was given ``more_keys``; () otherwise."""
+        if req.more_keys is None or not self.pool.caching:
+            return ()
+        full = req.computed // self.B
+        nh = len(req.hashes)
+        keys = list(req.hashes[:full])
+        if full > nh:
+            keys.extend(req.more_keys(full - nh))
+        return keys[len(req.held) : full]
 
     # --- the step -----------------------------------------------------------------------
     def _head_admissible(self, budget: int) -> bool:
@@ -463,6 +487,7 @@ class Engine:
                 self.prefilling[req.id] = req
                 if req.first_sched is None:
                     req.first_sched = self.now
+                    req.cached = hit
                     self.h_queue.observe(self.now - req.arrival)
                 chunks.append((req, c, hit))
                 budget -= c

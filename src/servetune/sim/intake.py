@@ -120,10 +120,11 @@ def read_request(
     return Ask(chat, max(1, n_prompt), pieces, max_tokens, stream, include_usage)
 
 
-def block_hashes(pieces: list[str], block_size: int) -> tuple[int, ...]:
-    """A chained hash per full block of ``block_size`` pieces (the prefix cache's keys)."""
+def block_hashes(pieces: list[str], block_size: int, h0: int = 0) -> tuple[int, ...]:
+    """A chained hash per full block of ``block_size`` pieces (the prefix cache's keys);
+    ``h0``: the hash of the block before the first (to continue a chain)."""
     out = []
-    h = 0
+    h = h0
     for i in range(len(pieces) // block_size):
         h = hash((h, tuple(pieces[i * block_size : (i + 1) * block_size])))
         out.append(h)

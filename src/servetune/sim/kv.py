@@ -26,6 +26,8 @@ class BlockPool:
         """Shared prompt blocks in use: hash -> refcount."""
         self.queries = 0
         self.hits = 0
+        self.evicted = 0
+        """Cached blocks evicted to make room (the prefix cache's losses under pressure)."""
 
     @property
     def free(self) -> int:
@@ -55,10 +57,26 @@ class BlockPool:
             lru.move_to_end(key, last=False)
             freed = over
         self.cached_free -= freed
+        self.evicted += freed
 
-    def release(self, n: int, keep_as: Hashable | None = None) -> None:
-        """Return ``n`` blocks; with caching and a key they stay reusable until evicted."""
+    def release(
+        self, n: int, keep_as: Hashable | None = None, keys: Sequence[Hashable] = ()
+    ) -> None:
+        """Return ``n`` blocks; with caching and a key they stay reusable until evicted.
+        ``keys``: the content keys of the first of them (full blocks whose content a later
+        prompt may hold): those stay cached each under its own key, shareable like a prompt
+        block (one already cached is a duplicate, freed); the rest are freed."""
         self.used -= n
+        if n and keys and self.caching:
+            lru, refs = self._lru, self._refs
+            kept = 0
+            for h in reversed(keys[:n]):  # tail first: the first evicted, as vLLM frees them
+                if h in refs or h in lru:
+                    continue
+                lru[h] = 1
+                kept += 1
+            self.cached_free += kept
+            return
         if n and keep_as is not None and self.caching:
             self._lru[keep_as] = self._lru.get(keep_as, 0) + n
             self.cached_free += n

@@ -43,6 +43,7 @@ from servetune.sim.offline_plan import workload_plan
 from servetune.sim.offline_result import build_result
 from servetune.sim.offline_run import OfflineRun
 from servetune.sim.replicas import check_replicas, merged_engine_facts, run_replicas
+from servetune.workload.prefix_share import workload_facts
 
 
 def simulate(
@@ -221,6 +222,11 @@ def _simulate(
         tok_exact,
         sim.itl_ms,
     )
+    if plan.sessions is not None or bench_cfg.dataset_name == "trace":
+        # the reuse these workloads are about: what an unbounded cache could serve of them
+        result.workload = workload_facts(
+            plan.requests, bench_cfg.seed, bench_cfg.endpoint == "chat", plan.sessions
+        )
     if out is None:
         return result
     write_run_result(out, result)

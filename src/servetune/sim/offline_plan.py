@@ -52,7 +52,9 @@ def workload_plan(bench_cfg: BenchConfig) -> tuple[Plan, str, bool]:
     process: a rate sweep, a tuner trying many rates) share them and draw only their
     arrivals, as ``make_plan`` does (tests/sim/test_offline_api.py compares the two); random
     prompts under the approximate counter carry no text (the simulator reads lengths)."""
-    if bench_cfg.duration_s is not None:  # the plan's size depends on the rate
+    if bench_cfg.duration_s is not None or bench_cfg.dataset_name in ("multiturn", "trace"):
+        # the plan's size depends on the rate; sessions arrive by session, not by request;
+        # a trace's times are its own, scaled to the rate
         return _dataset(bench_cfg.model_dump_json())
     key = bench_cfg.model_copy(update={"request_rate": 1.0, "burstiness": 1.0}).model_dump_json(
         exclude={"arrival"}

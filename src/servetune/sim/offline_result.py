@@ -84,6 +84,7 @@ def build_result(
         "kv_cache_tokens": mem.kv_cache_tokens,
         "max_concurrency": mem.max_concurrency,
         "prefix_cache_hit_rate": (eng.pool.hits / eng.pool.queries) if eng.pool.queries else None,
+        "prefix_cache_evicted_blocks": eng.pool.evicted,
     }
     server = ServerInfo(
         engine="servetune-sim",

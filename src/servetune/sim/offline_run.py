@@ -12,13 +12,14 @@ scraped; both are kept and, given appenders, written as ``requests.jsonl`` and
 
 from __future__ import annotations
 
+import heapq
 import math
 import sys
 import time
 from array import array
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,11 +34,12 @@ from servetune.sim.config import ResolvedConfig
 from servetune.sim.construct import _ok_record
 from servetune.sim.engine import Engine, SimRequest
 from servetune.sim.frontend import ApiServer, SharedIntake
-from servetune.sim.intake import too_long_message
+from servetune.sim.intake import block_hashes, too_long_message
 from servetune.sim.memory import MemoryPlan
 from servetune.sim.scrape import as_server_sample, server_sample
 from servetune.workload.plan import Plan
 from servetune.workload.spec import RequestSpec
+from servetune.workload.tokens import word_pieces
 
 SAMPLE_INTERVAL_S = 0.5
 NS = 1_000_000_000
@@ -64,6 +66,95 @@ def prefix_hashes(spec: RequestSpec, prefix_blocks: int) -> tuple[Any, ...]:
 def shared_prefix_blocks(cfg: BenchConfig, block_size: int) -> int:
     """Full blocks of the ``prefix`` dataset's shared prefix (0 for other datasets)."""
     return cfg.prefix_len // block_size if cfg.dataset_name == "prefix" else 0
+
+
+class _Sessions:
+    """A plan's sessions on the virtual clock: which turn each request is, what each
+    conversation holds, and the prefix-cache keys of its blocks.
+
+    A conversation's tokens are the system prompt's, then each kept exchange's (user message,
+    answer) and the new message. Block ``b`` of it is keyed by the shared system prompt when it
+    lies wholly inside that prompt, else by (session, epoch, b): the same content in the same
+    place of the same conversation — the answer's blocks, published when a turn finishes, are
+    the next turn's prompt blocks. A truncation (the oldest exchange left out to fit the
+    client's context cap) starts a new epoch: what follows the system prompt changed."""
+
+    def __init__(self, plan: Plan, cfg: BenchConfig, max_len: int, block: int) -> None:
+        assert plan.sessions is not None and plan.session_offsets_ns is not None
+        self.sessions = plan.sessions
+        self.starts = plan.session_offsets_ns
+        self.block = block
+        self.seed = cfg.seed
+        mt = cfg.multiturn
+        self.cap = mt.max_context if mt.max_context is not None else max_len
+        self.end_on_overflow = mt.on_overflow == "end"
+        self.deadline = plan.duration_ns
+        self.first: list[int] = []
+        self.of: list[tuple[int, int]] = []
+        """Request index → (session, turn index from 0)."""
+        for j, sess in enumerate(self.sessions):
+            self.first.append(len(self.of))
+            self.of.extend((j, k) for k in range(len(sess.turns)))
+        self.kept: dict[int, list[tuple[int, int]]] = {}
+        """Session → its kept exchanges (user tokens, answer tokens)."""
+        self.epoch: dict[int, int] = {}
+        self.dropped: dict[int, int] = {}
+        self.prompt_len: dict[int, int] = {}
+        """Request index → its prompt's length as sent."""
+
+    def prompt(self, idx: int, max_tokens: int) -> int | None:
+        """Turn ``idx``'s prompt length once under the cap, or None: the session ends."""
+        j, k = self.of[idx]
+        sess = self.sessions[j]
+        kept = self.kept.setdefault(j, [])
+        n = sess.system_tokens + sess.turns[k].user_tokens + sum(u + a for u, a in kept)
+        while n + max_tokens > self.cap:
+            if self.end_on_overflow or not kept:
+                return None
+            u, a = kept.pop(0)
+            n -= u + a
+            self.epoch[j] = self.epoch.get(j, 0) + 1
+            self.dropped[j] = self.dropped.get(j, 0) + 1
+        self.prompt_len[idx] = n
+        return n
+
+    def key(self, j: int, b: int) -> tuple[Any, ...]:
+        sess = self.sessions[j]
+        if sess.system_id is not None and (b + 1) * self.block <= sess.system_tokens:
+            return ("y", self.seed, sess.system_id, b)
+        return ("c", sess.sid, self.epoch.get(j, 0), b)
+
+    def hashes(self, idx: int, prompt_len: int) -> tuple[tuple[Any, ...], ...]:
+        j = self.of[idx][0]
+        return tuple(self.key(j, b) for b in range(prompt_len // self.block))
+
+    def more_keys(self, idx: int, prompt_len: int) -> Callable[[int], list[tuple[Any, ...]]]:
+        j = self.of[idx][0]
+        start = prompt_len // self.block
+        epoch = self.epoch.get(j, 0)
+
+        def more(n: int) -> list[tuple[Any, ...]]:
+            sid = self.sessions[j].sid
+            return [("c", sid, epoch, b) for b in range(start, start + n)]
+
+        return more
+
+    def record_of(self, idx: int) -> tuple[str, int, int, int | None]:
+        j, k = self.of[idx]
+        return (self.sessions[j].sid, k + 1, len(self.sessions[j].turns), self.dropped.get(j))
+
+    def answered(self, idx: int, out_tokens: int, end_ns: int) -> tuple[int, int] | None:
+        """Turn ``idx`` got its answer at ``end_ns`` (run clock): (when the next turn is due,
+        its index), or None when the session is over."""
+        j, k = self.of[idx]
+        sess = self.sessions[j]
+        self.kept[j].append((sess.turns[k].user_tokens, out_tokens))
+        if k + 1 >= len(sess.turns):
+            return None
+        due = end_ns + round(sess.turns[k + 1].think_s * NS)
+        if self.deadline is not None and due >= self.deadline:
+            return None
+        return due, idx + 1
 
 
 class OfflineRun:
@@ -129,6 +220,11 @@ class OfflineRun:
         requests of a step all get its delivery time), so a run makes one int per step, not
         one per token."""
         """Finished requests whose records are not made yet (made by the 256)."""
+        self._sess: _Sessions | None = None
+        self._ends: list[int] = []
+        """Session runs: when each request of ``eng.finished`` ended, in its order."""
+        self._offsets: list[int] = plan.offsets_ns
+        """The scheduled times (a session's later turns: when they came due)."""
         self._segs: dict[int, tuple[RequestRecord, list[tuple[int, int]]]] = {}
         """A successful record's steps (its token times: ``_deliv`` over them), by its id."""
 
@@ -165,14 +261,30 @@ class OfflineRun:
                 * 1e3
             ),
         )
-        offsets = plan.offsets_ns
+        sess = (
+            _Sessions(plan, cfg, self.r.max_model_len, self.r.block_size)
+            if plan.sessions is not None
+            else None
+        )
+        self._sess = sess
+        # a session's turn is scheduled when the answer before it ended (+ think time):
+        # this run's own copy of the offsets, filled in as turns come due
+        offsets = self._offsets = list(plan.offsets_ns) if sess is not None else plan.offsets_ns
         n = len(offsets)
+        n_static = 0 if sess is not None else n
+        due: list[tuple[int, int]] = []
+        """Session turns due, (run ns, request index), soonest first."""
+        if sess is not None:
+            due = [(at, sess.first[j]) for j, at in enumerate(sess.starts)]
+            heapq.heapify(due)
         eng.next_id = base + n
         cap = cfg.max_concurrency
         max_len = self.r.max_model_len
         caching = self.r.enable_prefix_caching
         B = self.r.block_size
         prefix_blocks = shared_prefix_blocks(cfg, B)
+        text_keys = caching and cfg.dataset_name == "trace"
+        text_hashes: dict[int, tuple[int, ...]] = {}
         eligible: dict[int, int] = {}
         pending: deque[int] = deque()
         inflight = 0
@@ -189,11 +301,22 @@ class OfflineRun:
             ]
             eng.pool.prewarm(keys[-eng.pool.total :])
 
+        def session_fields(idx: int) -> dict[str, Any]:
+            if sess is None:
+                return {}
+            sid, turn, turns, dropped = sess.record_of(idx)
+            return {"session": sid, "turn": turn, "session_turns": turns, "dropped_turns": dropped}
+
         def submit(idx: int, at_ns: int) -> None:
             """Request ``idx`` is sent at ``at_ns`` (run clock)."""
             nonlocal inflight
             spec = specs[idx]
             eligible[idx] = at_ns
+            if sess is not None:
+                p_len = sess.prompt(idx, spec.output_len)
+                if p_len is None:
+                    return  # the context cap ends the session here, as a client would
+                spec = spec.model_copy(update={"input_len": p_len})
             if spec.input_len + spec.output_len > max_len:
                 self._record(
                     RequestRecord.model_construct(
@@ -217,16 +340,32 @@ class OfflineRun:
                         output_tokens=None,
                         tokens_source=None,
                         finish_reason=None,
+                        **session_fields(idx),
                     )
                 )
                 return
             hashes: tuple[Any, ...] = ()
-            if caching and spec.group is not None and prefix_blocks:
+            more = None
+            if caching and sess is not None:
+                hashes = sess.hashes(idx, spec.input_len)
+                more = sess.more_keys(idx, spec.input_len)
+            elif text_keys:
+                got = text_hashes.get(id(spec))
+                if got is None:  # a trace's reuse is in its text: key the blocks by it
+                    got = text_hashes[id(spec)] = block_hashes(word_pieces(spec.text()), B)
+                hashes = got
+            elif caching and spec.group is not None and prefix_blocks:
                 hashes = prefix_hashes(spec, prefix_blocks)
             elif caching and (self.prompt_ids or idx < self.warm_prompts):
                 hashes = _prompt_hashes(idx, spec.input_len // B)
             req = SimRequest(
-                base + idx, spec.input_len, spec.output_len, (t0_ns + at_ns) / NS, hashes, idx
+                base + idx,
+                spec.input_len,
+                spec.output_len,
+                (t0_ns + at_ns) / NS,
+                hashes,
+                idx,
+                more,
             )
             self._drain(t0_ns + at_ns)  # outputs of steps that ended before it come first
             if render_ns:
@@ -252,12 +391,19 @@ class OfflineRun:
         """Chat requests whose template is being rendered, oldest first (they leave in order)."""
         while True:
             now_ns = round(eng.now * NS) - t0_ns
-            while i < n and offsets[i] <= now_ns + 1:  # +1 ns: float round trip
+            while i < n_static and offsets[i] <= now_ns + 1:  # +1 ns: float round trip
                 if cap is not None and inflight >= cap:
                     pending.append(i)
                 else:
                     submit(i, offsets[i])
                 i += 1
+            while due and due[0][0] <= now_ns + 1:
+                at, k = heapq.heappop(due)
+                offsets[k] = at
+                if cap is not None and inflight >= cap:
+                    pending.append(k)
+                else:
+                    submit(k, at)
             if rendering:
                 for d in render.depart_until(t0_ns + now_ns + 1):
                     take_in(rendering.popleft(), d)
@@ -278,13 +424,18 @@ class OfflineRun:
                 if pending:
                     submit(pending.popleft(), now_ns)
                     continue
-                if i >= n:
+                if due and (i >= n_static or due[0][0] < offsets[i]):
+                    eng.now = max(eng.now, (t0_ns + due[0][0]) / NS)
+                    continue
+                if i >= n_static:
                     break
                 eng.now = max(eng.now, (t0_ns + offsets[i]) / NS)
                 continue
             t_next = math.inf
-            if i < n and (cap is None or inflight < cap):
+            if i < n_static and (cap is None or inflight < cap):
                 t_next = offsets[i]
+            if due and (cap is None or inflight < cap):
+                t_next = min(t_next, due[0][0])
             if arriving:
                 t_next = min(t_next, arriving[0][0])
             nd = render.next_departure() if rendering else None
@@ -294,6 +445,12 @@ class OfflineRun:
             if eng.finished:
                 # a client slot frees when the last token reaches the client
                 freed = sorted(self._finish(req, eligible, offsets) for req in eng.finished)
+                if sess is not None:
+                    for req, end in zip(eng.finished, self._ends, strict=True):
+                        nxt = sess.answered(req.id - base, req.out, end)
+                        if nxt is not None:
+                            heapq.heappush(due, nxt)
+                    self._ends.clear()
                 inflight -= len(freed)
                 eng.finished.clear()
                 for t_ns in freed:
@@ -383,6 +540,8 @@ class OfflineRun:
             self._drain()  # the outputs of its steps (and all before them) are worked now
         end = self._deliv[last] if last >= 0 else int((req.finish_t or 0.0) * NS) - self._shift
         self._done.append((req, idx, eligible[idx], end))
+        if self._sess is not None:
+            self._ends.append(end)
         if len(self._done) >= 256:
             self._flush_done()
         return end
@@ -440,8 +599,9 @@ class OfflineRun:
         if not done:
             return
         self._done = []
-        offsets = self.plan.offsets_ns
+        offsets = self._offsets
         specs = self.plan.requests
+        sess = self._sess
         token_times = self.token_times
         records = self.records
         lines = self._buf if self.requests_out is not None else None
@@ -460,11 +620,13 @@ class OfflineRun:
                 last,
                 end,
                 chunks,
-                spec.input_len,
+                req.prompt_len if sess is not None else spec.input_len,
                 spec.output_len,
                 req.prompt_len,
                 req.out,
                 req.finish_reason,
+                req.cached if self.r.enable_prefix_caching else None,
+                sess.record_of(idx) if sess is not None else None,
             )
             records.append(rec)
             if token_times:

@@ -44,6 +44,7 @@ import itertools
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from servetune.http import Exchange
@@ -54,7 +55,7 @@ from servetune.sim.intake import Refusal, block_hashes, json_object, read_reques
 from servetune.sim.loop_stats import LoopStats
 from servetune.sim.memory import MemoryPlan
 from servetune.sim.step_writer import CHUNK, LAST, WHOLE, StepWriter, Write, WriterMode
-from servetune.sim.streams import Stream
+from servetune.sim.streams import TOKEN_WORDS, Stream
 
 SPIN_S = 0.004
 """Wake this long before a step ends and sleep the rest precisely (uvloop's timers fire in
@@ -68,6 +69,26 @@ CATCH_UP_S = 0.005
 steps is not the engine's)."""
 
 _SSE_HEADERS = [(b"Cache-Control", b"no-cache")]
+
+
+def answer_keys(
+    pieces: list[str], hashes: tuple[int, ...], block: int, first_word: int
+) -> Callable[[int], tuple[int, ...]]:
+    """``more_keys`` of a request (:class:`~servetune.sim.engine.SimRequest`): the hashes of
+    the full blocks after its prompt's, made of the prompt's last pieces and the words the
+    stream sends (:class:`~servetune.sim.streams.Stream`: word ``first_word + i`` is token i),
+    as the next turn of a conversation, holding this answer, will hash them."""
+    tail = pieces[len(hashes) * block :]
+    h0 = hashes[-1] if hashes else 0
+    words = TOKEN_WORDS
+    nw = len(words)
+
+    def more(n: int) -> tuple[int, ...]:
+        need = n * block - len(tail)
+        answer = [words[(first_word + i) % nw] for i in range(max(0, need))]
+        return block_hashes(tail + answer, block, h0)[:n]
+
+    return more
 
 
 class RealtimeEngine:
@@ -151,10 +172,19 @@ class RealtimeEngine:
             return
         rid_n = next(self._ids)
         r = self.r
-        hashes = block_hashes(ask.pieces, r.block_size) if r.enable_prefix_caching else ()
+        hashes: tuple[int, ...] = ()
+        more = None
+        if r.enable_prefix_caching:
+            hashes = block_hashes(ask.pieces, r.block_size)
+            more = answer_keys(ask.pieces, hashes, r.block_size, rid_n * 7)
         sent_ns = ex.arrival_ns - round(self.t0 * 1e9)  # its first byte, on the wall clock
         req = SimRequest(
-            rid_n, ask.prompt_len, ask.max_tokens, sent_ns / 1e9 + self.latency, hashes
+            rid_n,
+            ask.prompt_len,
+            ask.max_tokens,
+            sent_ns / 1e9 + self.latency,
+            hashes,
+            more_keys=more,
         )
         rid = ("chatcmpl-" if chat else "cmpl-") + f"{rid_n:x}"
         s = Stream(ex, req, rid, self.model, chat, ask.stream, ask.include_usage)

@@ -4,7 +4,9 @@ Streamed: one ``data: {...}\\n\\n`` SSE event per token (a chat stream opens wit
 chunk, sent with the first token as vLLM does), with ``stream_options.include_usage`` a last
 event with empty ``choices`` and ``usage``, then ``data: [DONE]``. Not streamed: one JSON
 body with the whole text and the usage. Text is word-like tokens from the approximate
-counter's word list, so that a client re-counting it gets the count back.
+counter's word list, so that a client re-counting it gets the count back. The usage says how
+many prompt tokens came from the prefix cache (``prompt_tokens_details.cached_tokens``, as vLLM
+with ``--enable-prompt-tokens-details`` and SGLang say it).
 
 The bytes of a token are assembled from a per-request prefix and a per-position tail: no JSON
 encoding per token.
@@ -20,7 +22,9 @@ import orjson
 from servetune.sim.engine import SimRequest
 from servetune.workload.tokens import ApproxTokenizer
 
-WORDS = [(" " + w).encode() for w in ApproxTokenizer().words]
+TOKEN_WORDS = ApproxTokenizer().words
+"""The words the simulated engine generates, token by token, in this order."""
+WORDS = [(" " + w).encode() for w in TOKEN_WORDS]
 """Token texts (with their leading space)."""
 
 _TAIL_CHAT = b'"},"logprobs":null,"finish_reason":null}]}\n\n'
@@ -103,6 +107,7 @@ class Stream:
             "prompt_tokens": self.req.prompt_len,
             "total_tokens": self.req.prompt_len + self.sent,
             "completion_tokens": self.sent,
+            "prompt_tokens_details": {"cached_tokens": self.req.cached},
         }
         body: dict[str, Any] = {
             "id": self.rid,
@@ -122,6 +127,7 @@ class Stream:
             "prompt_tokens": self.req.prompt_len,
             "total_tokens": self.req.prompt_len + n,
             "completion_tokens": n,
+            "prompt_tokens_details": {"cached_tokens": self.req.cached},
         }
         if self.chat:
             choice: dict[str, Any] = {

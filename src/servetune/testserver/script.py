@@ -97,4 +97,5 @@ class Script(BaseModel):
     record_writes: bool = False
     """Keep each stream's arrival and the time of each content write (CLOCK_MONOTONIC ns, the
     clock of ``time.perf_counter_ns`` and of a run's records), served at ``GET
-    /scripted/writes``: what the server really did, for checks that hold on a loaded box."""
+    /scripted/writes``: what the server really did, for checks that hold on a loaded box; and
+    each generation request's headers, ``user`` field and prompt, at ``GET /scripted/requests``."""

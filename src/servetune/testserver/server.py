@@ -54,6 +54,8 @@ class ScriptedServer:
         self._prerendered: dict[tuple[bool, int, int], bytes] = {}
         self.writes: list[tuple[int, list[int]]] = []
         """(arrival, the time of each content write) of each stream, with ``record_writes``."""
+        self.seen: list[dict[str, Any]] = []
+        """Each generation request's headers, ``user`` and prompt, with ``record_writes``."""
 
     async def start(self, port: int = 0) -> int:
         self.port = await self.http.start("127.0.0.1", port)
@@ -91,6 +93,9 @@ class ScriptedServer:
 
     def writes_json(self, ex: Exchange) -> None:
         ex.respond_json(200, [{"arrival_ns": a, "write_ns": w} for a, w in self.writes])
+
+    def requests_json(self, ex: Exchange) -> None:
+        ex.respond_json(200, self.seen)
 
     # -- generation -----------------------------------------------------------------------
     def generate(self, ex: Exchange) -> Awaitable[None] | None:
@@ -132,6 +137,15 @@ class ScriptedServer:
             prompt = " ".join(str(m.get("content", "")) for m in req.get("messages") or [])
         else:
             prompt = str(req.get("prompt", ""))
+        if s.record_writes:
+            self.seen.append(
+                {
+                    "headers": {k.decode(): v.decode("latin-1") for k, v in ex.headers},
+                    "user": req.get("user"),
+                    "prompt": prompt,
+                    "messages": req.get("messages"),
+                }
+            )
         p_tokens = len(prompt.split()) * s.tokens_per_word
         n = int(req.get("max_tokens") or req.get("max_completion_tokens") or 16)
         if p_tokens + n > s.max_model_len:
@@ -332,6 +346,7 @@ def _router(srv: ScriptedServer) -> Router:
     router.post("/tokenize", srv.tokenize)
     router.get("/metrics", srv.metrics)
     router.get("/scripted/writes", srv.writes_json)
+    router.get("/scripted/requests", srv.requests_json)
     router.post("/v1/completions", srv.generate)
     router.post("/v1/chat/completions", srv.generate)
     return router

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from servetune.results.schema import WorkloadFacts
+from servetune.workload.sessions import Session, implied_session_hit_rate
 from servetune.workload.spec import RequestSpec
 
 BLOCK_PIECES = 16
@@ -87,11 +88,21 @@ def hit_rate_ceiling(implied: float, mean_prompt_tokens: float | None, chat: boo
     return min(1.0, implied + template * (1.0 - implied) + TOLERANCE)
 
 
-def workload_facts(requests: Sequence[RequestSpec], seed: int, chat: bool) -> WorkloadFacts:
-    """The facts of a planned run that readers judge the server's figures by."""
+def workload_facts(
+    requests: Sequence[RequestSpec],
+    seed: int,
+    chat: bool,
+    sessions: Sequence[Session] | None = None,
+) -> WorkloadFacts:
+    """The facts of a planned run that readers judge the server's figures by. With
+    ``sessions`` the requests are their turns, and the implied rate is the sessions' own
+    (:func:`~servetune.workload.sessions.implied_session_hit_rate`: answers as planned)."""
     n = len(requests)
     mean_in = sum(s.input_len for s in requests) / n if n else None
-    implied = implied_hit_rate(requests)
+    if sessions is not None:
+        implied = implied_session_hit_rate(sessions, BLOCK_PIECES)
+    else:
+        implied = implied_hit_rate(requests)
     return WorkloadFacts(
         seed=seed,
         requests=n,
