@@ -53,7 +53,14 @@ def vllm_options(python: Path) -> EngineOptions:
     # --enforce-eager: ready in ~25 s instead of ~42 s; the tiny model gains nothing from graphs.
     # One OMP thread: with two, vLLM's spinning workers and the client fight over the 2 cores
     # and whole batches stall for seconds (the same as llama.cpp's -t 2 in REAL_ENGINES.md).
-    return EngineOptions(executable=str(python), enforce_eager=True, threads=1)
+    # --enable-prompt-tokens-details: each answer's usage says how many prompt tokens came from
+    # the prefix cache (cached_tokens, kept per request; tests/e2e/test_e2e_sessions.py).
+    return EngineOptions(
+        executable=str(python),
+        enforce_eager=True,
+        threads=1,
+        extra_args=["--enable-prompt-tokens-details"],
+    )
 
 
 def llama_options(exe: Path) -> EngineOptions:
