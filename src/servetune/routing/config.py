@@ -48,11 +48,11 @@ class RoutingConfig(BaseModel):
     bytes_per_token: float = Field(default=4.0, gt=0, le=64)
     """Prompt bytes per token, to turn the KV pool's tokens into index blocks."""
     weights: ScoreWeights = Field(default_factory=ScoreWeights)
-    load_bound: float = Field(default=1.5, ge=1.0, le=100.0)
+    load_bound: float = Field(default=2.0, ge=1.0, le=100.0)
     """``prefix``/``score``: an upstream takes a request only while its in-flight count after
     it stays within max(load_bound × mean, mean + load_slack) of the healthy upstreams'
     (bounded-load hashing): a hot prefix cannot pile onto one replica."""
-    load_slack: int = Field(default=2, ge=0, le=100_000)
+    load_slack: int = Field(default=6, ge=0, le=100_000)
 
     def index_blocks(self, kv_tokens: int | None) -> int:
         tokens = self.kv_capacity_tokens or kv_tokens or DEFAULT_KV_TOKENS

@@ -11,8 +11,8 @@ flight; the balancer picks one and says why (:attr:`Balancer.reason`):
   when it is full): every gateway replica computes the same order, a failed upstream moves
   only its own sessions, and they come back when it does. No session id: least-loaded;
 - ``prefix`` — the longest match of the prompt's blocks in each target's prefix index,
-  ties broken by rendezvous on the session (else the prompt's first block), among the targets
-  within the load bound;
+  ties broken by rendezvous on the session (else the prompt's first block; least-loaded when
+  the prompt has no full block either), among the targets within the load bound;
 - ``score`` — ``w_p·prefix + w_q·(1 − depth ÷ (deepest + 1)) + w_k·(1 − kv use)`` (llm-d's
   scorers, weights 3:2:2; depth = the requests this router has in flight there, live, plus
   those the engine says wait in its queue), the highest wins among the targets within the
@@ -183,7 +183,12 @@ class Balancer:
         best = max(scores.values())
         tie = 1e-9 if self.policy == "prefix" else TIE * self.weight_sum
         tied = [i for i in cand if scores[i] >= best - tie]
-        pick = tied[0] if key is None or len(tied) == 1 else rendezvous.best(key, self.seeds, tied)
+        if len(tied) == 1:
+            pick = tied[0]
+        elif key is None:  # nothing to key on (no session, no full block): spread the load
+            pick = least_loaded(tied, inflight, limits)
+        else:
+            pick = rendezvous.best(key, self.seeds, tied)
         self.reason = self.policy if matched[pick] or not nb else f"{self.policy}_miss"
         self._record(pick, blocks, idx[pick].match(blocks))
         return pick
