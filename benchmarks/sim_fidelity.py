@@ -78,10 +78,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from servetune.arch.gpus import find_gpu
 from servetune.errors import SimError
 from servetune.results.schema import BenchConfig
-from servetune.sim.catalog import Efficiency, efficiency, find_gpu
 from servetune.sim.config import EngineConfig
+from servetune.sim.efficiency import Efficiency, efficiency
 from servetune.sim.engine import Engine
 from servetune.sim.memory import plan_memory
 from servetune.sim.offline_run import OfflineRun

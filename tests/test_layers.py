@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("client",),
     ("loadgen",),
     ("engines",),
-    ("routing",),
+    ("routing", "arch"),
     ("sim", "testserver"),
     ("sweep",),
     ("diagnose",),

@@ -134,7 +134,7 @@ def _say_gpu_alias(prog: str, gpu: object) -> None:
     """Every ``--gpu`` names a GPU of the catalog; an alias that picks one of several (``a100``
     is the A100-80GB, not the 40 GB card) is said, never silently resolved."""
     if isinstance(gpu, str):
-        from servetune.sim.catalog import gpu_alias_note
+        from servetune.arch.gpus import gpu_alias_note
 
         note = gpu_alias_note(gpu)
         if note:

@@ -34,6 +34,7 @@ a specific one. The codes decided on today:
     sim.batch_below_seqs           max_num_batched_tokens < max_num_seqs
     sim.heads_not_divisible        tensor parallel size does not divide the heads
     sim.catalog                    an unknown GPU or model, or a config.json it cannot read
+    sim.unmodelled_family          a model family the simulator does not model (what it lacks)
     sim.weights_do_not_fit         the weights exceed the device memory (load-time OOM)
     sim.free_memory_short          less free memory than gpu_memory_utilization asks for
     sim.no_kv_memory               nothing left for the KV pool after weights + activations

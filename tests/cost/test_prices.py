@@ -1,8 +1,8 @@
 import pytest
 
+from servetune.arch.gpus import gpus
 from servetune.cost.prices import PriceBook, catalog_rows, offers, parse_price_overrides
 from servetune.errors import ConfigError
-from servetune.sim.catalog import gpus
 
 
 def test_every_offer_names_a_catalog_gpu_a_source_and_a_date():

@@ -242,6 +242,7 @@ def test_every_knob_names_what_the_planner_does() -> None:
         assert knob(name).planner != ("none",) or name in (
             "long_prefill_token_threshold",
             "enable_prefix_caching",
+            "async_scheduling",
         )
 
 

@@ -149,7 +149,7 @@ def test_chunked_prefill_off_is_spelled_by_version() -> None:
         ("sglang", "long_prefill_token_threshold"),
         ("tgi", "long_prefill_token_threshold"),
         ("llama.cpp", "long_prefill_token_threshold"),
-        ("sim", "data_parallel_size"),
+        ("sglang", "enable_expert_parallel"),
         ("vllm", "ubatch_size"),
         ("vllm", "swap_space"),
     ],

@@ -38,8 +38,8 @@ from servetune.metrics.server_summary import summarize_server
 from servetune.results import server_series as ss
 from servetune.results.io import read_records, read_run_result, read_server_series
 from servetune.results.schema import BenchConfig
-from servetune.sim.catalog import efficiency
 from servetune.sim.config import EngineConfig, resolve
+from servetune.sim.efficiency import efficiency
 from servetune.sim.embedded import EmbeddedServer, start_embedded
 from servetune.sim.offline import run_offline
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from servetune.arch.gpus import find_gpu
+from servetune.arch.models import find_model, model_from_hf_config
 from servetune.errors import SimError
-from servetune.sim.catalog import find_gpu, find_model, model_from_hf_config
 from servetune.sim.config import EngineConfig
 from servetune.sim.memory import plan_memory
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from types import ModuleType
 
 from servetune.results.schema import BenchConfig, Endpoint
-from servetune.sim.catalog import efficiency
 from servetune.sim.config import EngineConfig
+from servetune.sim.efficiency import efficiency
 from servetune.sim.engine import Engine
 from servetune.sim.memory import plan_memory
 from servetune.sim.offline_run import OfflineRun

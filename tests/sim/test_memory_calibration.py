@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import pytest
 
+from servetune.arch.memory import RULES, rules_for
 from servetune.errors import SimError
 from servetune.sim.config import EngineConfig
-from servetune.sim.memory import RULES, plan_memory, rules_for
+from servetune.sim.memory import plan_memory
 from servetune.sim.memory_calibration import (
     TOLERANCE,
     calibration_data,

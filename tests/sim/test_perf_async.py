@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from servetune.results.schema import BenchConfig
-from servetune.sim.catalog import efficiency
 from servetune.sim.config import EngineConfig
+from servetune.sim.efficiency import efficiency
 from servetune.sim.engine import Engine
 from servetune.sim.memory import plan_memory
 from servetune.sim.offline_run import OfflineRun

@@ -162,12 +162,12 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 
 def _request(args: argparse.Namespace) -> PlanRequest:
+    from servetune.arch.models import find_model
     from servetune.errors import ConfigError
     from servetune.metrics.slo_spec import p99_slo, parse_slos
     from servetune.plan import workload as wl
     from servetune.plan.request import PlanRequest
     from servetune.plan.space import DEFAULT_KNOB_SETS, candidates, parse_quantizations
-    from servetune.sim.catalog import find_model
 
     _check_numbers(args)
     n_specs = max(4 * args.requests_per_point, 4000)

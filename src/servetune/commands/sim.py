@@ -107,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
 def _gpus(as_json: bool) -> int:
     import json
 
-    from servetune.sim.catalog import efficiency, gpus
+    from servetune.arch.gpus import gpus
+    from servetune.sim.efficiency import efficiency
 
     rows = list(gpus())
     if as_json:
@@ -123,9 +124,9 @@ def _gpus(as_json: bool) -> int:
         f"{'interconnect':<28}calibrated"
     )
     print(f"{'':<16}{'GB':>8}{'GiB':>9}{'TFLOP/s':>8}{'TFLOP/s':>8}{'GB/s':>8}")
-    from servetune.sim.catalog import _efficiency_table
+    from servetune.sim.efficiency import efficiency_table
 
-    calibrated = set(_efficiency_table()["gpus"])
+    calibrated = set(efficiency_table()["gpus"])
     for g in rows:
         fp8 = f"{g.fp8_tflops:g}" if g.fp8_tflops else "-"
         mark = "yes" if g.name in calibrated else "no (default constants)"
@@ -140,7 +141,7 @@ def _gpus(as_json: bool) -> int:
 def _models(as_json: bool) -> int:
     import json
 
-    from servetune.sim.catalog import models
+    from servetune.arch.models import models
 
     rows = list(models())
     if as_json:

@@ -21,9 +21,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from servetune.arch.gpus import find_gpu, gpus
 from servetune.errors import ConfigError, ServetuneError
 from servetune.results.cost_file import PriceUsed
-from servetune.sim.catalog import find_gpu, gpus
 
 Pricing = Literal["on-demand", "spot", "reserved-1y", "reserved-3y"]
 PRICINGS: tuple[str, ...] = ("on-demand", "spot", "reserved-1y", "reserved-3y")

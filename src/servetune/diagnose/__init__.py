@@ -43,8 +43,9 @@ def _known_from_options(
     """A KnownConfig from --server-cmd / --gpu / --model, or None to use the run's own record.
     A --gpu or --model the catalog does not know is an error here, where the user typed it (the
     figures that need it would otherwise go missing without a word)."""
+    from servetune.arch.gpus import find_gpu
+    from servetune.arch.models import find_model
     from servetune.diagnose.knobs import KnownConfig, from_command
-    from servetune.sim.catalog import find_gpu, find_model
 
     if gpu:
         find_gpu(gpu)

@@ -67,7 +67,7 @@ def weights(fig: Figures) -> Move | None:
     new = "fp8"
     gpu = fig.config.gpu
     if gpu:
-        from servetune.sim.catalog import find_gpu
+        from servetune.arch.gpus import find_gpu
 
         try:
             if find_gpu(gpu).fp8_tflops is None:
@@ -144,7 +144,7 @@ def chunk_budget(fig: Figures) -> dict[str, KnobValue]:
     budget = 2048
     gpu = fig.config.gpu
     if gpu:
-        from servetune.sim.catalog import find_gpu
+        from servetune.arch.gpus import find_gpu
         from servetune.sim.config import batch_defaults
 
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from servetune.arch.memory import MemoryPlan
 from servetune.diagnose.actions import PROCEDURE
 from servetune.diagnose.conditions import fmt_num
 from servetune.diagnose.doctor_figures import (
@@ -28,7 +29,7 @@ from servetune.diagnose.knobs import planner_fields
 from servetune.diagnose.model import Diagnosis, Finding
 from servetune.errors import ConfigError, SimError
 from servetune.sim.config import EngineConfig, ResolvedConfig
-from servetune.sim.memory import MemoryPlan, plan_memory
+from servetune.sim.memory import plan_memory
 
 
 def _resolve_for_figures(cfg: EngineConfig) -> tuple[ResolvedConfig | None, SimError | None]:
@@ -172,7 +173,8 @@ def diagnose_config(
     """``servetune diagnose --server-cmd "vllm serve …" --gpu GPU``: warnings before launch."""
     cfg, ignored, unsupported = engine_config_from_command(command, gpu, model)
     # Resolve the catalog names now: an unknown GPU or model is the user's error to fix.
-    from servetune.sim.catalog import find_gpu, find_model
+    from servetune.arch.gpus import find_gpu
+    from servetune.arch.models import find_model
 
     find_gpu(cfg.gpu)
     find_model(cfg.model)

@@ -9,11 +9,12 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from servetune.arch.memory import MemoryPlan
 from servetune.diagnose.figure_table import Figures
 from servetune.diagnose.knobs import from_engine_config
 from servetune.errors import ConfigError, ServetuneError
 from servetune.sim.config import EngineConfig, ResolvedConfig
-from servetune.sim.memory import MemoryPlan, plan_memory
+from servetune.sim.memory import plan_memory
 
 WORKLOAD_MISSING = (
     "the workload's lengths are unknown (pass --workload-input-len/--workload-output-len, "

@@ -28,7 +28,7 @@ def _fix_candidates(
             out.append(("max_num_batched_tokens", mml, 0))
         return out
     if code == "sim.model_len_above_model" and r is None:
-        from servetune.sim.catalog import find_model
+        from servetune.arch.models import find_model
 
         out.append(("max_model_len", find_model(cfg.model).max_position_embeddings, 0))
         return out

@@ -77,7 +77,8 @@ def derived_figures(fig: Figures, run: RunResult) -> None:
     if not (cfg.gpu and cfg.model):
         fig.miss("compute_use_est", MODEL_GPU_MISSING)
         return
-    from servetune.sim.catalog import find_gpu, find_model
+    from servetune.arch.gpus import find_gpu
+    from servetune.arch.models import find_model
 
     try:
         gpu = find_gpu(cfg.gpu)
@@ -89,8 +90,8 @@ def derived_figures(fig: Figures, run: RunResult) -> None:
     if s.duration_s <= 0 or s.completed == 0:
         fig.miss("compute_use_est", "no completed request to count tokens from")
         return
-    from servetune.sim.catalog import efficiency
-    from servetune.sim.perf import model_flops, peak_flops
+    from servetune.arch.flops import model_flops, peak_flops
+    from servetune.sim.efficiency import efficiency
 
     in_len = fig.get("input_len_p50") or 0.0
     out_len = fig.get("output_len_mean") or 0.0

@@ -197,8 +197,8 @@ def _default_cap(fig: Figures) -> tuple[float | None, str]:
     cfg = fig.config
     if cfg.engine not in ("vllm", "sim", "vllm-cpu") or not cfg.gpu or cfg.source == "unknown":
         return None, "--max-num-seqs unknown"
+    from servetune.arch.gpus import find_gpu
     from servetune.knobs import DefaultContext, default
-    from servetune.sim.catalog import find_gpu
 
     try:
         gpu = find_gpu(cfg.gpu)

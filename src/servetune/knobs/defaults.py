@@ -89,3 +89,15 @@ def vllm_cpu_max_num_batched_tokens(ctx: DefaultContext) -> int | None:
 def v1_on(ctx: DefaultContext) -> bool:
     """On in V1 (chunked prefill, prefix caching), off in V0."""
     return not _is_v0(ctx)
+
+
+ASYNC_DEFAULT_AFTER = "0.11.0"
+"""vLLM PR #27614 turned async scheduling on by default in the releases after 0.11.0."""
+
+
+def async_default(ctx: DefaultContext) -> bool | None:
+    """vLLM's async scheduling: on after 0.11.0; None without a version (the simulated engine
+    then takes its GPU calibration's, ``efficiency.json``)."""
+    if ctx.version is None:
+        return None
+    return ctx.version > parse_version(ASYNC_DEFAULT_AFTER)

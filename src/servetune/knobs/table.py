@@ -33,10 +33,6 @@ LLAMA_FA_VALUE_SINCE = "b6325"
 VLLM_LIKE = ("vllm", "vllm-cpu", "sim")
 ENGINES = ("vllm", "vllm-cpu", "sim", "sglang", "tgi", "llama.cpp")
 
-_SIM_ONE_REPLICA = Absent(
-    "the simulated engine models one replica; run several behind the gateway instead"
-)
-
 
 def _vllm(*spellings: Spelling | Absent) -> dict[str, tuple[Spelling | Absent, ...]]:
     """The same spellings for vLLM, its CPU build and the simulated engine."""
@@ -454,19 +450,31 @@ KNOBS: tuple[Knob, ...] = (
         nullable=True,
         summary="weight quantization method (None: the checkpoint's own dtype)",
         planner=("weights",),
-        planner_note="fp8 halves the weights' bytes, int4 (AWQ/GPTQ) about quarters them; "
-        "the memory freed goes to the KV pool",
+        planner_note="fp8 halves the weights' bytes, int4 (AWQ/GPTQ) and FP4 (MXFP4, NVFP4) "
+        "about quarter them; the memory freed goes to the KV pool",
         spellings={
-            "vllm": (Spelling("--quantization", aliases=("-q",)),),
+            "vllm": (
+                Spelling("--quantization", aliases=("-q",), values={"nvfp4": "modelopt_fp4"}),
+            ),
             "vllm-cpu": (Spelling("--quantization", aliases=("-q",)),),
             "sim": (
                 Spelling(
                     "--quantization",
                     aliases=("-q",),
-                    choices=("fp8", "awq", "gptq", "awq_marlin", "gptq_marlin"),
+                    values={"nvfp4": "modelopt_fp4"},
+                    choices=(
+                        "fp8",
+                        "awq",
+                        "gptq",
+                        "awq_marlin",
+                        "gptq_marlin",
+                        "mxfp4",
+                        "nvfp4",
+                        "modelopt_fp4",
+                    ),
                 ),
             ),
-            "sglang": (Spelling("--quantization"),),
+            "sglang": (Spelling("--quantization", values={"nvfp4": "modelopt_fp4"}),),
             "tgi": (Spelling("--quantize"),),
             "llama.cpp": (
                 Absent(
@@ -548,24 +556,119 @@ KNOBS: tuple[Knob, ...] = (
         name="data_parallel_size",
         type="int",
         low=1,
-        summary="replicas of the whole engine behind one server",
+        summary="replicas of the engine behind one server (of its attention, for a MoE model)",
         planner=("replicas",),
-        planner_note="each replica has its own weights and pool; memory per replica is unchanged",
+        planner_note="each replica has its own weights and pool; memory per replica is "
+        "unchanged. With a mixture-of-experts model the replicas are data-parallel attention "
+        "in one engine: their MoE layers run together, the experts split over every GPU",
         spellings={
             "vllm": (
                 Absent("added in vLLM 0.8.0; run replicas behind a load balancer", until="0.8.0"),
                 Spelling("--data-parallel-size", aliases=("-dp",), since="0.8.0"),
             ),
             "vllm-cpu": (Spelling("--data-parallel-size", aliases=("-dp",)),),
-            "sim": (_SIM_ONE_REPLICA,),
+            "sim": (Spelling("--data-parallel-size", aliases=("-dp",)),),
             "sglang": (Spelling("--dp-size", aliases=("--data-parallel-size",)),),
             "tgi": (Absent("TGI serves one replica; run several behind a load balancer"),),
             "llama.cpp": (
                 Absent("llama.cpp serves one replica; run several behind a load balancer"),
             ),
         },
-        defaults={e: _const(1) for e in ("vllm", "vllm-cpu", "sglang")},
-        search=SearchRange(choices=(1, 2, 4), why="bounded by the GPUs you have"),
+        defaults={e: _const(1) for e in ("vllm", "vllm-cpu", "sim", "sglang")},
+        search=SearchRange(choices=(1, 2, 4, 8), why="bounded by the GPUs you have"),
+    ),
+    Knob(
+        name="enable_expert_parallel",
+        type="bool",
+        summary="spread a MoE model's experts over the GPUs (whole experts per GPU) instead "
+        "of splitting every expert",
+        planner=("weights",),
+        planner_note="each GPU holds 1/(tp·dp) of the experts, whole; the attention is split "
+        "as before",
+        spellings={
+            **_vllm(Spelling("--enable-expert-parallel", aliases=("-ep",), style="switch")),
+            "sglang": (
+                Absent("SGLang sets the expert-parallel size: --ep-size (expert_parallel_size)"),
+            ),
+            "tgi": (Absent("TGI shards experts with the tensors (--num-shard)"),),
+            "llama.cpp": (Absent("llama.cpp has no expert parallelism"),),
+        },
+        defaults={e: _const(False) for e in VLLM_LIKE},
+        search=SearchRange(
+            choices=(False, True), why="MoE models only: trades all-to-all for split experts"
+        ),
+        requires="a mixture-of-experts model",
+    ),
+    Knob(
+        name="expert_parallel_size",
+        type="int",
+        low=1,
+        summary="GPUs the experts are spread over (SGLang's --ep-size)",
+        planner=("weights",),
+        planner_note="each GPU holds 1/ep of the experts, whole",
+        spellings={
+            **_vllm(
+                Absent(
+                    "vLLM's expert-parallel size is tp × dp: turn it on with "
+                    "--enable-expert-parallel"
+                )
+            ),
+            "sglang": (Spelling("--ep-size", aliases=("--expert-parallel-size",)),),
+            "tgi": (Absent("TGI shards experts with the tensors (--num-shard)"),),
+            "llama.cpp": (Absent("llama.cpp has no expert parallelism"),),
+        },
+        defaults={"sglang": _const(1)},
+        search=SearchRange(choices=(1, 2, 4, 8), why="divides --tp"),
+        requires="divides the tensor-parallel size; a mixture-of-experts model",
+    ),
+    Knob(
+        name="enable_dp_attention",
+        type="bool",
+        summary="data-parallel attention within one engine (SGLang)",
+        planner=("kv_per_token", "weights"),
+        planner_note="attention is split tp/dp ways and replicated dp times: each replica "
+        "keeps its own requests' KV (an MLA latent is no longer copied on every GPU)",
+        spellings={
+            **_vllm(
+                Absent("vLLM's data-parallel attention is --data-parallel-size with a MoE model")
+            ),
+            "sglang": (Spelling("--enable-dp-attention", style="switch"),),
+            "tgi": (Absent("TGI has no data-parallel attention"),),
+            "llama.cpp": (Absent("llama.cpp has no data-parallel attention"),),
+        },
+        defaults={"sglang": _const(False)},
+        search=SearchRange(choices=(False, True), why="MoE models with MLA gain most"),
+        requires="--dp divides --tp",
+    ),
+    Knob(
+        name="async_scheduling",
+        type="bool",
+        summary="schedule the next step while the GPU runs this one",
+        planner=("none",),
+        planner_note="scheduling only: the CPU's per-step work overlaps the GPU's",
+        spellings={
+            "vllm": (
+                Absent("added in vLLM 0.10.1", until="0.10.1"),
+                Spelling("--async-scheduling", style="bool_optional", since="0.10.1"),
+            ),
+            "vllm-cpu": (Spelling("--async-scheduling", style="bool_optional"),),
+            "sim": (Spelling("--async-scheduling", style="bool_optional"),),
+            "sglang": (
+                Spelling(
+                    "--disable-overlap-schedule",
+                    style="switch",
+                    on=False,
+                    note="SGLang overlaps scheduling by default",
+                ),
+            ),
+            "tgi": (Absent("TGI's router schedules on its own"),),
+            "llama.cpp": (Absent("llama.cpp's server loop is single-threaded"),),
+        },
+        defaults={
+            **{e: (Default(rule="on after vLLM 0.11.0", fn=d.async_default),) for e in VLLM_LIKE},
+            "sglang": _const(True),
+        },
+        search=SearchRange(choices=(True, False), why="on is faster wherever it runs"),
     ),
     Knob(
         name="block_size",

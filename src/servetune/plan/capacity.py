@@ -40,11 +40,11 @@ from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel, Field
 
+from servetune.arch.memory import MemoryPlan
 from servetune.plan.simulate import Point, simulate
 from servetune.plan.workload import Workload
 from servetune.results.schema import Slo
 from servetune.sim.config import ResolvedConfig
-from servetune.sim.memory import MemoryPlan
 
 REL_TOL = 0.08
 LATE_GROWTH = 0.15

@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
+from servetune.arch.memory import MemoryPlan
 from servetune.metrics.timeline import in_flight, slope
 from servetune.plan.workload import Workload, offsets_at
 from servetune.results.schema import BenchConfig
 from servetune.sim.config import ResolvedConfig
-from servetune.sim.memory import MemoryPlan
 from servetune.sim.offline_run import OfflineRun
 from servetune.workload.plan import Plan
 

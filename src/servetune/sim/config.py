@@ -16,6 +16,11 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
+from servetune.arch.architecture import Architecture
+from servetune.arch.gpus import GpuSpec, find_gpu
+from servetune.arch.models import find_model
+from servetune.arch.parallel import Parallelism
+from servetune.arch.precision import kv_dtype_bytes, weight_format
 from servetune.errors import ConfigError, SimError
 from servetune.knobs import (
     DefaultContext,
@@ -27,7 +32,6 @@ from servetune.knobs import (
     vllm_batch_defaults,
 )
 from servetune.knobs.model import Spelling
-from servetune.sim.catalog import GpuSpec, ModelSpec, find_gpu, find_model
 
 _V = TypeVar("_V", int, bool)
 
@@ -35,8 +39,6 @@ SIM_KNOBS: tuple[str, ...] = tuple(engine_knobs("sim"))
 """The registry's knobs the simulated engine has (each an EngineConfig field)."""
 
 UsageContext = Literal["openai_api_server", "llm_class"]
-
-GIB = 1024**3
 
 
 class EngineConfig(BaseModel):
@@ -47,6 +49,13 @@ class EngineConfig(BaseModel):
     gpu: str = "A100-80GB"
     model: str = "Qwen/Qwen2.5-7B-Instruct"
     tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    """Replicas of the attention (and of the whole engine for a dense model); with a MoE
+    model their MoE layers run together (data-parallel attention)."""
+    enable_expert_parallel: bool = False
+    async_scheduling: bool | None = None
+    """None: the GPU calibration's (``efficiency.json``: on where the calibrated releases
+    had it on by default)."""
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     gpu_memory_utilization: float = 0.9
@@ -94,8 +103,15 @@ class EngineConfig(BaseModel):
         every default resolved, spelled by the knob registry."""
         r = self.resolve()
         values = {k: getattr(r, k) for k in SIM_KNOBS}
-        if not values.get("long_prefill_token_threshold"):
-            values.pop("long_prefill_token_threshold", None)
+        # knobs at their neutral value are left out of the line (vLLM's own default there)
+        neutral = {"long_prefill_token_threshold": 0, "data_parallel_size": 1}
+        for knob, value in neutral.items():
+            if values.get(knob) == value:
+                values.pop(knob, None)
+        if not values.get("enable_expert_parallel"):
+            values.pop("enable_expert_parallel", None)
+        if "async_scheduling" not in self.model_fields_set:
+            values.pop("async_scheduling", None)
         try:
             return render_command("vllm", r.model.name, values).argv[2:]
         except ConfigError as exc:  # a value the registry refuses for vLLM: a bug, say which
@@ -108,9 +124,13 @@ class ResolvedConfig(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     gpu: GpuSpec
-    model: ModelSpec
+    model: Architecture
     served_model_name: str
     tensor_parallel_size: int
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
+    async_scheduling: bool | None = None
+    """None: the GPU calibration's."""
     max_num_seqs: int
     max_num_batched_tokens: int
     gpu_memory_utilization: float
@@ -128,11 +148,18 @@ class ResolvedConfig(BaseModel):
 
     @property
     def weight_bytes_per_param(self) -> float:
-        return weight_bytes_per_param(self.quantization)
+        return weight_format(self.quantization).bytes_per_param
 
     @property
     def kv_dtype_bytes(self) -> float:
-        return 1.0 if self.kv_cache_dtype.startswith("fp8") else 2.0
+        return kv_dtype_bytes(self.kv_cache_dtype)
+
+    @property
+    def parallelism(self) -> Parallelism:
+        """vLLM's layout of TP × DP GPUs (:meth:`Parallelism.vllm`)."""
+        return Parallelism.vllm(
+            self.tensor_parallel_size, self.data_parallel_size, self.enable_expert_parallel
+        )
 
     def summary(self) -> dict[str, Any]:
         """The configuration for TargetInfo.simulated and run.json."""
@@ -141,6 +168,8 @@ class ResolvedConfig(BaseModel):
             "gpu": self.gpu.name,
             "model": self.model.name,
             "tensor_parallel_size": self.tensor_parallel_size,
+            "data_parallel_size": self.data_parallel_size,
+            "enable_expert_parallel": self.enable_expert_parallel,
             "max_num_seqs": self.max_num_seqs,
             "max_num_batched_tokens": self.max_num_batched_tokens,
             "gpu_memory_utilization": self.gpu_memory_utilization,
@@ -154,15 +183,6 @@ class ResolvedConfig(BaseModel):
             "interconnect_gb_s": self.interconnect_gb_s,
             "defaults_applied": self.defaults_applied,
         }
-
-
-def weight_bytes_per_param(quantization: str | None) -> float:
-    """Bytes per quantized linear-layer weight (int4 includes fp16 group-128 scales)."""
-    if quantization is None:
-        return 2.0
-    if quantization == "fp8":
-        return 1.0
-    return 0.5 + 4.0 / 128  # awq/gptq int4: 4 bits + an fp16 scale and zero per 128
 
 
 def batch_defaults(gpu: GpuSpec, usage: UsageContext) -> tuple[int, int]:
@@ -194,6 +214,24 @@ def _at_least_one(value: int, flag: str) -> int:
     return value
 
 
+def _quantization(given: str | None, model: Architecture) -> str | None:
+    """The weights' format: the checkpoint's own (a quantized checkpoint is loaded as it was
+    published, as vLLM does), or the one asked for on a 16-bit checkpoint (fp8 quantizes
+    online); asking a quantized checkpoint for another format is refused, as vLLM does."""
+    fmt = weight_format(given).name if given else None
+    own = model.checkpoint_quantization
+    if own is None or fmt == own:
+        return given
+    if fmt is None:
+        return own
+    raise SimError(
+        f"Quantization method specified in the model config ({own}) does not match the "
+        f"quantization method specified in the `quantization` argument ({given}).",
+        hint=f"{model.name} is published as {own}: leave --quantization out (or give {own})",
+        code="sim.config",
+    )
+
+
 def resolve(cfg: EngineConfig) -> ResolvedConfig:
     gpu = find_gpu(cfg.gpu)
     model = find_model(cfg.model)
@@ -222,6 +260,20 @@ def resolve(cfg: EngineConfig) -> ResolvedConfig:
             hint="choose a --tensor-parallel-size that divides the KV heads or a multiple",
             code="sim.heads_not_divisible",
         )
+    dp = cfg.data_parallel_size
+    if dp < 1:
+        raise SimError(
+            f"--data-parallel-size must be ≥ 1 (got {dp})",
+            hint="use 1, 2, 4 or 8",
+            code="sim.config",
+        )
+    if cfg.enable_expert_parallel and model.moe is None:
+        raise SimError(
+            f"--enable-expert-parallel needs a mixture-of-experts model; {model.name} is dense",
+            hint="leave --enable-expert-parallel out for a dense model",
+            code="sim.config",
+        )
+    quantization = _quantization(cfg.quantization, model)
     util = cfg.gpu_memory_utilization
     if not 0 < util <= 1:
         raise SimError(
@@ -303,13 +355,16 @@ def resolve(cfg: EngineConfig) -> ResolvedConfig:
         model=model,
         served_model_name=cfg.served_model_name or model.name,
         tensor_parallel_size=tp,
+        data_parallel_size=dp,
+        enable_expert_parallel=cfg.enable_expert_parallel,
+        async_scheduling=cfg.async_scheduling,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=mnbt,
         gpu_memory_utilization=util,
         max_model_len=max_model_len,
         enable_chunked_prefill=chunked,
         enable_prefix_caching=prefix,
-        quantization=cfg.quantization,
+        quantization=quantization,
         kv_cache_dtype=cfg.kv_cache_dtype,
         block_size=cfg.block_size,
         long_prefill_token_threshold=cfg.long_prefill_token_threshold,

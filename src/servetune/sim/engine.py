@@ -30,10 +30,10 @@ from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
+from servetune.arch.memory import MemoryPlan
 from servetune.sim.config import ResolvedConfig
 from servetune.sim.hist import REQUEST_LATENCY_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, Hist
 from servetune.sim.kv import BlockPool
-from servetune.sim.memory import MemoryPlan
 from servetune.sim.perf import DecodeCoeffs, StepModel
 
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
@@ -132,11 +132,14 @@ class Engine:
         self.mem = mem
         self.model = model or StepModel(cfg)
         self.B = cfg.block_size
-        self.max_seqs = cfg.max_num_seqs
-        self.budget = cfg.max_num_batched_tokens
+        # data-parallel replicas schedule their own batches: one scheduler with their sum
+        # (the requests spread evenly, :mod:`servetune.sim.perf`)
+        dp = cfg.data_parallel_size
+        self.max_seqs = cfg.max_num_seqs * dp
+        self.budget = cfg.max_num_batched_tokens * dp
         self.chunked = cfg.enable_chunked_prefill
         self.long_cap = cfg.long_prefill_token_threshold if cfg.enable_chunked_prefill else 0
-        self.pool = BlockPool(mem.num_gpu_blocks, cfg.enable_prefix_caching)
+        self.pool = BlockPool(mem.engine_blocks or mem.num_gpu_blocks, cfg.enable_prefix_caching)
         self.now = 0.0
         self.step = 0
         self.last_step_end: float | None = None
@@ -498,15 +501,31 @@ class Engine:
         ntok = n_dec
         attn = 0.0
         kv_read = 0.0
+        w_attn = 0.0
+        w_read = 0.0
+        model = self.model
+        windowed = model.window is not None
         done: list[SimRequest] = []
         for req, c, o in chunks:
             ntok += c
             attn += c * (o + c / 2)
             kv_read += o
+            if windowed:
+                wa, wr = model.window_terms(c, o)
+                w_attn += wa
+                w_read += wr
             if o + c == req.prompt_len + req.out:
                 done.append(req)
-        dt = self.model.step_time(
-            ntok, n_dec + len(chunks), n_dec + len(done), self.sum_base + n_dec * s, attn, kv_read
+        dt = model.step_time(
+            ntok,
+            n_dec + len(chunks),
+            n_dec + len(done),
+            self.sum_base + n_dec * s,
+            attn,
+            kv_read,
+            w_attn,
+            w_read,
+            n_dec,
         )
         emitted: list[SimRequest] = []
         if collect:

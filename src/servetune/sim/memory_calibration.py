@@ -14,9 +14,11 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from servetune.arch.deployment import GIB
+from servetune.arch.memory import MemoryPlan, budget, rules_for
 from servetune.errors import SimError
-from servetune.sim.config import GIB, EngineConfig
-from servetune.sim.memory import MemoryPlan, budget, plan_memory, rules_for
+from servetune.sim.config import EngineConfig
+from servetune.sim.memory import plan_memory
 
 TOLERANCE = 0.03
 """Largest relative error of the KV pool accepted on a calibration case."""

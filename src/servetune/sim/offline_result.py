@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from servetune.arch.memory import MemoryPlan
 from servetune.loadgen.health import client_health
 from servetune.metrics.engine_maps import VLLM_V1
 from servetune.metrics.run_result import run_result, run_summary
@@ -19,7 +20,6 @@ from servetune.results.server_series import ServerSample
 from servetune.sim.config import EngineConfig, ResolvedConfig
 from servetune.sim.engine import Engine
 from servetune.sim.exposition import cache_config_labels
-from servetune.sim.memory import MemoryPlan
 from servetune.sim.scrape import NAMES_FOUND
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from servetune.arch.memory import MemoryPlan
 from servetune.metrics.summary import pooled_itl_ms
 from servetune.results.io import LineAppender, record_line
 from servetune.results.record import RequestRecord
@@ -35,7 +36,6 @@ from servetune.sim.construct import _ok_record
 from servetune.sim.engine import Engine, SimRequest
 from servetune.sim.frontend import ApiServer, SharedIntake
 from servetune.sim.intake import block_hashes, too_long_message
-from servetune.sim.memory import MemoryPlan
 from servetune.sim.scrape import as_server_sample, server_sample
 from servetune.workload.plan import Plan
 from servetune.workload.spec import RequestSpec

@@ -1,34 +1,43 @@
-"""Step time: how long one engine step takes on the simulated GPU.
+"""Step time: how long one engine step takes on the simulated GPUs.
 
 One vLLM V1 step runs its kernels one after another, so the model is a sum of parts, each a
-roofline of its own::
+roofline of its own, for one GPU of the deployment::
 
-    t = linear + attention + all-reduce + cpu
+    t = dense + experts + attention + collectives + cpu
 
-    linear    = max(linear FLOPs / (peak × mfu), weight bytes / (HBM × mbu))
-    attention = max(attention FLOPs / (peak × mfu), KV bytes / (HBM × mbu))
-    all-reduce (TP > 1) = 2 × layers × (latency + activation bytes × 2(tp−1)/tp / link)
-    cpu       = step_overhead + per_seq_overhead × requests in the step
+    dense       = max(dense FLOPs / (peak × mfu), fixed weight bytes / (HBM × mbu))
+    experts     = max(expert FLOPs / (peak × mfu × grouped_gemm_efficiency),
+                      expert bytes × coverage(T) / (HBM × mbu))            (MoE only)
+    attention   = max(attention FLOPs / (bf16 peak × mfu), KV bytes / (HBM × mbu))
+    collectives = all-reduces of the attention's TP group (2 per layer) and, with
+                  data-parallel attention, a dispatch and a combine per MoE layer
+    cpu         = step_overhead + per_seq_overhead × requests in the step
 
 With async scheduling (vLLM's ``--async-scheduling``, on by default in the releases after
 vLLM PR #27614, i.e. after 0.11.0) the scheduler prepares step N+1 while the GPU runs step N,
-so the CPU part overlaps the GPU part: ``t = max(linear + attention + all-reduce, cpu)``
-(``Efficiency.async_scheduling``).
+so the CPU part overlaps the GPU part: ``t = max(gpu, cpu)``.
 
-Linear FLOPs are 2 × the linear weights per token (q, k, v, o and the gated MLP of every
-layer) plus the lm_head for every sampled token; a step of at most the largest CUDA-graph
-capture size is padded up to the next captured size (vLLM V1 captures piecewise graphs for
-1, 2, 4, then multiples of 8 below 256 and of 16 up to min(2 × max_num_seqs, 512) tokens, and
-replays the smallest that fits). Weight bytes are read once per step. Attention FLOPs are
-4 × layers × q_dim × context per decode token and the causal 4 × layers × q_dim × c × (offset
-+ c/2) per prefill chunk; KV bytes are the cache read by decodes and by later prefill chunks
-plus the KV written for every token. The GEMMs and the attention kernel do not overlap, which
-is why the parts add: a step that is compute-bound in its GEMMs still pays for streaming the
-KV cache in its attention. Everything is per GPU (1/tp of the weights and heads).
+The weights (:func:`servetune.arch.weights.rank_weights`): the dense part (attention
+projections, dense MLPs, shared experts, router, lm_head, norms) is read once per step; a MoE
+step reads only the experts its ``T`` tokens route to, ``1 − (1 − k/E)^T`` of them
+(``coverage``). FLOPs (:func:`servetune.arch.flops.model_flops`): 2 × the dense weights per
+token computed on this GPU, 2 × k experts per MoE layer per token spread over every GPU, the
+lm_head per sampled token; a step of at most the largest CUDA-graph capture size is padded up
+to the next captured size (vLLM V1 captures piecewise graphs for 1, 2, 4, then multiples of 8
+below 256 and of 16 up to min(2 × max_num_seqs, 512) tokens). Attention: per token of context,
+by layer kind (:meth:`servetune.arch.architecture.Architecture.attention_flops_per_ctx`: MLA
+absorbed in decode, multi-head in prefill), a windowed layer (sliding window, local chunk)
+over at most its window — a decode batch's windowed context is ``min(S, n × W)`` (exact when
+every context is past the window or none is); KV bytes are the cache read by decodes and by
+later prefill chunks plus the KV written for every token.
+
+Data-parallel attention (``attn_dp`` replicas, :class:`servetune.arch.parallel.Parallelism`):
+the scheduler is one, its requests spread evenly over the replicas; a replica's attention and
+dense layers run its share of the step, the MoE layers run everyone's tokens together.
 
 The constants (mfu, mbu, the two CPU overheads, the all-reduce latency) come from
-``catalog.efficiency``: calibrated per GPU against published vLLM measurements, each with its
-source (``data/efficiency.json``).
+``efficiency``: calibrated per GPU against published vLLM measurements, each with its source
+(``data/efficiency.json``).
 """
 
 from __future__ import annotations
@@ -36,45 +45,15 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from servetune.sim.catalog import Efficiency, GpuSpec, ModelSpec, efficiency
+from servetune.arch.architecture import AttentionKind
+from servetune.arch.flops import ModelFlops, model_flops, peak_flops
+from servetune.arch.precision import linear_rate
+from servetune.arch.weights import rank_weights
+from servetune.errors import SimError
 from servetune.sim.config import ResolvedConfig
+from servetune.sim.efficiency import Efficiency, efficiency
 
-
-@dataclass(frozen=True)
-class ModelFlops:
-    """FLOPs of the whole model (all GPUs together): ``linear`` per token computed (2 × the
-    linear weights), ``head`` per token sampled (the lm_head), ``attention_per_ctx`` per
-    token of context attended to (4 × layers × q_dim)."""
-
-    linear: float
-    head: float
-    attention_per_ctx: float
-
-    def per_token(self, input_len: float, output_len: float) -> tuple[float, float]:
-        """(FLOPs per prompt token, FLOPs per generated token) of a request of these lengths:
-        a prompt token attends to half the prompt on average (causal), a generated token to
-        the prompt and half the output, and samples once."""
-        prompt = self.linear + self.attention_per_ctx * input_len / 2
-        gen = self.linear + self.head + self.attention_per_ctx * (input_len + output_len / 2)
-        return prompt, gen
-
-
-def model_flops(m: ModelSpec) -> ModelFlops:
-    """The step model's FLOP counts of model M (see the module docstring)."""
-    L = m.num_hidden_layers
-    return ModelFlops(
-        linear=2.0 * L * m.layer_linear_params,
-        head=2.0 * m.hidden_size * m.vocab_size,
-        attention_per_ctx=4.0 * L * m.q_dim,
-    )
-
-
-def peak_flops(gpu: GpuSpec, quantization: str | None, tp: int = 1) -> float:
-    """Dense peak FLOP/s of TP such GPUs for the linear layers: fp8 tensor cores for fp8
-    weights where the GPU has them, else bf16."""
-    use_fp8 = quantization == "fp8" and gpu.fp8_tflops is not None
-    tflops = gpu.fp8_tflops if use_fp8 and gpu.fp8_tflops else gpu.bf16_tflops
-    return tflops * 1e12 * tp
+__all__ = ["DecodeCoeffs", "ModelFlops", "StepModel", "capture_sizes", "model_flops", "peak_flops"]
 
 
 def capture_sizes(max_num_seqs: int) -> tuple[int, ...]:
@@ -87,8 +66,9 @@ def capture_sizes(max_num_seqs: int) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class DecodeCoeffs:
     """Time of a decode-only step as a function of the summed context S (seconds):
-    ``max(f0 + f1·S, m0 + m1·S, floor) + c`` (``floor``: the CPU part when it overlaps the
-    GPU's, 0 otherwise)."""
+    ``max(f0 + f1·S + fw·min(S, cap), m0 + m1·S + mw·min(S, cap), floor) + c`` (``cap``:
+    the windowed layers' most context, ``n × window``; ``floor``: the CPU part when it
+    overlaps the GPU's, 0 otherwise)."""
 
     f0: float
     f1: float
@@ -96,9 +76,18 @@ class DecodeCoeffs:
     m1: float
     c: float
     floor: float = 0.0
+    fw: float = 0.0
+    mw: float = 0.0
+    cap: float = 0.0
 
     def time(self, s: float) -> float:
-        return max(self.f0 + self.f1 * s, self.m0 + self.m1 * s, self.floor) + self.c
+        w = s if s < self.cap else self.cap
+        return (
+            max(
+                self.f0 + self.f1 * s + self.fw * w, self.m0 + self.m1 * s + self.mw * w, self.floor
+            )
+            + self.c
+        )
 
 
 class StepModel:
@@ -107,38 +96,74 @@ class StepModel:
     def __init__(self, r: ResolvedConfig, eff: Efficiency | None = None) -> None:
         self.eff = eff or efficiency(r.gpu)
         m = r.model
-        tp = r.tensor_parallel_size
-        self.tp = tp
-        peak = peak_flops(r.gpu, r.quantization)
-        self.flops_per_s = peak * self.eff.mfu
+        par = r.parallelism
+        self.tp = par.attn_tp
+        self.dp = par.attn_dp
+        world = par.world
+        mfu = self.eff.mfu
+        bf16 = r.gpu.bf16_tflops * 1e12
+        expert_rate = linear_rate(r.gpu, r.quantization)[0]
+        dense_rate = expert_rate if m.quantization_scope == "all" else bf16
+        self.flops_per_s = dense_rate * mfu
+        self.expert_flops_per_s = expert_rate * mfu * self.eff.grouped_gemm_efficiency
         # attention runs in BF16 whatever the weights are
-        self.attn_flops_per_s = r.gpu.bf16_tflops * 1e12 * self.eff.mfu
+        self.attn_flops_per_s = bf16 * mfu
         self.bytes_per_s = r.gpu.hbm_gb_s * 1e9 * self.eff.mbu
-        L = m.num_hidden_layers
-        per_token = model_flops(m)
-        self.linear_flops_per_token = per_token.linear / tp
-        self.head_flops_per_sample = per_token.head / tp
-        self.attn_flops_per_ctx = per_token.attention_per_ctx / tp
-        linear_bytes = L * m.layer_linear_params * r.weight_bytes_per_param
-        other_bytes = (m.param_count - L * m.layer_linear_params) * 2.0
-        # The input embedding table is gathered (a few rows), not streamed: count the lm_head.
-        emb = m.embedding_params * 2.0
-        self.weight_bytes = (
-            linear_bytes + other_bytes - (0 if m.tie_word_embeddings else emb)
-        ) / tp
-        self.kv_bytes_per_token = m.kv_bytes_per_token(r.kv_dtype_bytes, tp)
+        flops = model_flops(m)
+        head_flops = flops.head
+        self.head_flops_per_sample = head_flops / self.tp
+        self.linear_flops_per_token = (2.0 * m.dense_linear_params) / self.tp
+        k = m.moe.experts_per_token if m.moe is not None else 0
+        self.expert_flops_per_token = 2.0 * k * m.moe_layer_count * m.expert_params / world
+        w = rank_weights(m, r.quantization, par)
+        self.weights = w
+        self.weight_bytes = w.streamed_fixed
+        self.expert_bytes = w.experts
+        # attention per kind: full layers over the whole context, windowed ones within W
+        prefill = m.attention_flops_per_ctx(decode=False)
+        decode = m.attention_flops_per_ctx(decode=True)
+        kv = m.kv_elements_per_token(self.tp)
+        dt = r.kv_dtype_bytes
+        kinds: tuple[AttentionKind, ...] = ("sliding", "chunked")
+        windowed = [kind for kind in kinds if m.attention_counts[kind]]
+        if len(windowed) > 1:
+            raise SimError(
+                f"{m.name} has both sliding-window and chunked layers, which the step model "
+                "does not combine",
+                hint="the step model handles one windowed layer kind beside full attention",
+                code="sim.unmodelled_family",
+            )
+        self.window = m.window_of[windowed[0]] if windowed else None
+        wk: AttentionKind = windowed[0] if windowed else "full"
+        self.attn_flops_per_ctx = decode["full"] / self.tp
+        self.prefill_flops_per_ctx = prefill["full"] / self.tp
+        self.kv_bytes_per_token = kv["full"] * dt
+        self.w_attn_flops_per_ctx = decode[wk] / self.tp if windowed else 0.0
+        self.w_prefill_flops_per_ctx = prefill[wk] / self.tp if windowed else 0.0
+        self.w_kv_bytes_per_token = kv[wk] * dt if windowed else 0.0
+        self.kv_write_bytes = (kv["full"] + (kv[wk] if windowed else 0)) * dt
         self.graph_sizes = capture_sizes(r.max_num_seqs)
         self.fixed_s = self.eff.step_overhead_ms / 1e3
         self.per_seq_s = self.eff.per_seq_overhead_us / 1e6
-        self.overlap = self.eff.async_scheduling
+        overlap = r.async_scheduling
+        self.overlap = self.eff.async_scheduling if overlap is None else overlap
         # all-reduce: a fixed latency per collective and the ring's bytes over the link
+        L = m.num_hidden_layers
+        link = r.interconnect_gb_s * 1e9
         self.comm_fixed_s = 0.0
         self.comm_per_token = 0.0
-        if tp > 1:
+        if self.tp > 1:
             n_coll = 2 * L
             self.comm_fixed_s = n_coll * self.eff.allreduce_latency_us / 1e6
-            volume = n_coll * m.hidden_size * 2.0 * 2 * (tp - 1) / tp
-            self.comm_per_token = volume / (r.interconnect_gb_s * 1e9)
+            volume = n_coll * m.hidden_size * 2.0 * 2 * (self.tp - 1) / self.tp
+            self.comm_per_token = volume / link
+        if self.dp > 1 and m.moe is not None:
+            # dispatch and combine around every MoE layer: a token's hidden state goes to the
+            # GPUs of its experts (expert parallel) or to every replica (split experts)
+            fan = min(k, world) * (world - 1) / world if par.moe_ep > 1 else self.dp - 1
+            layers = m.moe_layer_count
+            self.comm_fixed_s += 2 * layers * self.eff.alltoall_latency_us / 1e6
+            self.comm_per_token += 2 * layers * fan * m.hidden_size * 2.0 / link
 
     def padded(self, num_tokens: int) -> int:
         """Tokens the GPU computes: a captured CUDA-graph size when the step fits one."""
@@ -146,6 +171,27 @@ class StepModel:
         if num_tokens > sizes[-1]:
             return num_tokens
         return sizes[bisect_left(sizes, num_tokens)]
+
+    def window_terms(self, c: int, o: int) -> tuple[float, float]:
+        """(Σ windowed context attended, windowed KV read) of a prefill chunk of ``c`` tokens
+        after ``o``: token j (1-based) attends to min(j, W) tokens."""
+        w = self.window
+        if w is None:
+            return 0.0, 0.0
+        end = o + c
+        if o >= w:
+            return float(c * w), float(w)
+        top = min(end, w)
+        inside = (top * (top + 1) - o * (o + 1)) / 2  # tokens o+1 .. top attend to themselves
+        return inside + (end - top) * w, float(o)
+
+    def _moe(self, tokens: float) -> float:
+        """The routed experts' part of a step of ``tokens`` tokens (all replicas)."""
+        if not self.expert_bytes:
+            return 0.0
+        flops = self.expert_flops_per_token * tokens / self.expert_flops_per_s
+        read = self.expert_bytes * self.weights.expert_coverage(tokens) / self.bytes_per_s
+        return flops if flops > read else read
 
     def step_time(
         self,
@@ -155,21 +201,49 @@ class StepModel:
         decode_ctx: float,
         prefill_attn: float = 0.0,
         prefill_kv_read: float = 0.0,
+        window_attn: float = 0.0,
+        window_kv_read: float = 0.0,
+        num_decodes: int = 0,
     ) -> float:
         """Seconds for one step.
 
         ``num_tokens``: tokens computed in the step (decodes + prefill chunks);
         ``num_seqs``: requests in the step; ``num_sampled``: tokens sampled (decodes and
         prefills that complete); ``decode_ctx``: summed context of the decode tokens;
-        ``prefill_attn``: Σ c·(offset + c/2) over prefill chunks; ``prefill_kv_read``: Σ offset.
+        ``prefill_attn``: Σ c·(offset + c/2) over prefill chunks; ``prefill_kv_read``: Σ offset;
+        ``window_attn`` / ``window_kv_read``: the same within the window
+        (:meth:`window_terms`), ``num_decodes``: decode tokens (the windowed cap), for a model
+        with windowed layers. All over every data-parallel replica.
         """
-        padded = self.padded(num_tokens)
-        lin_flops = self.linear_flops_per_token * padded + self.head_flops_per_sample * num_sampled
-        linear = max(lin_flops / self.flops_per_s, self.weight_bytes / self.bytes_per_s)
-        attn_flops = self.attn_flops_per_ctx * (decode_ctx + prefill_attn)
-        kv_bytes = self.kv_bytes_per_token * (decode_ctx + prefill_kv_read + num_tokens)
-        attention = max(attn_flops / self.attn_flops_per_s, kv_bytes / self.bytes_per_s)
-        gpu = linear + attention + self.comm_fixed_s + self.comm_per_token * padded
+        dp = self.dp
+        per = num_tokens / dp if dp > 1 else num_tokens
+        padded = self.padded(-(-num_tokens // dp) if dp > 1 else num_tokens)
+        lin_flops = (
+            self.linear_flops_per_token * padded + self.head_flops_per_sample * num_sampled / dp
+        )
+        dense = max(lin_flops / self.flops_per_s, self.weight_bytes / self.bytes_per_s)
+        attn_flops = (
+            self.attn_flops_per_ctx * decode_ctx + self.prefill_flops_per_ctx * prefill_attn
+        )
+        kv_bytes = self.kv_bytes_per_token * (decode_ctx + prefill_kv_read) + (
+            self.kv_write_bytes * num_tokens
+        )
+        if self.window is not None:
+            cap = num_decodes * self.window
+            wctx = decode_ctx if decode_ctx < cap else cap
+            attn_flops += (
+                self.w_attn_flops_per_ctx * wctx + self.w_prefill_flops_per_ctx * window_attn
+            )
+            kv_bytes += self.w_kv_bytes_per_token * (wctx + window_kv_read)
+        attention = max(attn_flops / self.attn_flops_per_s, kv_bytes / self.bytes_per_s) / dp
+        gpu = (
+            dense
+            + attention
+            + self.comm_fixed_s
+            + self.comm_per_token * (padded if dp == 1 else per)
+        )
+        if self.expert_bytes:
+            gpu += self._moe(num_tokens)
         cpu = self.fixed_s + self.per_seq_s * num_seqs
         if self.overlap:
             return gpu if gpu > cpu else cpu
@@ -177,13 +251,30 @@ class StepModel:
 
     def decode_coeffs(self, n: int) -> DecodeCoeffs:
         """Coefficients of a decode-only step of ``n`` requests (see :class:`DecodeCoeffs`)."""
-        padded = self.padded(n)
-        lin_flops = self.linear_flops_per_token * padded + self.head_flops_per_sample * n
-        linear = max(lin_flops / self.flops_per_s, self.weight_bytes / self.bytes_per_s)
-        gpu = linear + self.comm_fixed_s + self.comm_per_token * padded
+        dp = self.dp
+        padded = self.padded(-(-n // dp) if dp > 1 else n)
+        lin_flops = self.linear_flops_per_token * padded + self.head_flops_per_sample * n / dp
+        dense = max(lin_flops / self.flops_per_s, self.weight_bytes / self.bytes_per_s)
+        gpu = dense + self.comm_fixed_s + self.comm_per_token * (padded if dp == 1 else n / dp)
+        if self.expert_bytes:
+            gpu += self._moe(n)
         cpu = self.fixed_s + self.per_seq_s * n
         k, floor = (gpu, cpu) if self.overlap else (gpu + cpu, 0.0)
-        f1 = self.attn_flops_per_ctx / self.attn_flops_per_s
-        m0 = self.kv_bytes_per_token * n / self.bytes_per_s
-        m1 = self.kv_bytes_per_token / self.bytes_per_s
-        return DecodeCoeffs(k, f1, k + m0, m1, 0.0, floor)
+        a = self.attn_flops_per_s * dp
+        b = self.bytes_per_s * dp
+        f1 = self.attn_flops_per_ctx / a
+        m0 = self.kv_write_bytes * n / b
+        m1 = self.kv_bytes_per_token / b
+        if self.window is None:
+            return DecodeCoeffs(k, f1, k + m0, m1, 0.0, floor)
+        return DecodeCoeffs(
+            k,
+            f1,
+            k + m0,
+            m1,
+            0.0,
+            floor,
+            fw=self.w_attn_flops_per_ctx / a,
+            mw=self.w_kv_bytes_per_token / b,
+            cap=float(n * self.window),
+        )

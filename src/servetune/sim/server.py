@@ -37,13 +37,14 @@ import sys
 import threading
 import time
 
+from servetune.arch.memory import MemoryPlan
 from servetune.errors import ConfigError, ServetuneError
 from servetune.http import Exchange, HTTPServer, Limits, Router, ServerConnection
 from servetune.http.wire import vllm_error
 from servetune.sim.config import EngineConfig, ResolvedConfig
 from servetune.sim.exposition import render
 from servetune.sim.intake import Refusal, json_object, prompt_pieces
-from servetune.sim.memory import MemoryPlan, plan_memory
+from servetune.sim.memory import plan_memory
 from servetune.sim.realtime import RealtimeEngine
 from servetune.sim.step_writer import WRITER_MODES, WriterMode, writer_mode
 from servetune.workload.tokens import ApproxTokenizer

@@ -47,7 +47,8 @@ def sim_backend_for(spec: TuneSpec) -> SimBackend | None:
     if not gpu:
         return None
     try:
-        from servetune.sim.catalog import find_gpu, find_model
+        from servetune.arch.gpus import find_gpu
+        from servetune.arch.models import find_model
 
         find_gpu(gpu)
         find_model(model)

@@ -274,9 +274,10 @@ class Promql:
         cfg = self.known
         if not (cfg.gpu and cfg.model):
             return None
+        from servetune.arch.flops import model_flops, peak_flops
+        from servetune.arch.gpus import find_gpu
+        from servetune.arch.models import find_model
         from servetune.errors import ServetuneError
-        from servetune.sim.catalog import find_gpu, find_model
-        from servetune.sim.perf import model_flops, peak_flops
 
         try:
             gpu, model = find_gpu(cfg.gpu), find_model(cfg.model)
