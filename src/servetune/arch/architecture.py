@@ -137,6 +137,9 @@ class Architecture(BaseModel):
     attention_chunk_size: int | None = Field(default=None, gt=0)
     attention_sinks: bool = False
     """A learned sink logit per head (gpt-oss): a parameter per head, no KV."""
+    vision_params: int = Field(default=0, ge=0)
+    """A multimodal model's vision encoder and projector (Llama-4, Gemma-3): loaded with the
+    model, in 16 bits, outside a text token's compute."""
     mtp_layers: int = Field(default=0, ge=0)
     """Multi-token-prediction layers shipped with the model (DeepSeek-V3's
     num_nextn_predict_layers): used as the draft of speculative decoding."""
@@ -297,7 +300,7 @@ class Architecture(BaseModel):
     def param_count_of(self, mtp: bool = True) -> int:
         """All parameters (the MTP layers too unless ``mtp`` is False)."""
         n = self.embedding_params + self.head_params + self.layer_params + self.hidden_size
-        return n + (self.mtp_params if mtp else 0)
+        return n + self.vision_params + (self.mtp_params if mtp else 0)
 
     @property
     def param_count(self) -> int:
@@ -309,7 +312,7 @@ class Architecture(BaseModel):
         """Parameters one token uses (MTP layers excluded): the routed experts counted top-k
         times per MoE layer."""
         unused = self.moe_layer_count * (self.moe_layer_params - self.moe_layer_active_params)
-        return self.param_count_of(mtp=False) - unused
+        return self.param_count_of(mtp=False) - unused - self.vision_params
 
     # --- per token ----------------------------------------------------------------------------
     @cached_property

@@ -189,7 +189,7 @@ def _qwen_moe(cfg: Config, name: str, source: str) -> dict[str, Any]:
     only_mlp = {int(i) for i in cfg.get("mlp_only_layers") or []}
     dense = tuple(i for i in range(layers) if i in only_mlp or (i + 1) % step != 0)
     d["moe"] = Moe(
-        num_experts=_int(cfg, "num_experts"),
+        num_experts=_int(cfg, "num_experts", "num_local_experts"),
         experts_per_token=_int(cfg, "num_experts_per_tok"),
         expert_intermediate_size=_int(cfg, "moe_intermediate_size"),
         shared_intermediate_size=_int(cfg, "shared_expert_intermediate_size", default=0),
@@ -323,9 +323,25 @@ READERS: dict[str, Callable[[Config, str, str], dict[str, Any]]] = {
 }
 
 
+def _vision_params(cfg: Config, text_hidden: int) -> int:
+    """The vision encoder's weights (a ViT: attention and MLP per layer) and the projector to
+    the language model: loaded with it, not part of a text token's compute."""
+    v = cfg.get("vision_config")
+    if not isinstance(v, dict):
+        return 0
+    try:
+        h, layers = int(v["hidden_size"]), int(v["num_hidden_layers"])
+        inner = int(v.get("intermediate_size") or 4 * h)
+    except (KeyError, TypeError, ValueError):
+        return 0
+    out = int(v.get("vision_output_dim") or v.get("projector_output_dim") or h)
+    return layers * (4 * h * h + 2 * h * inner) + out * text_hidden
+
+
 def read_config(cfg: Config, name: str, source: str) -> Architecture:
     """The architecture a config.json describes; a :class:`ConfigReadError` naming what is
     missing when the family is not modelled or a field the reader needs is absent."""
+    vision_cfg = cfg
     if isinstance(cfg.get("text_config"), dict):
         outer = str(cfg.get("model_type") or "")
         cfg = {**cfg, **cfg["text_config"]}
@@ -352,7 +368,9 @@ def read_config(cfg: Config, name: str, source: str) -> Architecture:
             )
         reader = _dense  # a Llama-style dense model under another name
     try:
-        return Architecture.model_validate(reader(cfg, name, source))
+        fields = reader(cfg, name, source)
+        fields["vision_params"] = _vision_params(vision_cfg, fields["hidden_size"])
+        return Architecture.model_validate(fields)
     except KeyError as exc:
         raise ConfigReadError(
             f"{name} ({family or 'no model_type'}) lacks a field the simulator needs: "

@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from servetune.arch.architecture import Architecture
 from servetune.arch.families import read_config
@@ -27,12 +27,25 @@ class CardCounts(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    total_params: float
-    active_params: float | None = None
+    total_params: float = Field(gt=0)
+    rounded_to: float = Field(default=0, ge=0)
+    """The card's precision (30.5B: 0.1B); 0: an exact count."""
+    tolerance: float = Field(default=0.01, gt=0)
+    active_params: float | None = Field(default=None, gt=0)
+    active_rounded_to: float = Field(default=0, ge=0)
+    active_excludes_embedding: bool = False
+    """The card counts the lm_head but not the input embedding (DeepSeek, OpenAI)."""
+    non_embedding_params: float | None = Field(default=None, gt=0)
+    """Parameters without the embedding table and the lm_head (Qwen's cards)."""
     mtp_included: bool | None = None
     """Whether the card's total counts the MTP layers (DeepSeek-V3: 671B without, 685B
     with)."""
     source: str
+
+    def within(self, computed: float, card: float, rounded_to: float) -> bool:
+        """Is ``computed`` the card's figure within 1%, the card read at its own precision
+        (30.5B is anything from 30.45B to 30.55B)?"""
+        return abs(computed - card) <= self.tolerance * card + rounded_to / 2
 
 
 def _data_dir() -> Any:

@@ -7,9 +7,10 @@ and an architecture:
   the attention's tensor-parallel ranks (MLA's down-projections ``q_a`` and ``kv_a`` are
   replicated on every rank, as vLLM and SGLang build them);
 * ``experts`` — all routed experts this GPU holds: split ``moe_tp × moe_ep`` ways;
-* ``head`` — the lm_head (vocabulary-parallel; the embedding table itself when tied),
-  ``embedding`` — the input table (gathered a
-  few rows a step, not streamed), ``extra`` — norms, biases, sinks in 16 bits.
+* ``head`` — the lm_head (vocabulary-parallel; the embedding table itself when tied);
+* ``embedding`` — the input table (gathered a few rows a step, not streamed) and a vision
+  encoder (held, not read by a text step);
+* ``extra`` — norms, biases, sinks, in 16 bits.
 
 A step reads the dense part, the lm_head and the experts its tokens route to: at ``T``
 tokens choosing top-k of ``E`` experts, an expert is untouched with probability
@@ -94,7 +95,7 @@ def rank_weights(m: Architecture, quantization: str | None, par: Parallelism) ->
         experts=expert_params * fmt / (par.moe_tp * par.moe_ep),
         head=m.embedding_params * EXTRA_BYTES / tp,
         tied=m.tie_word_embeddings,
-        embedding=m.embedding_params * EXTRA_BYTES / tp,
+        embedding=(m.embedding_params + m.vision_params) * EXTRA_BYTES / tp,
         extra=norms * EXTRA_BYTES / tp + mlp_extra * EXTRA_BYTES / (par.moe_tp * par.moe_ep),
         num_experts=m.moe.num_experts if m.moe else 0,
         experts_per_token=m.moe.experts_per_token if m.moe else 0,

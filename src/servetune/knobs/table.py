@@ -668,7 +668,7 @@ KNOBS: tuple[Knob, ...] = (
             **{e: (Default(rule="on after vLLM 0.11.0", fn=d.async_default),) for e in VLLM_LIKE},
             "sglang": _const(True),
         },
-        search=SearchRange(choices=(True, False), why="on is faster wherever it runs"),
+        search=None,  # on wherever the release has it: a version's setting, not a trade-off
     ),
     Knob(
         name="block_size",

@@ -98,6 +98,14 @@ class EngineConfig(BaseModel):
         """Look up the GPU and model, apply vLLM's defaults and check the knobs."""
         return resolve(self)
 
+    def _served_id(self, r: ResolvedConfig) -> str:
+        """The Hugging Face id to serve: the one asked for when it is an alias of the
+        catalog entry (DeepSeek-R1 shares DeepSeek-V3's architecture), else the entry's."""
+        asked = self.model
+        if "/" in asked and not asked.endswith(".json") and asked in r.model.aliases:
+            return asked
+        return r.model.name
+
     def vllm_args(self) -> list[str]:
         """The ``vllm serve`` arguments (model first) that reproduce this configuration with
         every default resolved, spelled by the knob registry."""
@@ -113,7 +121,7 @@ class EngineConfig(BaseModel):
         if "async_scheduling" not in self.model_fields_set:
             values.pop("async_scheduling", None)
         try:
-            return render_command("vllm", r.model.name, values).argv[2:]
+            return render_command("vllm", self._served_id(r), values).argv[2:]
         except ConfigError as exc:  # a value the registry refuses for vLLM: a bug, say which
             raise SimError(exc.message, hint=exc.hint, code="sim.config") from exc
 
@@ -267,12 +275,9 @@ def resolve(cfg: EngineConfig) -> ResolvedConfig:
             hint="use 1, 2, 4 or 8",
             code="sim.config",
         )
-    if cfg.enable_expert_parallel and model.moe is None:
-        raise SimError(
-            f"--enable-expert-parallel needs a mixture-of-experts model; {model.name} is dense",
-            hint="leave --enable-expert-parallel out for a dense model",
-            code="sim.config",
-        )
+    expert_parallel = cfg.enable_expert_parallel and model.moe is not None
+    if cfg.enable_expert_parallel and not expert_parallel:
+        applied["enable_expert_parallel"] = False  # vLLM ignores it for a dense model
     quantization = _quantization(cfg.quantization, model)
     util = cfg.gpu_memory_utilization
     if not 0 < util <= 1:
@@ -356,7 +361,7 @@ def resolve(cfg: EngineConfig) -> ResolvedConfig:
         served_model_name=cfg.served_model_name or model.name,
         tensor_parallel_size=tp,
         data_parallel_size=dp,
-        enable_expert_parallel=cfg.enable_expert_parallel,
+        enable_expert_parallel=expert_parallel,
         async_scheduling=cfg.async_scheduling,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=mnbt,

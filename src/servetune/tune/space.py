@@ -34,6 +34,8 @@ from servetune.knobs import check_value, knob, parse_command, require, tunable
 from servetune.results.tune_file import DEFAULT, Dim, Space
 
 PARALLEL = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+MULTI_GPU = (*PARALLEL, "enable_expert_parallel", "expert_parallel_size", "enable_dp_attention")
+"""Knobs that mean something only with more than one GPU (searched when --gpus > 1)."""
 ASK_ONLY = ("threads",)
 GMU_POINTS = 4
 
@@ -107,7 +109,7 @@ def build_space(
         names = [
             n
             for n in tunables
-            if n not in fixed_raw and n not in ASK_ONLY and (n not in PARALLEL or gpus > 1)
+            if n not in fixed_raw and n not in ASK_ONLY and (n not in MULTI_GPU or gpus > 1)
         ]
     dims: list[Dim] = []
     for name in names:
