@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from servetune.arch.memory import MemoryPlan
 from servetune.errors import ConfigError
 from servetune.results.record import RequestRecord
 from servetune.results.schema import BenchConfig
@@ -37,7 +38,6 @@ from servetune.routing.keys import prompt_blocks, stable_hash
 from servetune.routing.policies import Balancer
 from servetune.sim.config import ResolvedConfig
 from servetune.sim.engine import Engine, SimRequest
-from servetune.sim.memory import MemoryPlan
 from servetune.sim.offline_run import OfflineRun, prefix_hashes, shared_prefix_blocks
 from servetune.workload.plan import Plan
 from servetune.workload.spec import RequestSpec
