@@ -223,3 +223,31 @@ def test_stale_knee_is_recomputed_and_said(
     assert "recomputed from the levels" in html and "an older servetune" in html
     fresh = read_sweep_result(sweep_dir).knee
     assert fresh is not None and fresh.verdict.split(":")[0] in html
+
+
+def test_a_sessions_run_draws_ttft_by_turn_and_cached_share(
+    tmp_path: Path, no_findings: None
+) -> None:
+    from servetune.results.conversation import MultiturnConfig
+    from servetune.results.schema import BenchConfig
+    from servetune.sim.config import EngineConfig
+    from servetune.sim.offline import run_offline
+
+    cfg = BenchConfig(
+        dataset_name="multiturn",
+        multiturn=MultiturnConfig(turns_min=2, turns_max=5, system_prompt_len=256),
+        random_input_len=64,
+        random_output_len=32,
+        num_prompts=20,
+        request_rate=4.0,
+        seed=5,
+    )
+    run_offline(cfg, EngineConfig(max_model_len=4096), tmp_path / "run")
+    written = build_report(tmp_path / "run")
+    assert "cache.png" in {p.name for p in written.pngs}
+    html = written.html.read_text()
+    assert "TTFT by turn" in html and "TTFT against cached share" in html
+    # a run without reuse (random prompts) has neither
+    plain = BenchConfig(random_input_len=64, random_output_len=8, num_prompts=10, seed=5)
+    run_offline(plain, EngineConfig(max_model_len=4096), tmp_path / "plain")
+    assert "cache.png" not in {p.name for p in build_report(tmp_path / "plain").pngs}

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from servetune.errors import ResultError
+from servetune.report.cache_plots import cache_plot
 from servetune.report.csv_export import write_levels_csv
 from servetune.report.curve_plots import latency_plot, throughput_plot
 from servetune.report.data import ReportData, load
@@ -38,12 +39,19 @@ def sweep_plots(data: ReportData) -> list[Plot]:
         send_lag_plot(data),
     ]
     plots.append(server_plot(data.levels))
+    plots.append(cache_plot(data.levels))
     return [p for p in plots if p is not None]
 
 
 def run_plots(data: ReportData) -> list[Plot]:
     lv = data.levels[0]
-    plots = [cdf_plot([lv]), timeline_plot(lv), server_plot([lv]), send_lag_plot(data)]
+    plots = [
+        cdf_plot([lv]),
+        timeline_plot(lv),
+        server_plot([lv]),
+        send_lag_plot(data),
+        cache_plot([lv]),
+    ]
     return [p for p in plots if p is not None]
 
 

@@ -18,6 +18,7 @@ from servetune.results.io import (
     read_records,
     read_server_series,
 )
+from servetune.results.record import RequestRecord
 from servetune.results.schema import RunResult
 from servetune.results.server_series import ServerSample
 from servetune.results.sweep_schema import (
@@ -44,6 +45,11 @@ class Latencies:
     tpot: np.ndarray
     """NaN where undefined (one output token)."""
     e2e: np.ndarray
+    turn: np.ndarray | None = None
+    """Each successful request's turn in its session (NaN outside one); None: no sessions."""
+    cached_share: np.ndarray | None = None
+    """Each successful request's cached prompt tokens / prompt tokens, as the answer said
+    (NaN where it did not); None when no answer said."""
 
 
 @dataclass
@@ -92,7 +98,20 @@ def _latencies(run_dir: Path, run: RunResult) -> Latencies | None:
         ttft=arr([r.ttft_ms for r in ok]),
         tpot=arr([r.tpot_ms for r in ok]),
         e2e=arr([r.e2e_ms for r in ok]),
+        turn=arr([r.turn for r in ok]) if any(r.turn is not None for r in ok) else None,
+        cached_share=(
+            arr([_cached_share(r) for r in ok])
+            if any(r.cached_tokens is not None for r in ok)
+            else None
+        ),
     )
+
+
+def _cached_share(r: RequestRecord) -> float | None:
+    prompt = r.prompt_tokens if r.prompt_tokens is not None else r.planned_input_len
+    if r.cached_tokens is None or prompt <= 0:
+        return None
+    return min(1.0, r.cached_tokens / prompt)
 
 
 def _single_level(run: RunResult) -> PlannedLevel:
