@@ -49,7 +49,10 @@ process serves each part, so a backlog from one part does not slow the next. Lit
 ``~/.cache/servetune/bench-venvs/litellm`` on first use — never a servetune dependency.
 
     flock /work/helpers/bench.lock .venv/bin/python benchmarks/gateway_overhead.py [--quick]
-        [--parts 1,2,3,4] [--no-litellm] [--before-src DIR]
+        [--parts 1,2,3,4] [--no-litellm] [--before-src DIR] [--score]
+
+``--score``: the ``score`` routing policy's cost (issue 23: ≤ +0.5 ms p50 over least-loaded)
+— a second gateway, its group routed by ``score``, in the same alternating rounds of part 2.
 """
 
 from __future__ import annotations
@@ -511,6 +514,7 @@ def write_gateway_config(path: Path, up_port: int, **extra: Any) -> None:
                 "urls": [f"http://127.0.0.1:{up_port}/v1"],
                 "adaptive": False,
                 "max_concurrency": extra.pop("upstream_concurrency", 4096),
+                **({"routing": extra.pop("routing")} if "routing" in extra else {}),
             }
         ],
         "tenants": extra.pop(
@@ -541,6 +545,12 @@ def main() -> int:
         "(e.g. git archive REV src | tar -x -C /tmp/before)",
     )
     ap.add_argument("--parts", default="1,2,3,4", help="which parts to run (default all)")
+    ap.add_argument(
+        "--score",
+        action="store_true",
+        help="part 2: a second servetune gateway routing with the score policy (prefix index "
+        "of every prompt, /metrics signals) joins the rounds as servetune-score",
+    )
     ap.add_argument(
         "--headroom",
         type=int,
@@ -578,6 +588,13 @@ def main() -> int:
             write_gateway_config(tmp / "gw.yaml", up_port)
             gw, gw_port = servetune_gateway(tmp / "gw.yaml")
             procs.append(gw)
+            score = None
+            if args.score:
+                write_gateway_config(tmp / "gw-score.yaml", up_port, routing={"policy": "score"})
+                gwsc, gwsc_port = servetune_gateway(tmp / "gw-score.yaml")
+                procs.append(gwsc)
+                score = (f"http://127.0.0.1:{gwsc_port}/v1", KEY, gwsc.proc.pid)
+                bench(score[0], tmp / "warm-score", KEY, request_rate=50, num_prompts=50)
             rl, rl_port = relay_proxy(up_port)
             procs.append(rl)
             direct = (f"http://127.0.0.1:{up_port}/v1", None, up.proc.pid)
@@ -655,6 +672,7 @@ def main() -> int:
                     "relay": {"dirs": [], "target": relay},
                     "servetune": {"dirs": [], "target": ours},
                     **({"before": {"dirs": [], "target": before}} if before else {}),
+                    **({"servetune-score": {"dirs": [], "target": score}} if score else {}),
                 }
                 if py is not None and ll_rate >= rate:
                     ll, ll_port = litellm(up_port)
@@ -728,6 +746,16 @@ def latency_table(rows: dict[str, dict[str, Any]], rate: float) -> None:
                 f"p99 {p99:+.3f} ms = "
                 f"{p99 / 2:.2f}x the 2 ms target -> {'MET' if p99 < 2 else 'MISSED'}"
             )
+    if "servetune-score" in pooled and "servetune" in pooled:
+        ll, sc = pooled["servetune"], pooled["servetune-score"]
+        dt = pct(sc["ttft"], 0.5) - pct(ll["ttft"], 0.5)
+        de = pct(sc["e2e"], 0.5) - pct(ll["e2e"], 0.5)
+        worse = max(dt, de)
+        print(
+            f"   score over least-loaded (same rounds): TTFT p50 {dt:+.3f} ms, E2E p50 {de:+.3f} "
+            f"ms; worse {worse:+.3f} ms = {worse / 0.5:.2f}x the 0.5 ms target -> "
+            f"{'MET' if worse <= 0.5 else 'MISSED'}"
+        )
 
 
 def queue_waits(port: int, tenant: str) -> tuple[float, float]:

@@ -64,3 +64,12 @@ def test_replicas_with_a_shared_client_cap_are_refused(
     assert main(["sim", "run", "--num-prompts", "5", "--replicas", "0", "--no-progress",
                  "--result-dir", str(tmp_path / "y")]) == 2  # fmt: skip
     assert "--replicas must be ≥ 1" in capsys.readouterr().err
+
+
+def test_sessions_on_replicas_are_refused_not_approximated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = ["--dataset-name", "multiturn", "--replicas", "2", "--router", "session"]
+    assert main(["sim", "run", "--num-prompts", "5", "--no-progress", *flags,
+                 "--result-dir", str(tmp_path / "s")]) == 2  # fmt: skip
+    assert "closed-loop" in capsys.readouterr().err

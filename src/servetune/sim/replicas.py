@@ -19,7 +19,9 @@ The routing pass runs the engines without the API server in front (the requests 
 at their send times, where the full run adds the API server's sub-millisecond costs), so a
 policy decides on in-flight counts that can differ from the full run's by those delays; the
 two passes are otherwise the same engines on the same requests. ``--max-concurrency`` (a
-client cap shared by all replicas) is not modelled with replicas and is refused.
+client cap shared by all replicas) is not modelled with replicas and is refused, and so are
+sessions (``--dataset-name multiturn``): their turns are closed-loop, each due when the
+answer before it ended on its replica, which a pass over fixed send times cannot give.
 """
 
 from __future__ import annotations
@@ -38,9 +40,11 @@ from servetune.routing.keys import prompt_blocks, stable_hash
 from servetune.routing.policies import Balancer
 from servetune.sim.config import ResolvedConfig
 from servetune.sim.engine import Engine, SimRequest
+from servetune.sim.intake import block_hashes
 from servetune.sim.offline_run import OfflineRun, prefix_hashes, shared_prefix_blocks
 from servetune.workload.plan import Plan
 from servetune.workload.spec import RequestSpec
+from servetune.workload.tokens import word_pieces
 
 NS = 1_000_000_000
 
@@ -98,6 +102,7 @@ def route_plan(
     next_signals = 0.0
     caching = r.enable_prefix_caching
     prefix_blocks = shared_prefix_blocks(cfg, r.block_size)
+    text_keys = caching and cfg.dataset_name == "trace"  # as OfflineRun keys a trace's blocks
     max_len = r.max_model_len
     out = Routed([])
     reasons = out.reasons
@@ -121,7 +126,10 @@ def route_plan(
         out.replica.append(pick)
         if spec.input_len + spec.output_len > max_len:
             continue  # refused by the replica's API server (the full run records it)
-        hashes = prefix_hashes(spec, prefix_blocks) if caching else ()
+        if text_keys:
+            hashes: tuple[Any, ...] = block_hashes(word_pieces(spec.text()), r.block_size)
+        else:
+            hashes = prefix_hashes(spec, prefix_blocks) if caching else ()
         engines[pick].add(SimRequest(idx, spec.input_len, spec.output_len, t, hashes, idx))
         inflight[pick] += 1
     if bal.routed_blocks:
@@ -197,6 +205,16 @@ def run_replicas(
 
 
 def check_replicas(cfg: BenchConfig, replicas: int) -> None:
+    if replicas > 1 and cfg.dataset_name == "multiturn":
+        raise ConfigError(
+            "--replicas with --dataset-name multiturn: a session's turns run closed-loop (each "
+            "due when the answer before it ended, on whichever replica served it), which the "
+            "replicas' two-pass run does not model yet",
+            hint="simulate one replica (--replicas 1), or route real engines through "
+            "`servetune gateway` with a group's routing.policy; the shared-prefix and trace "
+            "datasets run on replicas",
+            code="sim.replicas_sessions",
+        )
     if replicas < 1:
         raise ConfigError(
             f"--replicas must be ≥ 1 (got {replicas})", hint="e.g. --replicas 4 --router score"
