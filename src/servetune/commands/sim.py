@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from servetune.commands._result_dir import add_result_dir_argument, result_dir
+
+if TYPE_CHECKING:
+    from servetune.arch.architecture import Architecture
 
 OFFLINE_NO_EFFECT: dict[str, str] = {
     "workers": "--workers",
@@ -138,6 +142,34 @@ def _gpus(as_json: bool) -> int:
     return 0
 
 
+def _shape(m: Architecture) -> str:
+    """One line of what the architecture is: attention, windows, experts, MTP, format."""
+    parts = [
+        f"MLA {m.mla.latent_dim}/layer"
+        if m.mla
+        else f"GQA {m.num_attention_heads}/{m.num_key_value_heads}"
+    ]
+    counts = m.attention_counts
+    if counts["sliding"]:
+        parts.append(f"{counts['sliding']} sliding-{m.sliding_window} layers")
+    if counts["chunked"]:
+        parts.append(f"{counts['chunked']} chunked-{m.attention_chunk_size} layers")
+    if m.moe is not None:
+        moe = f"MoE {m.moe.experts_per_token}/{m.moe.num_experts}"
+        if m.moe.shared_intermediate_size:
+            moe += " + shared"
+        if m.moe.dense_layers:
+            moe += f", {len(m.moe.dense_layers)} dense layers"
+        parts.append(moe)
+    else:
+        parts.append("dense")
+    if m.mtp_layers:
+        parts.append(f"{m.mtp_layers} MTP")
+    if m.checkpoint_quantization:
+        parts.append(m.checkpoint_quantization)
+    return ", ".join(parts)
+
+
 def _models(as_json: bool) -> int:
     import json
 
@@ -147,16 +179,17 @@ def _models(as_json: bool) -> int:
     if as_json:
         print(json.dumps([m.model_dump() | {"param_count": m.param_count} for m in rows], indent=2))
         return 0
+    width = max(len(m.name) for m in rows) + 2
     print(
-        f"{'model':<36}{'params':>8}{'layers':>7}{'hidden':>7}{'heads':>6}{'kv':>4}"
-        f"{'KV/token':>10}{'max len':>9}"
+        f"{'model':<{width}}{'params':>9}{'active':>8}{'layers':>7}{'hidden':>7}"
+        f"{'KV/token':>10}{'max len':>9}  architecture"
     )
     for m in rows:
         kv = m.kv_bytes_per_token(2.0) / 1024
         print(
-            f"{m.name:<36}{m.param_count / 1e9:>7.2f}B{m.num_hidden_layers:>7}"
-            f"{m.hidden_size:>7}{m.num_attention_heads:>6}{m.num_key_value_heads:>4}"
-            f"{kv:>8.0f}KiB{m.max_position_embeddings:>9}"
+            f"{m.name:<{width}}{m.param_count_of(mtp=False) / 1e9:>8.2f}B{m.active_param_count / 1e9:>7.2f}B"
+            f"{m.num_hidden_layers:>7}{m.hidden_size:>7}{kv:>8.0f}KiB"
+            f"{m.max_position_embeddings:>9}  {_shape(m)}"
         )
     print("\nalso: --model path/to/config.json (a local Hugging Face config)")
     return 0
