@@ -187,7 +187,8 @@ def _models(as_json: bool) -> int:
     for m in rows:
         kv = m.kv_bytes_per_token(2.0) / 1024
         print(
-            f"{m.name:<{width}}{m.param_count_of(mtp=False) / 1e9:>8.2f}B{m.active_param_count / 1e9:>7.2f}B"
+            f"{m.name:<{width}}{m.param_count_of(mtp=False) / 1e9:>8.2f}B"
+            f"{m.active_param_count / 1e9:>7.2f}B"
             f"{m.num_hidden_layers:>7}{m.hidden_size:>7}{kv:>8.0f}KiB"
             f"{m.max_position_embeddings:>9}  {_shape(m)}"
         )
