@@ -98,3 +98,21 @@ def test_a_malformed_trace_line_names_it(
     err = capsys.readouterr().err
     assert code == 2
     assert f"{bad}:2: 'output_length' must be ≥ 1, got -2" in err
+
+
+def test_a_session_rate_ladder_says_sessions(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "sweep"
+    code = main(
+        [
+            "sweep", "--sim-offline", "--dataset-name", "multiturn", "--multiturn-turns", "3",
+            "--random-input-len", "64", "--random-output-len", "32", "--num-prompts", "20",
+            "--request-rates", "1,2", "--goodput", "ttft:10000", "--result-dir", str(out),
+        ]
+    )  # fmt: skip
+    said = capsys.readouterr().out
+    assert code == 0
+    assert "sess/s" in said
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert "2 sessions/s" in sweep["slo_max"]["verdict"], sweep["slo_max"]["verdict"]

@@ -281,6 +281,25 @@ def _run(args: argparse.Namespace) -> int:
     if result.server is not None:
         whole_run = result.server.summary.get("sim") or {}
         print(f"  preemptions  {whole_run.get('preemptions_total', 0)}")
+        cache = s.cache
+        if cache is not None and cache.hit_rate is not None and cache.cached_tokens:
+            implied = result.workload.implied_prefix_hit_rate if result.workload else None
+            line = f"  prefix cache {cache.hit_rate:.1%} of prompt tokens"
+            if implied is not None:
+                line += f" (an unbounded cache: {implied:.1%})"
+            evicted = whole_run.get("prefix_cache_evicted_blocks")
+            if evicted is not None:
+                line += f", {evicted} blocks evicted"
+            print(line)
+    ss = s.sessions
+    if ss is not None:
+        first, later = ss.first_turn, ss.later_turns
+        line = (
+            f"  sessions     {ss.sessions} ({ss.completed} completed, {ss.ended_early} ended early)"
+        )
+        if first is not None and later is not None and first.ttft_p50 and later.ttft_p50:
+            line += f"; P50 TTFT first turns {first.ttft_p50:.1f} ms, later {later.ttft_p50:.1f} ms"
+        print(line)
     routed = info.get("routing")
     if routed:
         hit = routed.get("prefix_cache_hit_rate")

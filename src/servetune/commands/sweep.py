@@ -252,6 +252,8 @@ def print_sweep(result: SweepResult) -> None:
 
     mode = result.config.mode
     head = "offered" if mode == "rate" else "conc"
+    if mode == "rate" and fmt.rate_unit(result.config.bench) == "sessions/s":
+        head = "sess/s"  # a session-rate ladder: each level starts that many sessions a second
     print(
         f"{'level':<22} {head:>8} {'req/s':>8} {'tok/s':>9} {'P99 TTFT':>10} "
         f"{'P99 TPOT':>9} {'P99 E2E':>9} {'KV':>5} {'wait':>6} {'failed':>7}"

@@ -107,7 +107,7 @@ def throughput_plot(sweep: SweepResult) -> Plot | None:
             color=GREY,
             ls="-.",
             lw=1.2,
-            label=f"SLO-max: {fmt.load(slo.offered, mode)}",
+            label=f"SLO-max: {fmt.load(slo.offered, mode, fmt.rate_unit(sweep.config.bench))}",
         )
     ax2 = ax.twinx()
     ax2.plot(x, med("output_throughput"), "s:", color=TOKENS, alpha=0.8, label="output tok/s")

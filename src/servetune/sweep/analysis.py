@@ -52,17 +52,20 @@ def analyse(result: SweepResult) -> None:
         else:
             result.knee.verdict = result.knee.verdict.rstrip(".") + f" ({note})."
     slo = cfg.bench.goodput
+    unit = fmt.rate_unit(cfg.bench)
     main = [r for r in good if r.role != "confirm"]
-    slo_max = find_slo_max(main, slo, cfg.mode) if rows else None
+    slo_max = find_slo_max(main, slo, cfg.mode, unit) if rows else None
     if slo_max is not None:
-        slo_max = _capped_by_failures(slo_max, main, [r for r in rows if failing(r)], cfg.mode)
+        slo_max = _capped_by_failures(
+            slo_max, main, [r for r in rows if failing(r)], cfg.mode, unit
+        )
     confirms = [r for r in good if r.role == "confirm"]
     if slo_max is not None and confirms and slo_max.status == "found":
         check = confirms[-1]
         if not row_meets(check, slo):
             # The interpolation was optimistic: the confirming level joins the curve.
-            slo_max = find_slo_max(good, slo, cfg.mode) or slo_max
-        apply_confirmation(slo_max, check, slo, cfg.mode)
+            slo_max = find_slo_max(good, slo, cfg.mode, unit) or slo_max
+        apply_confirmation(slo_max, check, slo, cfg.mode, unit)
     result.slo_max = slo_max
     result.warnings = [f"{r.label}: {w}" for r in result.measured_rows() for w in r.warnings]
 
@@ -79,7 +82,11 @@ def failure_summary(rows: Sequence[LevelRow]) -> str:
 
 
 def _capped_by_failures(
-    slo_max: SloMax, good: Sequence[LevelRow], failing_rows: Sequence[LevelRow], mode: LoadMode
+    slo_max: SloMax,
+    good: Sequence[LevelRow],
+    failing_rows: Sequence[LevelRow],
+    mode: LoadMode,
+    rate_unit: str = "req/s",
 ) -> SloMax:
     """The SLO-max below the lowest load where the server failed too many requests."""
     if not failing_rows:
@@ -97,7 +104,7 @@ def _capped_by_failures(
         f"at {first.label} the server failed {share} of requests "
         f"({', '.join(f'{c} {n}' for c, n in first.error_classes.items()) or first.status})"
     )
-    capped = find_slo_max(below, slo_max.slo, mode) if below else None
+    capped = find_slo_max(below, slo_max.slo, mode, rate_unit) if below else None
     if capped is None or capped.status == "insufficient":
         return SloMax(
             slo=slo_max.slo,
@@ -115,7 +122,7 @@ def _capped_by_failures(
             bracket=(top.label, first.label),
             evidence=[*capped.evidence, why],
             verdict=(
-                f"Highest load meeting the SLOs: {fmt.load(top.load, mode)} "
+                f"Highest load meeting the SLOs: {fmt.load(top.load, mode, rate_unit)} "
                 f"(≈{fmt.num(top.request_throughput)} req/s achieved), the highest level "
                 f"before the server started failing requests — {why}."
             ),

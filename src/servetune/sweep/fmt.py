@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from servetune.results.schema import BenchConfig
+
 
 def ms(v: float | None) -> str:
     """A latency in ms as a person reads it: 7.5 ms, 312 ms, 4.2 s, 61 s."""
@@ -32,9 +34,17 @@ def num(v: float | None, digits: int = 3) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def load(v: float, mode: str) -> str:
-    """An offered load: '32 req/s' or 'concurrency 16'."""
-    return f"{num(v)} req/s" if mode == "rate" else f"concurrency {num(v)}"
+def load(v: float, mode: str, rate_unit: str = "req/s") -> str:
+    """An offered load: '32 req/s' (or '2 sessions/s') or 'concurrency 16'."""
+    return f"{num(v)} {rate_unit}" if mode == "rate" else f"concurrency {num(v)}"
+
+
+def rate_unit(bench: BenchConfig) -> str:
+    """What a level's offered rate counts: sessions/s for a session workload whose
+    ``--request-rate`` is in sessions (docs/workloads.md), else req/s."""
+    if bench.dataset_name == "multiturn" and bench.multiturn.rate_unit == "sessions":
+        return "sessions/s"
+    return "req/s"
 
 
 def loads(values: list[float]) -> str:

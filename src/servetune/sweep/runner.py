@@ -380,7 +380,8 @@ class SweepRunner:
             *(p for p in self.result.planned if p.label != level.label),
             level,
         ]
-        self.echo(f"confirming the SLO-max with one more level at {fmt.load(value, mode)}")
+        at = fmt.load(value, mode, fmt.rate_unit(self.config.bench))
+        self.echo(f"confirming the SLO-max with one more level at {at}")
         self.run_one(level, 1, 1)
 
 

@@ -55,8 +55,11 @@ def _level_text(p: Point, items: Sequence[tuple[MetricName, float]]) -> str:
     return f"{p.label}: " + ", ".join(parts)
 
 
-def find_slo_max(rows: Sequence[LevelRow], slo: Slo, mode: LoadMode) -> SloMax | None:
-    """The SLO-max load of a sweep; None when no SLO was given."""
+def find_slo_max(
+    rows: Sequence[LevelRow], slo: Slo, mode: LoadMode, rate_unit: str = "req/s"
+) -> SloMax | None:
+    """The SLO-max load of a sweep; None when no SLO was given. ``rate_unit``: what an
+    offered rate counts (:func:`servetune.sweep.fmt.rate_unit`)."""
     items = slo_items(slo)
     if not items:
         return None
@@ -84,8 +87,9 @@ def find_slo_max(rows: Sequence[LevelRow], slo: Slo, mode: LoadMode) -> SloMax |
             evidence=[_level_text(top, items)],
             suggested_loads=suggest,
             verdict=(
-                f"Every level meets the SLOs ({what}), up to {fmt.load(top.load, mode)}: the "
-                f"SLO-max is higher than the sweep reached"
+                f"Every level meets the SLOs ({what}), up to "
+                f"{fmt.load(top.load, mode, rate_unit)}: the SLO-max is higher than the sweep "
+                "reached"
                 + (f"; sweep higher {unit}, e.g. {fmt.loads(suggest)}." if suggest else ".")
             ),
         )
@@ -102,7 +106,7 @@ def find_slo_max(rows: Sequence[LevelRow], slo: Slo, mode: LoadMode) -> SloMax |
             suggested_loads=suggest,
             verdict=(
                 f"No level meets the SLOs ({what}), not even the lowest "
-                f"({fmt.load(first.load, mode)}); sweep lower {unit}"
+                f"({fmt.load(first.load, mode, rate_unit)}); sweep lower {unit}"
                 + (f", e.g. {fmt.loads(suggest)}." if suggest else ".")
             ),
         )
@@ -153,13 +157,15 @@ def find_slo_max(rows: Sequence[LevelRow], slo: Slo, mode: LoadMode) -> SloMax |
         interpolated=interpolated,
         evidence=evidence,
         verdict=(
-            f"Highest load meeting the SLOs ({what}): {fmt.load(offered, mode)} "
+            f"Highest load meeting the SLOs ({what}): {fmt.load(offered, mode, rate_unit)} "
             f"(≈{fmt.num(throughput)} req/s achieved), {how}{limit_text}."
         ),
     )
 
 
-def apply_confirmation(result: SloMax, confirm_row: LevelRow, slo: Slo, mode: LoadMode) -> None:
+def apply_confirmation(
+    result: SloMax, confirm_row: LevelRow, slo: Slo, mode: LoadMode, rate_unit: str = "req/s"
+) -> None:
     """Record what one more level at the SLO-max load showed."""
     result.confirm_label = confirm_row.label
     ok = row_meets(confirm_row, slo)
@@ -168,15 +174,16 @@ def apply_confirmation(result: SloMax, confirm_row: LevelRow, slo: Slo, mode: Lo
     load = confirm_row.load
     if ok:
         result.evidence.append(
-            f"confirmed: one more level at {fmt.load(load, mode)} meets them ({', '.join(parts)})"
+            f"confirmed: one more level at {fmt.load(load, mode, rate_unit)} meets them "
+            f"({', '.join(parts)})"
         )
         result.verdict = result.verdict.rstrip(".") + "; confirmed by one more level."
     else:
         result.evidence.append(
-            f"not confirmed: one more level at {fmt.load(load, mode)} misses them "
+            f"not confirmed: one more level at {fmt.load(load, mode, rate_unit)} misses them "
             f"({', '.join(parts)})"
         )
         result.verdict = (
             result.verdict.rstrip(".")
-            + f"; a confirming level at {fmt.load(load, mode)} missed them."
+            + f"; a confirming level at {fmt.load(load, mode, rate_unit)} missed them."
         )
