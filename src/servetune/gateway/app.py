@@ -75,6 +75,7 @@ from servetune.gateway.upstream import ConnectionPool, fetch
 from servetune.http import Exchange, HTTPServer
 from servetune.http import Limits as HTTPLimits
 from servetune.http import Router as HTTPRouter
+from servetune.http.descriptors import descriptor_limit, fit_connections
 
 log = logging.getLogger("servetune.gateway")
 
@@ -121,6 +122,7 @@ class Gateway:
         self.server: HTTPServer | None = None
         self.port = 0
         self.head_deadlines = HeadDeadlines(cfg.timeouts.first_byte_s)
+        self._fitted_open = 0
         self._apply(cfg)
 
     # -- configuration -----------------------------------------------------------------------
@@ -136,6 +138,8 @@ class Gateway:
             pool.on_rebalance = self._on_rebalance
         self.cfg = cfg
         self.head_deadlines.timeout_s = cfg.timeouts.first_byte_s
+        if self.server is not None:  # new connections get the new limits
+            self.server.limits = self._http_limits(cfg)
         self.heads = Heads(cfg)
         self.callers = callers
         self.counters = counters
@@ -219,16 +223,37 @@ class Gateway:
         router.get("/metrics", self._metrics)
         AdminAPI(self).register(router)
         router.prefix("/v1/", self._not_found)
-        self.server = HTTPServer(
-            router,
-            limits=HTTPLimits(max_body_bytes=self.cfg.max_body_bytes, keepalive_timeout_s=75.0),
-        )
+        self.server = HTTPServer(router, limits=self._http_limits(self.cfg))
         self.port = await self.server.start(host, port)
         with contextlib.suppress(NotImplementedError, RuntimeError):
             asyncio.get_running_loop().add_signal_handler(
                 signal.SIGHUP, lambda: asyncio.ensure_future(self.reload())
             )
         return self.port
+
+    def _http_limits(self, cfg: GatewayConfig) -> HTTPLimits:
+        """The client side's limits: body size, read deadlines, connection caps (the global
+        one fitted to the descriptors this process may open: two per connection)."""
+        t, c = cfg.timeouts, cfg.connections
+        max_open = fit_connections(c.max_open, per_connection=2)
+        if max_open < c.max_open and max_open != self._fitted_open:
+            soft, _hard = descriptor_limit()
+            log.warning(
+                "gateway: connections.max_open %d lowered to %d: the descriptor limit (ulimit "
+                "-n) is %d, two per connection; raise it to hold more",
+                c.max_open,
+                max_open,
+                soft,
+            )
+        self._fitted_open = max_open
+        return HTTPLimits(
+            max_body_bytes=cfg.max_body_bytes,
+            keepalive_timeout_s=t.client_idle_s,
+            header_timeout_s=t.client_header_s,
+            body_timeout_s=t.client_body_s,
+            max_connections=max_open,
+            max_connections_per_client=c.max_per_client,
+        )
 
     def _sync_signals(self) -> None:
         sync_signals(self.cfg, self.upstreams, self.pools, self.signals, self._stopping)

@@ -163,7 +163,26 @@ class Timeouts(_Strict):
     idle_s: float = Field(default=60.0, gt=0)
     """A stream that sends nothing for this long ends with a terminal error event; a whole
     (non-streamed) answer whose body stops this long after its head is answered 502."""
-    client_body_s: float = Field(default=30.0, gt=0)
+    client_header_s: float = Field(default=10.0, gt=0, le=3600)
+    """A client's request head (request line and headers) must be in within this long of its
+    first byte, and a new connection must begin its first request within it (408, closed)."""
+    client_body_s: float = Field(default=30.0, gt=0, le=3600)
+    """A client's whole request body must be in within this long of its head (408, closed)."""
+    client_idle_s: float = Field(default=75.0, gt=0, le=3600)
+    """An idle keep-alive client connection is closed after this long."""
+
+
+class ConnectionLimits(_Strict):
+    """Open client connections (see the Security section of docs/gateway.md). At a cap the
+    connection that has waited longest for its client — idle, or still sending its request —
+    is closed to make room; when every one is being answered the new one is refused (429 with
+    ``Retry-After``, naming the cap)."""
+
+    max_open: int = Field(default=8192, ge=1, le=1_000_000)
+    """All clients. Lowered at start to what the process's descriptor limit holds (two per
+    connection: the client's and the upstream's), with a warning."""
+    max_per_client: int = Field(default=1024, ge=1, le=1_000_000)
+    """From one client address (behind a proxy or NAT, all its clients are one address)."""
 
 
 class BreakerPolicy(_Strict):
@@ -222,6 +241,7 @@ class GatewayConfig(_Strict):
     """Other upstreams tried when one fails before its first response byte."""
     queue: QueuePolicy = Field(default_factory=QueuePolicy)
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    connections: ConnectionLimits = Field(default_factory=ConnectionLimits)
     breaker: BreakerPolicy = Field(default_factory=BreakerPolicy)
     canary: CanaryPolicy = Field(default_factory=CanaryPolicy)
     redis: str | None = None

@@ -15,13 +15,21 @@ parses its requests into :class:`~servetune.http.exchange.Exchange` objects and 
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
 import ssl
+import time
 from collections.abc import Callable
+from typing import Any
 
 from servetune.http import wire
 from servetune.http.connection import Limits, ServerConnection
 from servetune.http.exchange import Handler
+
+EVICT_AFTER_S = 1.0
+"""Over its own cap, a client's connection is closed for its next one only once it has waited
+this long: one that just connected is about to send its request (a burst of new connections is
+refused with 429 rather than made to close each other before any sends)."""
 
 
 class HTTPServer:
@@ -41,6 +49,13 @@ class HTTPServer:
         self.on_connect = on_connect
         self.on_disconnect = on_disconnect
         self.connections: set[ServerConnection] = set()
+        self.by_client: dict[Any, set[ServerConnection]] = {}
+        """Open connections per client address."""
+        self.evicted = 0
+        self.refused = 0
+        self.lingering = 0
+        """Refused connections still open for their client to read the refusal."""
+        """Connections closed to make room at a cap / refused at one (no room to make)."""
         self.draining = False
         self.port = 0
         self._server: asyncio.base_events.Server | None = None
@@ -76,16 +91,96 @@ class HTTPServer:
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
-    def connection_opened(self, conn: ServerConnection) -> None:
-        """``conn`` was accepted (called by the connection)."""
+    def connection_opened(self, conn: ServerConnection) -> tuple[int, str] | None:
+        """``conn`` was accepted (called by the connection); None: admitted, else the
+        (status, message) to refuse it with.
+
+        At a cap a connection that waits for its client (idle, or still sending its request;
+        never one being answered) may be closed to make room. Over
+        ``max_connections_per_client``: the client's own that has waited longest, once it has
+        waited :data:`EVICT_AFTER_S`. Over ``max_connections``: the one that has waited longest
+        among the addresses holding the most connections, and only if they hold at least two
+        more than the newcomer's address — max-min fair by address: an address flooding slow
+        connections cannot take the place of one holding few, nor churn the cap by closing
+        its own, while a client holding few still gets in. When no such connection exists the
+        new one is refused: 429 with ``Retry-After``, the message naming the cap, as for any
+        overload a client may retry."""
+        lim = self.limits
+        peer = conn.peer
+        client = peer[0] if isinstance(peer, tuple) else peer
+        conn.client = client
+        mine = self.by_client.get(client)
+        held = len(mine) if mine is not None else 0
+        per = lim.max_connections_per_client
+        if per is not None and held >= per:
+            assert mine is not None
+            if not self._evict_from(mine):
+                self.refused += 1
+                return 429, f"too many open connections from {client} (limit {per})"
+            held -= 1
+        cap = lim.max_connections
+        if cap is not None and len(self.connections) >= cap and not self._make_room(held):
+            self.refused += 1
+            return 429, f"the server is at its limit of {cap} open connections; retry shortly"
+        self.by_client.setdefault(client, set()).add(conn)
         self.connections.add(conn)
         if self.on_connect is not None:
             self.on_connect(conn)
+        return None
+
+    def _make_room(self, held: int) -> bool:
+        """At the server's cap, for a newcomer from an address holding ``held``: close the
+        longest-waiting connection of the addresses that hold the most connections — at least
+        two more than the newcomer's, so that the swap leaves them still holding more; False
+        when there is none waiting. Runs only at the cap."""
+        levels: dict[int, list[set[ServerConnection]]] = {}
+        for conns in self.by_client.values():
+            if len(conns) >= held + 2:
+                levels.setdefault(len(conns), []).append(conns)
+        for n in sorted(levels, reverse=True):
+            best: ServerConnection | None = None
+            since = math.inf
+            for conns in levels[n]:
+                for c in conns:
+                    w = c.waiting_since()
+                    if w < since:
+                        best, since = c, w
+            if best is not None:
+                self._evict(best)
+                return True
+        return False
+
+    def _evict_from(self, among: set[ServerConnection]) -> bool:
+        """Close the longest-waiting connection of ``among``; False when all are answered."""
+        before = time.perf_counter() - EVICT_AFTER_S
+        victim = min(among, key=lambda c: c.waiting_since(before), default=None)
+        if victim is None or victim.waiting_since(before) == math.inf:
+            return False
+        self._evict(victim)
+        return True
+
+    def _evict(self, victim: ServerConnection) -> None:
+        self._forget(victim)
+        victim.evict()
+        self.evicted += 1
+
+    def _forget(self, conn: ServerConnection) -> bool:
+        """No longer count ``conn`` (closed, or closing to make room); False if it was not."""
+        if conn not in self.connections:
+            return False
+        self.connections.discard(conn)
+        mine = self.by_client.get(conn.client)
+        if mine is not None:
+            mine.discard(conn)
+            if not mine:
+                del self.by_client[conn.client]
+        return True
 
     def connection_closed(self, conn: ServerConnection) -> None:
         """``conn`` is gone (called by the connection, last thing)."""
-        self.connections.discard(conn)
-        if self.on_disconnect is not None:
+        counted = self._forget(conn)
+        evicted = conn.evicted
+        if (counted or evicted) and self.on_disconnect is not None:
             self.on_disconnect(conn)
         if self.draining and not self.connections and self._empty is not None:
             self._empty.set()
