@@ -163,3 +163,13 @@ def test_architecture_checks_its_own_consistency() -> None:
     with pytest.raises(ValueError, match="sliding_window"):
         Architecture.model_validate({**base, "layer_types": ("sliding",) * 32})
     assert math.isclose(find_model("Mixtral-8x7B").active_param_count / 1e9, 12.88, abs_tol=0.01)
+
+
+def test_serving_a_checkpoint_in_its_own_format_is_not_a_requantization() -> None:
+    from servetune.arch.precision import requantized
+
+    assert not requantized("mxfp4", "mxfp4")
+    assert not requantized("fp8", None)
+    assert requantized(None, "fp8")
+    assert requantized(None, "awq_marlin")
+    assert not requantized("nvfp4", "modelopt_fp4")

@@ -107,6 +107,14 @@ def linear_rate(gpu: GpuSpec, quantization: str | None) -> tuple[float, bool]:
     return gpu.bf16_tflops * 1e12, fmt.native == "bf16"
 
 
+def requantized(checkpoint: str | None, quantization: str | None) -> bool:
+    """Are the served weights in another format than the checkpoint was published in (the
+    case for a quality check against the original)? gpt-oss served as MXFP4 is not."""
+    if quantization is None:
+        return False
+    return weight_format(quantization).name != checkpoint
+
+
 def kv_dtype_bytes(kv_cache_dtype: str) -> float:
     """Bytes per KV element: 1 for the fp8 formats, 2 for auto/bf16/fp16."""
     return 1.0 if kv_cache_dtype.startswith("fp8") else 2.0

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servetune.arch.memory import MemoryPlan
+from servetune.arch.precision import requantized
 from servetune.diagnose.figure_table import Figures
 from servetune.diagnose.knobs import from_engine_config
 from servetune.errors import ConfigError, ServetuneError
@@ -102,7 +103,7 @@ def config_figures(
     fig.put("gpu_memory_utilization", r.gpu_memory_utilization)
     fig.put("tensor_parallel_size", r.tensor_parallel_size)
     fig.put("enable_chunked_prefill", chunked)
-    fig.put("quantized", r.quantization is not None)
+    fig.put("quantized", requantized(r.model.checkpoint_quantization, r.quantization))
     fig.put("kv_fp8", r.kv_cache_dtype.startswith("fp8"))
     if mem is not None:
         fig.put("kv_pool_tokens", mem.kv_cache_tokens)

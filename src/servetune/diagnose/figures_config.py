@@ -6,6 +6,7 @@ configuration does not give is unknown, never read off what a run happened to re
 
 from __future__ import annotations
 
+from servetune.arch.precision import requantized
 from servetune.diagnose.figure_table import Figures
 from servetune.errors import ServetuneError
 from servetune.results.schema import RunResult
@@ -28,6 +29,18 @@ KNOB_FIGURES = (*NUMERIC_KNOB_FIGURES, "enable_chunked_prefill", "quantized", "k
 """The figures that come from the engine's configuration, not from what it measured."""
 
 
+def _checkpoint_format(model: str | None) -> str | None:
+    """The weights' format the model was published in, where the catalog knows the model."""
+    if not model:
+        return None
+    from servetune.arch.models import find_model
+
+    try:
+        return find_model(model).checkpoint_quantization
+    except ServetuneError:
+        return None
+
+
 def knob_figures(fig: Figures, run: RunResult) -> None:
     cfg = fig.config
     why = (
@@ -39,7 +52,9 @@ def knob_figures(fig: Figures, run: RunResult) -> None:
     chunked = cfg.get("enable_chunked_prefill")
     fig.put("enable_chunked_prefill", chunked if isinstance(chunked, bool) else None, why)
     if "quantization" in cfg.values:
-        fig.put("quantized", cfg.get("quantization") is not None)
+        quant = cfg.get("quantization")
+        own = _checkpoint_format(cfg.model)
+        fig.put("quantized", requantized(own, quant if isinstance(quant, str) else None))
     else:
         fig.miss("quantized", why)
     if "kv_cache_dtype" in cfg.values:
