@@ -340,11 +340,6 @@ class Architecture(BaseModel):
         k = self.moe.experts_per_token if self.moe is not None else 0
         return self.dense_linear_params + self.moe_layer_count * k * self.expert_params
 
-    @property
-    def layer_linear_params(self) -> int:
-        """Per-layer average of :attr:`active_linear_params` (a dense model's one layer)."""
-        return self.active_linear_params // self.num_hidden_layers
-
     def kv_elements_per_token(self, tp: int = 1) -> dict[AttentionKind, int]:
         """KV elements one token stores on one tensor-parallel rank, per attention kind
         (summed over that kind's layers): K and V of this rank's KV heads (replicated when

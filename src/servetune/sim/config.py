@@ -155,10 +155,6 @@ class ResolvedConfig(BaseModel):
     """Knobs the user left unset and the value vLLM's rule gave them."""
 
     @property
-    def weight_bytes_per_param(self) -> float:
-        return weight_format(self.quantization).bytes_per_param
-
-    @property
     def kv_dtype_bytes(self) -> float:
         return kv_dtype_bytes(self.kv_cache_dtype)
 
