@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 import urllib.request
 from collections import defaultdict
 from collections.abc import Callable
@@ -196,3 +197,40 @@ def test_a_failed_turn_ends_its_session(scripted: Factory, tmp_path: Path) -> No
             assert turns[-1].turn == bad[0]  # nothing sent after the failure
     assert len(recs) < 18
     assert run.summary.sessions is not None and run.summary.sessions.ended_early >= 1
+
+
+def test_sessions_over_two_workers_and_a_concurrency_cap(scripted: Factory, tmp_path: Path) -> None:
+    """Sessions are split whole between the worker processes (one clock), and the cap counts
+    requests in flight: a turn waits for a slot, its wait kept apart from the client's lag."""
+    srv = scripted({"ttft_ms": 20, "tpot_ms": 2, "record_writes": True})
+    cfg = _cfg(srv.base_url, workers=2, max_concurrency=2, num_prompts=8, request_rate=50.0)
+    run = bench(cfg, tmp_path, progress=False, scrape_metrics=False)
+    assert run.status == "complete" and run.client_health.workers == 2
+    recs = read_records(tmp_path)
+    assert len(recs) == 24 and all(r.ok for r in recs)
+    sessions = _by_session(recs)
+    assert len(sessions) == 8
+    for turns in sessions.values():
+        assert len({r.worker for r in turns}) == 1  # a session stays on its worker
+        for prev, nxt in itertools.pairwise(turns):
+            assert nxt.scheduled_ns == prev.end_ns + 50_000_000
+    assert {r.worker for r in recs} == {0, 1}
+    # at most 2 in flight (one per worker), and some turns waited for their slot
+    events = sorted([(r.send_ns, 1) for r in recs] + [(r.end_ns, -1) for r in recs])
+    level = peak = 0
+    for _, d in events:
+        level += d
+        peak = max(peak, level)
+    assert peak <= 2
+    assert any(r.eligible_ns > r.scheduled_ns for r in recs)
+
+
+def test_no_turn_is_sent_or_waited_for_past_the_duration(scripted: Factory, tmp_path: Path) -> None:
+    srv = scripted({"record_writes": True})
+    mt = MultiturnConfig(turns_min=5, turns_max=5, think_time_s=30.0, think_dist="constant")
+    cfg = _cfg(srv.base_url, multiturn=mt, num_prompts=4, duration_s=1.0, request_rate=8.0)
+    t = time.monotonic()
+    bench(cfg, tmp_path, progress=False, scrape_metrics=False, num_prompts_given=True)
+    assert time.monotonic() - t < 20.0  # the next turns were due after 30 s: not waited for
+    recs = read_records(tmp_path)
+    assert recs and {r.turn for r in recs} == {1}

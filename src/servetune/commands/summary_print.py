@@ -97,7 +97,12 @@ def summary_table(result: RunResult) -> Table:
     rate = "—"
     if h.target_rate is not None:
         rate = f"{_fmt(h.achieved_rate)} / {_fmt(h.planned_rate)} / {_fmt(h.target_rate)}"
-    row("  achieved / planned / target rate", rate)
+    cfg = result.config
+    if cfg.dataset_name == "multiturn" and cfg.multiturn.rate_unit == "sessions":
+        # sends are requests (turns); the rate asked for counts new sessions
+        row("  achieved / planned req/s / target sessions/s", rate)
+    else:
+        row("  achieved / planned / target rate", rate)
     row("  send lag p50 / p99 (ms)", f"{_fmt(h.send_lag.p50, 3)} / {_fmt(h.send_lag.p99, 3)}")
     row("  workers", str(h.workers))
     if h.arrival_stamps is not None:

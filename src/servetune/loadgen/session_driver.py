@@ -193,11 +193,11 @@ class SessionDriver(Driver):
         n_turns = len(s.turns)
         for k, (user, user_tokens, max_tokens, _think_ns) in enumerate(s.turns):
             if k:
+                if deadline is not None and due >= deadline:
+                    return  # due after the run's end (--duration): not sent, not waited for
                 wait = due - clock()
                 if wait > 0:
                     await asyncio.sleep(wait / 1e9)
-                if deadline is not None and due >= deadline:
-                    return
             est = conv.fit(user_tokens, max_tokens, style)
             if est is None:
                 return
