@@ -116,3 +116,27 @@ def test_a_session_rate_ladder_says_sessions(
     assert "sess/s" in said
     sweep = json.loads((out / "sweep.json").read_text())
     assert "2 sessions/s" in sweep["slo_max"]["verdict"], sweep["slo_max"]["verdict"]
+
+
+def test_compare_and_tune_take_sessions_unchanged(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    flags = [
+        "--dataset-name", "multiturn", "--multiturn-turns", "3:5", "--multiturn-system-len",
+        "256", "--random-input-len", "64", "--random-output-len", "48", "--num-prompts", "30",
+    ]  # fmt: skip
+    for seed in ("1", "2"):
+        assert main(["sim", "run", *flags, "--request-rate", "3", "--seed", seed,
+                     "--result-dir", str(tmp_path / seed)]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "1"), str(tmp_path / "2")]) == 0
+    assert "verdict:" in capsys.readouterr().out
+    code = main(
+        ["tune", "--engine", "sim", *flags, "--slo", "ttft:p99<=2000", "--trials", "2",
+         "--probes", "3", "--result-dir", str(tmp_path / "tune")]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    # the prefix cache is what this workload is about: turning it off costs the most
+    assert "enable_prefix_caching=False" in out
+    assert (tmp_path / "tune" / "tune.json").exists()

@@ -68,8 +68,11 @@ def _expected_cached(recs: list[RequestRecord]) -> dict[tuple[str, int], int]:
     return out
 
 
-def test_later_turns_hit_on_the_conversation_and_both_clocks_agree(tmp_path: Path) -> None:
-    cfg = _sessions_cfg()
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_later_turns_hit_on_the_conversation_and_both_clocks_agree(
+    tmp_path: Path, endpoint: str
+) -> None:
+    cfg = _sessions_cfg(endpoint=endpoint)
     run_offline(cfg, EngineConfig(max_model_len=4096), tmp_path / "offline")
     offline = read_records(tmp_path / "offline")
     srv = start_embedded(EngineConfig(max_model_len=4096))
