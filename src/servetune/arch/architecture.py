@@ -140,6 +140,15 @@ class Architecture(BaseModel):
     vision_params: int = Field(default=0, ge=0)
     """A multimodal model's vision encoder and projector (Llama-4, Gemma-3): loaded with the
     model, in 16 bits, outside a text token's compute."""
+    rope_positions: int = Field(default=0, ge=0)
+    """Positions of the rotary table the engine precomputes (vLLM's ``get_rope``: the
+    ``max_position_embeddings`` for plain and Llama-3 scaling, times the factor for linear
+    and dynamic scaling, ``original_max_position_embeddings`` × factor for YaRN); 0: the
+    ``max_position_embeddings``."""
+    rope_local_positions: int = Field(default=0, ge=0)
+    """A second rotary table (Gemma-3's local layers, ``rope_local_base_freq``); 0: none."""
+    partial_rotary_factor: float = Field(default=1.0, gt=0, le=1)
+    """Share of a head's dimensions that are rotated (GLM-4.5: 0.5)."""
     mtp_layers: int = Field(default=0, ge=0)
     """Multi-token-prediction layers shipped with the model (DeepSeek-V3's
     num_nextn_predict_layers): used as the draft of speculative decoding."""
@@ -313,6 +322,22 @@ class Architecture(BaseModel):
         times per MoE layer."""
         unused = self.moe_layer_count * (self.moe_layer_params - self.moe_layer_active_params)
         return self.param_count_of(mtp=False) - unused - self.vision_params
+
+    @property
+    def rotary_dim(self) -> int:
+        """Dimensions of a head the rotary embedding turns (MLA: the rotary key's)."""
+        if self.mla is not None:
+            return self.mla.qk_rope_head_dim
+        return int(self.head_dim * self.partial_rotary_factor)
+
+    @property
+    def rope_cache_elements(self) -> int:
+        """Elements of the precomputed cos/sin tables (one per distinct rotary embedding,
+        shared by the layers that use it): ``positions × rotary_dim`` each. Every
+        tensor-parallel rank holds them whole — Llama-4's 10,485,760 positions make 2.5 GiB
+        per GPU in 16 bits."""
+        n = (self.rope_positions or self.max_position_embeddings) * self.rotary_dim
+        return n + self.rope_local_positions * self.rotary_dim
 
     # --- per token ----------------------------------------------------------------------------
     @cached_property

@@ -124,6 +124,28 @@ def _compressed_tensors_format(q: Config) -> str | None:
     return None
 
 
+def _rope_positions(cfg: Config) -> int:
+    """Positions of the rotary table vLLM precomputes for this config (``get_rope``): plain
+    and Llama-3 scaling cache ``max_position_embeddings``; linear and dynamic-NTK scaling
+    that times the factor; YaRN (and DeepSeek's YaRN) ``original_max_position_embeddings``
+    times the factor. 0: none read (the ``max_position_embeddings``)."""
+    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if not isinstance(scaling, dict):
+        return 0
+    kind = str(scaling.get("rope_type") or scaling.get("type") or "default").lower()
+    try:
+        factor = float(scaling.get("factor") or 1.0)
+        top = int(cfg.get("max_position_embeddings") or 0)
+        original = int(scaling.get("original_max_position_embeddings") or top)
+    except (TypeError, ValueError):
+        return 0
+    if kind in ("linear", "dynamic"):
+        return int(top * factor)
+    if kind in ("yarn", "deepseek_yarn"):
+        return int(original * factor)
+    return 0
+
+
 def _base(cfg: Config, name: str, source: str, family: str) -> dict[str, Any]:
     """The fields every family has."""
     heads = _int(cfg, "num_attention_heads")
@@ -147,6 +169,8 @@ def _base(cfg: Config, name: str, source: str, family: str) -> dict[str, Any]:
         "sliding_window": cfg.get("sliding_window") or None,
         "checkpoint_quantization": quant,
         "quantization_scope": scope,
+        "rope_positions": _rope_positions(cfg),
+        "partial_rotary_factor": float(cfg.get("partial_rotary_factor") or 1.0),
         "source": source,
     }
 
@@ -173,6 +197,8 @@ def _gemma3(cfg: Config, name: str, source: str) -> dict[str, Any]:
     d["qk_norm"] = True
     d["norms_per_layer"] = 4  # input, post-attention, pre- and post-feedforward
     d["tie_word_embeddings"] = bool(cfg.get("tie_word_embeddings", True))
+    if cfg.get("rope_local_base_freq"):  # the local layers' own, unscaled table
+        d["rope_local_positions"] = d["max_position_embeddings"]
     if not d["layer_types"]:
         pattern = _int(cfg, "sliding_window_pattern", default=6)
         d["layer_types"] = tuple(

@@ -314,11 +314,19 @@ class MemoryPlan(BaseModel):
         ]
 
 
+_ROPE_BYTES = 2.0
+"""The rotary cos/sin tables are built in the model's dtype."""
+
+
 def weights_bytes(r: Deployment) -> float:
-    """Weight bytes on one GPU (:func:`servetune.arch.weights.rank_weights`) and the buffers
-    loaded with them."""
-    w = rank_weights(r.model, r.quantization, r.parallelism)
-    return w.resident + _WEIGHTS_EXTRA_GIB * GIB / r.tensor_parallel_size
+    """Weight bytes on one GPU (:func:`servetune.arch.weights.rank_weights`, MXFP4 experts as
+    this GPU's kernel lays them out), the rotary tables every rank holds whole
+    (:attr:`~servetune.arch.architecture.Architecture.rope_cache_elements`: 2.5 GiB for
+    Llama-4's 10M positions, 0.56 GiB for Gemma-3's two tables at head size 256) and the
+    other buffers loaded with them."""
+    w = rank_weights(r.model, r.quantization, r.parallelism, r.gpu)
+    rope = r.model.rope_cache_elements * _ROPE_BYTES
+    return w.resident + rope + _WEIGHTS_EXTRA_GIB * GIB / r.tensor_parallel_size
 
 
 def profile_shape(r: Deployment) -> tuple[int, int]:
@@ -343,12 +351,33 @@ def forward_peak_bytes(r: Deployment) -> float:
     return tokens * (mlp + _FWD_BYTES_PER_HIDDEN * m.hidden_size)
 
 
+def moe_workspace_bytes(r: Deployment) -> float:
+    """The fused-MoE kernels' workspaces, which outlive the forward pass: vLLM's modular MoE
+    kernel takes them from buffers shared by every layer and kept
+    (``SharedResizableBuffer`` in fused_moe/modular_kernel.py), sized by the largest step,
+    so they are still allocated when the profiling run's sampler peaks. Triton experts
+    (``TritonExperts.workspace_shapes``): ``T × k × max(2I, H)`` and ``T × k × I`` plus the
+    ``T × H`` output, 16 bits. The MXFP4 (OAI Triton ``matmul_ogs``) path allocates its
+    outputs per call: none kept (gpt-oss's logged peak is the sampler's alone)."""
+    m = r.model
+    if m.moe is None or r.quantization == "mxfp4":
+        return 0.0
+    tokens, _ = profile_shape(r)
+    inner = m.moe.expert_intermediate_size / r.parallelism.moe_tp
+    k = m.moe.experts_per_token
+    per_token = k * (max(2 * inner, m.hidden_size) + inner) + m.hidden_size
+    return tokens * per_token * _HIDDEN_BYTES
+
+
 def sampler_peak_bytes(r: Deployment, rules: VllmMemoryRules) -> float:
+    """The dummy sampler over the profiled requests' logits, with the forward's last hidden
+    states and the MoE workspaces (:func:`moe_workspace_bytes`) still allocated."""
     m = r.model
     tokens, seqs = profile_shape(r)
     if rules.sampler_bytes <= 0:
         return 0.0
-    return seqs * m.vocab_size * rules.sampler_bytes + tokens * m.hidden_size * _HIDDEN_BYTES
+    held = tokens * m.hidden_size * _HIDDEN_BYTES + moe_workspace_bytes(r)
+    return seqs * m.vocab_size * rules.sampler_bytes + held
 
 
 def activation_peak_bytes(r: Deployment, rules: VllmMemoryRules | None = None) -> float:

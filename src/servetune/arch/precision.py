@@ -118,3 +118,35 @@ def requantized(checkpoint: str | None, quantization: str | None) -> bool:
 def kv_dtype_bytes(kv_cache_dtype: str) -> float:
     """Bytes per KV element: 1 for the fp8 formats, 2 for auto/bf16/fp16."""
     return 1.0 if kv_cache_dtype.startswith("fp8") else 2.0
+
+
+@dataclass(frozen=True)
+class Mxfp4MoeLayout:
+    """How vLLM lays MXFP4 experts out in memory on a GPU (``Mxfp4MoEMethod.create_weights``,
+    vllm/model_executor/layers/quantization/mxfp4.py): the kernel it runs pads each expert's
+    intermediate width (per tensor-parallel rank) and the hidden width to its tile. Marlin
+    (the weight-only FP4 kernel) needs ``n % 256 == 0`` and ``k % 128 == 0`` of each GEMM,
+    so the intermediate width is padded to 128 and the hidden width to 256; FlashInfer's
+    SM100 kernels pad both to 256; ROCm's Triton kernels to 128 (256 on gfx950)."""
+
+    kernel: str
+    intermediate_align: int
+    hidden_align: int
+
+
+def mxfp4_moe_layout(gpu: GpuSpec) -> Mxfp4MoeLayout:
+    """The MXFP4 expert layout of the kernel vLLM runs on this GPU. Blackwell: FlashInfer's
+    MXFP4 x BF16; CDNA3/CDNA4: ROCm Triton; every other NVIDIA GPU (Ampere, Ada, Hopper):
+    Marlin ("Your GPU does not have native support for FP4 computation ... Weight-only FP4
+    compression will be used leveraging the Marlin kernel", vLLM #23278 on an H100). The
+    published H100 and A100 start-up logs (vLLM 0.10-0.19, gpt-oss-20b TP 1 and 2,
+    gpt-oss-120b) give the weights Marlin's padding gives within 1.1% (the Triton
+    ``matmul_ogs`` path, with no padding at these widths and a swizzled copy of the scales,
+    would be 1.5-2.4% under them)."""
+    if gpu.generation == "blackwell":
+        return Mxfp4MoeLayout("flashinfer sm100 mxfp4 x bf16", 256, 256)
+    if gpu.generation == "cdna4":
+        return Mxfp4MoeLayout("rocm triton (gfx950)", 256, 256)
+    if gpu.generation == "cdna3":
+        return Mxfp4MoeLayout("rocm triton", 128, 128)
+    return Mxfp4MoeLayout("marlin", 128, 256)

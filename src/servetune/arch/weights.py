@@ -23,8 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servetune.arch.architecture import Architecture
+from servetune.arch.gpus import GpuSpec
 from servetune.arch.parallel import Parallelism
-from servetune.arch.precision import weight_format
+from servetune.arch.precision import Mxfp4MoeLayout, mxfp4_moe_layout, weight_format
 
 EXTRA_BYTES = 2.0
 """Norms, biases and embeddings are kept in 16 bits whatever the weights' format."""
@@ -68,8 +69,31 @@ class RankWeights:
         return self.streamed_fixed + self.experts * self.expert_coverage(tokens)
 
 
-def rank_weights(m: Architecture, quantization: str | None, par: Parallelism) -> RankWeights:
-    """The split of ``m``'s weights onto one GPU (see the module docstring)."""
+def _up(n: int, align: int) -> int:
+    return -(-n // align) * align
+
+
+def mxfp4_expert_bytes(m: Architecture, par: Parallelism, layout: Mxfp4MoeLayout) -> float:
+    """The routed experts' bytes on one GPU as vLLM holds MXFP4 experts with ``layout``:
+    gate/up (``2I × H``) and down (``H × I``) of each local expert at half a byte a weight
+    plus a scale byte per 32, the widths padded to the kernel's tile
+    (:class:`~servetune.arch.precision.Mxfp4MoeLayout`)."""
+    moe = m.moe
+    if moe is None:
+        return 0.0
+    inner = _up(moe.expert_intermediate_size // par.moe_tp, layout.intermediate_align)
+    hidden = _up(m.hidden_size, layout.hidden_align)
+    local = moe.num_experts / par.moe_ep
+    per_expert = 3 * inner * hidden * (0.5 + 1 / 32)
+    return m.moe_layer_count * local * per_expert
+
+
+def rank_weights(
+    m: Architecture, quantization: str | None, par: Parallelism, gpu: GpuSpec | None = None
+) -> RankWeights:
+    """The split of ``m``'s weights onto one GPU (see the module docstring). With ``gpu``,
+    MXFP4 experts are counted as vLLM's kernel for that GPU lays them out
+    (:func:`mxfp4_expert_bytes`); without it, at their checkpoint size."""
     fmt = weight_format(quantization).bytes_per_param
     dense_fmt = fmt if m.quantization_scope == "all" else EXTRA_BYTES
     tp = par.attn_tp
@@ -90,9 +114,12 @@ def rank_weights(m: Architecture, quantization: str | None, par: Parallelism) ->
     expert_params -= mlp_extra
     norms = m.num_hidden_layers * (m.attention_extra_params + m.norms_per_layer * m.hidden_size)
     norms += m.hidden_size
+    experts = expert_params * fmt / (par.moe_tp * par.moe_ep)
+    if gpu is not None and weight_format(quantization).name == "mxfp4" and m.moe is not None:
+        experts = mxfp4_expert_bytes(m, par, mxfp4_moe_layout(gpu))
     return RankWeights(
         dense=dense_params * dense_fmt / tp + replicated * dense_fmt,
-        experts=expert_params * fmt / (par.moe_tp * par.moe_ep),
+        experts=experts,
         head=m.embedding_params * EXTRA_BYTES / tp,
         tied=m.tie_word_embeddings,
         embedding=(m.embedding_params + m.vision_params) * EXTRA_BYTES / tp,
