@@ -140,3 +140,74 @@ def test_tensor_parallel_all_reduce_workspaces_from_017() -> None:
     tp4_old, tp4_new = plan_memory(tp4, "0.16.0"), plan_memory(tp4, "0.19.0")
     assert tp4_new.non_torch_gib - tp4_old.non_torch_gib == pytest.approx(1.6, abs=0.05)
     assert tp4_new.kv_cache_gib == pytest.approx(67.44, rel=TOLERANCE)
+
+
+MOE_OR_WINDOWED = [
+    c
+    for c in CASES
+    if (m := EngineConfig(**c["config"]).resolve().model).is_moe
+    or m.mla is not None
+    or set(m.layer_types) - {"full"}
+]
+
+
+def test_moe_and_windowed_models_are_calibrated_too() -> None:
+    """Mixture-of-experts, MLA and sliding-window / chunked-attention models: their pools
+    within the tolerance, their refusals reproduced, over gpt-oss, Qwen-MoE, Llama-4 and
+    Gemma-3, on H100 and A100, TP 1-4."""
+    results = [evaluate_case(c) for c in MOE_OR_WINDOWED]
+    assert all(r.ok for r in results), [r.id for r in results if not r.ok]
+    families = {EngineConfig(**c["config"]).resolve().model.family for c in MOE_OR_WINDOWED}
+    assert {"gpt_oss", "qwen2_moe", "llama4_text", "gemma3_text"} <= families
+    assert sum(1 for r in results if not r.started) >= 2
+
+
+def test_rotary_table_is_held_whole_by_every_rank() -> None:
+    """vLLM builds one cos/sin table of ``positions x rotary_dim`` per distinct rotary
+    embedding, in the model's dtype, on every tensor-parallel rank: Llama-4 Scout's
+    10,485,760 positions x 128 make 2.5 GiB a GPU at any TP (the gap between its logged
+    53.12 GiB at TP4 and the parameters' 50.57)."""
+    cfg = EngineConfig(
+        gpu="H100-SXM", model="meta-llama/Llama-4-Scout-17B-16E-Instruct", max_model_len=8192
+    )
+    scout = cfg.resolve().model
+    assert scout.rope_cache_elements == 10_485_760 * 128
+    tp4 = plan_memory(cfg.model_copy(update={"tensor_parallel_size": 4}), "0.19.0")
+    tp8 = plan_memory(cfg.model_copy(update={"tensor_parallel_size": 8}), "0.19.0")
+    # halving everything else leaves the table: w4 - w8 = (w4 - 2.5) / 2
+    table = 10_485_760 * 128 * 2 / 2**30
+    assert tp4.weights_gib - tp8.weights_gib == pytest.approx((tp4.weights_gib - table) / 2, 1e-3)
+    gemma = EngineConfig(gpu="H100-SXM", model="google/gemma-3-12b-it").resolve().model
+    # global layers: linear scaling x8 over 131,072 positions; local layers: their own table
+    assert gemma.rope_cache_elements == (131_072 * 8 + 131_072) * 256
+
+
+def test_mxfp4_experts_are_padded_to_the_kernels_tile() -> None:
+    """Marlin (vLLM's MXFP4 kernel on Ampere-Hopper) pads each expert's intermediate width
+    to 128 and the hidden width to 256: gpt-oss-20b's 2,880 x 2,880 experts become 2,944 x
+    3,072 (the logged 13.64 GiB at TP1 vs 12.84 GiB of checkpoint bytes)."""
+    from servetune.arch.parallel import Parallelism
+    from servetune.arch.precision import mxfp4_moe_layout
+    from servetune.arch.weights import mxfp4_expert_bytes
+
+    r = EngineConfig(gpu="H100-SXM", model="openai/gpt-oss-20b").resolve()
+    layout = mxfp4_moe_layout(r.gpu)
+    assert (layout.kernel, layout.intermediate_align, layout.hidden_align) == ("marlin", 128, 256)
+    got = mxfp4_expert_bytes(r.model, Parallelism.vllm(1), layout)
+    assert got == pytest.approx(24 * 32 * 3 * 2944 * 3072 * (0.5 + 1 / 32))
+    tp2 = mxfp4_expert_bytes(r.model, Parallelism.vllm(2), layout)  # 1,440 -> 1,536
+    assert tp2 == pytest.approx(24 * 32 * 3 * 1536 * 3072 * (0.5 + 1 / 32))
+    b200 = EngineConfig(gpu="B200", model="openai/gpt-oss-20b").resolve()
+    assert mxfp4_moe_layout(b200.gpu).intermediate_align == 256
+
+
+def test_fused_moe_workspaces_sit_under_the_sampler_peak() -> None:
+    """The fused-MoE workspaces are shared buffers kept after the forward pass, so the
+    profiling run's sampler peak stands on them: Qwen1.5-MoE (top-4 of 60, width 1,408,
+    hidden 2,048) at 8,192 tokens keeps 8,192 x (4 x (2,816 + 1,408) + 2,048) x 2 bytes."""
+    from servetune.arch.memory import moe_workspace_bytes
+
+    r = EngineConfig(gpu="H100-SXM", model="Qwen/Qwen1.5-MoE-A2.7B", max_model_len=8192).resolve()
+    assert moe_workspace_bytes(r) == 8192 * (4 * (2816 + 1408) + 2048) * 2
+    oss = EngineConfig(gpu="H100-SXM", model="openai/gpt-oss-20b", max_model_len=8192)
+    assert moe_workspace_bytes(oss.resolve()) == 0.0  # the MXFP4 kernels keep none
