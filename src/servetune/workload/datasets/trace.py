@@ -32,7 +32,7 @@ from servetune.results.conversation import MOONCAKE_BLOCK_TOKENS, TraceFormat
 from servetune.results.schema import BenchConfig
 from servetune.workload.random_prompts import exact_prompt
 from servetune.workload.spec import RequestSpec
-from servetune.workload.tokens import TokenCounter
+from servetune.workload.tokens import ApproxTokenizer, TokenCounter
 
 _MOONCAKE = (
     'Mooncake JSONL: {"timestamp": MS, "input_length": N, "output_length": N, '
@@ -141,32 +141,55 @@ def _lines(path: Path, hint: str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _splitmix(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser over an array of uint64 (wrapping)."""
+    with np.errstate(over="ignore"):
+        x = x + _GOLDEN
+        x = (x ^ (x >> np.uint64(30))) * _MIX1
+        x = (x ^ (x >> np.uint64(27))) * _MIX2
+        out: np.ndarray = x ^ (x >> np.uint64(31))
+    return out
+
+
 class _Blocks:
-    """Text of each hash id's block: random tokens drawn from (seed, id), the same every time
-    the id appears; a partial block is a prefix of its full block."""
+    """Text of each hash id's block: tokens drawn by hashing (seed, id, position), the same
+    every time the id appears; a partial block is a prefix of its full block. Only the full
+    blocks' text is kept (a long trace holds 10⁵ distinct ids)."""
 
     def __init__(self, tok: TokenCounter, seed: int) -> None:
         self.tok = tok
-        self.seed = seed
-        self.pool = tok.sample_ids()
-        self._ids: dict[int, list[int]] = {}
+        self.pool = np.asarray(tok.sample_ids(), dtype=np.int64)
+        self.words = (
+            np.asarray(tok.words, dtype=object) if isinstance(tok, ApproxTokenizer) else None
+        )
+        self.base = _splitmix(np.array([seed & 0xFFFFFFFF], dtype=np.uint64))[0]
+        self.pos = np.arange(MOONCAKE_BLOCK_TOKENS, dtype=np.uint64)
         self._full: dict[int, str] = {}
 
-    def ids(self, hid: int) -> list[int]:
-        got = self._ids.get(hid)
-        if got is None:
-            rng = np.random.default_rng([self.seed, 0x3007, hid & 0xFFFFFFFFFFFF])
-            draws = rng.integers(0, len(self.pool), size=MOONCAKE_BLOCK_TOKENS)
-            got = self._ids[hid] = [self.pool[i] for i in draws]
-        return got
+    def draws(self, hid: int) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            key = _splitmix(np.array([hid & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64) ^ self.base)[0]
+            h = _splitmix(self.pos + key * np.uint64(MOONCAKE_BLOCK_TOKENS))
+        out: np.ndarray = (h % np.uint64(len(self.pool))).astype(np.int64)
+        return out
+
+    def _decode(self, draws: np.ndarray) -> str:
+        if self.words is not None:  # the approximate counter's words: one token each
+            return " ".join(self.words[draws].tolist())
+        return self.tok.decode(self.pool[draws].tolist())
 
     def text(self, hid: int, n: int) -> str:
         if n >= MOONCAKE_BLOCK_TOKENS:
             got = self._full.get(hid)
             if got is None:
-                got = self._full[hid] = self.tok.decode(self.ids(hid))
+                got = self._full[hid] = self._decode(self.draws(hid))
             return got
-        return self.tok.decode(self.ids(hid)[:n])
+        return self._decode(self.draws(hid)[:n])
 
 
 def _mooncake(path: Path, cfg: BenchConfig, tok: TokenCounter) -> list[tuple[float, RequestSpec]]:
@@ -197,7 +220,9 @@ def _mooncake(path: Path, cfg: BenchConfig, tok: TokenCounter) -> list[tuple[flo
         if rest > 0:  # tokens no hash id covers: this request's own
             parts.append(exact_prompt(tok, rest, rng)[0])
         text = " ".join(parts)
-        rows.append((ts, RequestSpec(prompt=text, input_len=tok.count(text), output_len=n_out)))
+        # under the approximate counter each drawn word is one token: the count is n_in
+        count = n_in if blocks.words is not None else tok.count(text)
+        rows.append((ts, RequestSpec(prompt=text, input_len=count, output_len=n_out)))
     return rows
 
 
