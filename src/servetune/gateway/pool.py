@@ -43,7 +43,7 @@ from servetune.gateway.fairqueue import FairQueue, Waiter
 from servetune.gateway.route_key import RequestRoute
 from servetune.results import server_series as ss
 from servetune.routing.config import RoutingConfig
-from servetune.routing.policies import Balancer
+from servetune.routing.policies import Balancer, load_share
 
 _WAITING, _KV = ss.WAITING, ss.KV_CACHE_USAGE
 QueueReason = Literal["queue_full", "queue_timeout", "no_upstream"]
@@ -131,6 +131,27 @@ class Pool:
         is no other)."""
         ups = self.upstreams
         avoided = tuple(avoid)
+        b = self.balancer
+        if b.policy == "least-loaded":  # the default: one pass, nothing allocated
+            best: Upstream | None = None
+            best_load = math.inf
+            spare: Upstream | None = None
+            for u in ups:
+                lim = u.limit
+                if (lim is not None and u.inflight + keep >= lim) or not u.breaker.would_allow():
+                    continue
+                if avoided and u in avoided:
+                    if spare is None:
+                        spare = u
+                    continue
+                load = load_share(u.inflight, lim)
+                if load < best_load:
+                    best, best_load = u, load
+            got = best or spare
+            if got is not None:
+                key = (got.url, "least_loaded")
+                self.routes[key] = self.routes.get(key, 0) + 1
+            return got
         eligible: list[int] = []
         fallback: int | None = None
         for i, u in enumerate(ups):
@@ -146,7 +167,6 @@ class Pool:
             if fallback is None:
                 return None
             eligible.append(fallback)
-        b = self.balancer
         if route is not None:
             route.header = self.session_header
         inflight = [u.inflight for u in ups]

@@ -206,16 +206,20 @@ class Balancer:
             self.indexes[i].clear()
 
 
+def load_share(inflight: int, limit: int | None) -> float:
+    """What least-loaded compares: in-flight ÷ limit (no limit: the in-flight count, scaled
+    below any limited target's share)."""
+    return inflight / limit if limit else inflight * 1e-9
+
+
 def least_loaded(
     eligible: Sequence[int], inflight: Sequence[int], limits: Sequence[int | None]
 ) -> int:
-    """The first eligible target with the lowest in-flight ÷ limit (no limit: in-flight
-    counts, below any limited target's share)."""
+    """The first eligible target with the lowest :func:`load_share`."""
     best = eligible[0]
     best_load = float("inf")
     for i in eligible:
-        lim = limits[i]
-        load = inflight[i] / lim if lim else inflight[i] * 1e-9
+        load = load_share(inflight[i], limits[i])
         if load < best_load:
             best, best_load = i, load
     return best
