@@ -19,6 +19,7 @@ import pytest
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "aio"),
+    ("profiles",),
     ("results",),
     ("metrics", "workload"),
     ("knobs", "http"),
@@ -193,6 +194,93 @@ def test_no_import_cycle_between_modules() -> None:
                 cycle.append(node)
             cycle.append(start)
             raise AssertionError("modules import each other: " + " <- ".join(cycle))
+
+
+# Engines are asked, not named: only the profiles (and the knob registry's table, whose rows
+# are keyed by profile id) may say which engine is which.
+
+ENGINE_SWITCH_ALLOWED = ("profiles/", "knobs/table.py")
+
+
+def _engine_ids() -> set[str]:
+    from servetune.profiles import PROFILES
+
+    return {name for p in PROFILES for name in (p.id, *p.aliases)}
+
+
+def engine_switches(path: Path, ids: set[str]) -> list[str]:
+    """Where the file decides on an engine's name: a comparison with one (``engine ==
+    "sglang"``, ``engine in ("vllm", "sim")``), a table keyed by two or more, a list of two
+    or more, or an item looked up by one (``flags["vllm"]``). ``"sim"`` counts only beside a
+    name that says ``engine`` (it is also a token source and a folder name)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: list[str] = []
+
+    def consts(node: ast.AST) -> list[str]:
+        items = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+        return [
+            e.value
+            for e in items
+            if isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value in ids
+        ]
+
+    def about_engine(node: ast.AST) -> bool:
+        return "engine" in ast.unparse(node).lower()
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            named = [c for side in sides for c in consts(side)]
+            named = [c for c in named if c != "sim" or any(about_engine(x) for x in sides)]
+            if named:
+                found.append(f"{node.lineno}: compares with {named}")
+        elif isinstance(node, ast.Dict):
+            keys = [k.value for k in node.keys if isinstance(k, ast.Constant) and k.value in ids]
+            if len(keys) >= 2:
+                found.append(f"{node.lineno}: a table keyed by {keys}")
+        elif isinstance(node, ast.Tuple | ast.List | ast.Set):
+            if len(set(consts(node)) - {"sim"}) >= 2:
+                found.append(f"{node.lineno}: a list of {consts(node)}")
+        elif isinstance(node, ast.Subscript):
+            key = consts(node.slice)
+            if key and key != ["sim"]:
+                found.append(f"{node.lineno}: looks up {key}")
+        elif isinstance(node, ast.MatchValue) and consts(node.value):
+            found.append(f"{node.lineno}: matches {consts(node.value)}")
+    return found
+
+
+def test_no_module_switches_on_an_engine_id() -> None:
+    ids = _engine_ids()
+    bad = []
+    for path in sources():
+        rel = path.relative_to(SRC).as_posix()
+        if rel.startswith(ENGINE_SWITCH_ALLOWED):
+            continue
+        bad += [f"{rel}:{where}" for where in engine_switches(path, ids)]
+    assert not bad, (
+        "modules decide on an engine's name; ask its profile (servetune.profiles) instead:\n"
+        + "\n".join(bad)
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "hits"),
+    [
+        ('if engine == "sglang":\n    pass\n', 1),
+        ('ok = spec.engine in ("vllm", "sim")\n', 1),
+        ('NAMES = {"vllm": "vLLM", "tgi": "TGI"}\n', 1),
+        ('ENGINES = ("vllm", "sglang", "tgi")\n', 1),
+        ('x = flags["vllm"]\n', 1),
+        ('ok = r.tokens_source in ("usage", "sim")\n', 0),
+        ('flag("vllm", "max_num_seqs")\n', 0),
+        ("if profile(engine).simulated:\n    pass\n", 0),
+    ],
+)
+def test_the_engine_switch_check_sees_a_switch(tmp_path: Path, code: str, hits: int) -> None:
+    path = tmp_path / "probe.py"
+    path.write_text(code)
+    assert len(engine_switches(path, _engine_ids())) == hits
 
 
 # The checker itself must see what it claims to see.

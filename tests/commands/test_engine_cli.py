@@ -32,7 +32,7 @@ def test_cmd_prints_the_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     out = capsys.readouterr().out.strip()
     assert out == (
-        "/bin/llama-server -m m.gguf --host 127.0.0.1 --port 8000 --metrics -a m.gguf "
+        "/bin/llama-server -m m.gguf --host 127.0.0.1 --port 8000 -a m.gguf --metrics "
         "-np 2 -c 1024 -t 1"
     )
 

@@ -63,7 +63,7 @@ def test_scenario_names_the_bottleneck_and_the_knob(scenario_dir: ScenarioDir, n
         assert first.knob == knob
         assert first.expected and first.risk
         if knob is not None:
-            assert set(first.flags) == {"vllm", "sglang", "tgi", "llama.cpp"}
+            assert set(first.flags) == {"vllm", "sglang", "tgi", "llama.cpp", "trtllm"}
             assert first.to_value is not None
 
 

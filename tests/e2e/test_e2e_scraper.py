@@ -61,7 +61,7 @@ def test_llama_cpp_names_and_the_missing_kv_gauge(
     llama8: EngineProcess, tiny: provisioned.TinyModel, tmp_path: Path
 ) -> None:
     info = scraped("llama.cpp", llama8, tiny, tmp_path / "run")
-    assert info.engine == "llamacpp"
+    assert info.engine == "llama.cpp"
     assert info.names_found["running"] == "llamacpp:requests_processing"
     assert info.names_found["waiting"] == "llamacpp:requests_deferred"
     assert info.names_found["prompt_tokens_total"] == "llamacpp:prompt_tokens_total"

@@ -3,6 +3,7 @@ lines of every engine read into knob values."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from servetune.errors import ConfigError
 from servetune.knobs import (
     ENGINES,
+    Command,
     engine_knobs,
     knob,
     parse_command,
@@ -17,6 +19,7 @@ from servetune.knobs import (
     render_command,
     render_value,
 )
+from servetune.profiles import profile
 
 SAMPLE: dict[str, Any] = {
     "max_num_seqs": 64,
@@ -62,6 +65,8 @@ def _sample_for(engine: str, version: str | None) -> dict[str, Any]:
         cfg["kv_cache_dtype"] = "q8_0"
     if engine == "sglang":
         cfg["kv_cache_dtype"] = "fp8_e5m2"
+    if engine == "trtllm":
+        cfg["kv_cache_dtype"] = "fp8"
     return cfg
 
 
@@ -69,11 +74,19 @@ CASES = [(e, v) for e in ENGINES for v in VERSIONS.get(e, [None])]
 
 
 @pytest.mark.parametrize(("engine", "version"), CASES)
-def test_render_then_parse_gives_the_same_configuration(engine: str, version: str | None) -> None:
+def test_render_then_parse_gives_the_same_configuration(
+    engine: str, version: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cfg = _sample_for(engine, version)
     assert len(cfg) >= 5
     cmd = render_command(engine, "org/model", cfg, version)
-    back = parse_command(cmd.shell(), engine=engine)
+    line = cmd.shell()
+    if cmd.files:  # a YAML side file: written where the command line names it, then read
+        monkeypatch.chdir(tmp_path)
+        for name, text in cmd.files.items():
+            (tmp_path / name).write_text(text)
+        line = Command(cmd.argv, cmd.env).shell()
+    back = parse_command(line, engine=engine)
     assert back.model == "org/model"
     # a switch left at its default and a feature turned on by default render nothing: both
     # come back as "unset", which is the same configuration for the engine
@@ -82,7 +95,8 @@ def test_render_then_parse_gives_the_same_configuration(engine: str, version: st
         if render_value(engine, name, value, version) == "":
             expected.pop(name)
     assert back.values == expected, cmd.shell()
-    assert back.ignored == []
+    standing = dict(profile(engine).launch.side_file_always)
+    assert [i for i in back.ignored if i.split(":")[0] not in standing] == []
 
 
 def test_vllm_command_line() -> None:

@@ -57,7 +57,7 @@ BRIEF = (
 
 def test_the_knobs_the_seed_and_the_tuner_need_are_there() -> None:
     assert set(BRIEF) <= set(KNOB_NAMES)
-    assert set(ENGINES) == {"vllm", "vllm-cpu", "sim", "sglang", "tgi", "llama.cpp"}
+    assert set(ENGINES) == {"vllm", "vllm-cpu", "sim", "sglang", "tgi", "llama.cpp", "trtllm"}
 
 
 @pytest.mark.parametrize("name", KNOB_NAMES)
@@ -70,7 +70,7 @@ def test_every_engine_spells_the_knob_or_says_why_not(name: str) -> None:
             if isinstance(s, Absent):
                 assert len(s.reason) > 15, (name, engine)
             else:
-                assert s.flag.startswith("-") or s.env, (name, engine)
+                assert s.flag.startswith("-") or s.env or s.yaml, (name, engine)
         # the newest version has an answer
         got = spelling(engine, name)
         assert isinstance(got, Spelling | Absent)
@@ -313,4 +313,7 @@ def test_the_registry_imports_nothing_above_it() -> None:
                 and node.module
                 and node.module.startswith("servetune")
             ):
-                assert node.module.split(".")[1] in ("knobs", "errors"), (path, node.module)
+                assert node.module.split(".")[1] in ("knobs", "errors", "profiles"), (
+                    path,
+                    node.module,
+                )

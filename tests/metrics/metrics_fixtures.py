@@ -16,8 +16,9 @@ ENGINE_FIXTURES = {
     "sglang_recent.txt": ("sglang", "2025+", []),
     "sglang_2024.txt": ("sglang", "2024", []),
     "tgi.txt": ("tgi", "", []),
-    "llamacpp_old.txt": ("llamacpp", "older builds (with KV gauge)", []),
-    "llamacpp_b11434.txt": ("llamacpp", "recent builds (no KV gauge)", ["kv_cache_usage"]),
+    "llamacpp_old.txt": ("llama.cpp", "older builds (with KV gauge)", []),
+    "llamacpp_b11434.txt": ("llama.cpp", "recent builds (no KV gauge)", ["kv_cache_usage"]),
+    "trtllm_collector.txt": ("trtllm", "1.x (PyTorch backend)", []),
 }
 
 

@@ -135,7 +135,7 @@ def test_llamacpp_recent_build_reports_kv_missing(tmp_path: Path) -> None:
 
     info = asyncio.run(main())
     assert info.error is None
-    assert (info.engine, info.names_missing) == ("llamacpp", [ss.KV_CACHE_USAGE])
+    assert (info.engine, info.names_missing) == ("llama.cpp", [ss.KV_CACHE_USAGE])
     assert info.samples == 2
 
 
@@ -158,7 +158,7 @@ def test_llamacpp_slots_come_from_its_props(tmp_path: Path) -> None:
             return await s.stop()
 
     info = asyncio.run(main({"/metrics": handler, "/props": props}))
-    assert info.engine == "llamacpp"
+    assert info.engine == "llama.cpp"
     assert info.summary["max_num_seqs"] == 3 and info.summary["slot_context_tokens"] == 768
     # An older build without /props: no key, and nothing else changes.
     (tmp_path / "m.jsonl").unlink()
@@ -338,3 +338,44 @@ def test_stop_without_start_and_bad_interval(tmp_path: Path) -> None:
     assert info.samples == 0 and info.error is None
     with pytest.raises(ValueError):
         MetricsScraper("http://127.0.0.1:9/metrics", tmp_path / "m.jsonl", 0, interval_s=0)
+
+
+def test_trtllm_metrics_are_found_at_its_profile_path(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """TensorRT-LLM serves /prometheus/metrics and answers 404 at /metrics: the scraper, given
+    the base URL's /metrics, finds the page at the other engines' paths and keeps it."""
+    handler, _ = text_handler(lambda n: load("trtllm_collector.txt"))
+
+    async def main() -> tuple[ServerInfo, str]:
+        async with serve({"/prometheus/metrics": handler}) as (url, _):
+            s = MetricsScraper(
+                metrics_url_for(url + "/v1"),
+                tmp_path / SERVER_METRICS_FILE,
+                time.perf_counter_ns(),
+                1.0,
+            )
+            await s.start()
+            await wait_until(lambda: len(s.samples) >= 1)
+            return await s.stop(), s.metrics_url
+
+    with caplog.at_level(logging.WARNING):
+        info, used = asyncio.run(main())
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert used.endswith("/prometheus/metrics")
+    assert info.error is None and info.engine == "trtllm"
+    assert info.names_missing == []
+    got = {s.values.get(ss.RUNNING) for s in read_server_series(tmp_path)}
+    assert got == {61.0}
+
+
+def test_a_server_with_no_metrics_anywhere_is_reported_once(tmp_path: Path) -> None:
+    async def main() -> ServerInfo:
+        async with serve({}) as (url, _):
+            s = MetricsScraper(url + "/metrics", tmp_path / "m.jsonl", time.perf_counter_ns(), 1.0)
+            await s.start()
+            await s.stop()
+            return await s.stop()
+
+    info = asyncio.run(main())
+    assert info.error is not None and "/metrics" in info.error and "404" in info.error

@@ -12,9 +12,10 @@ import pytest
 
 from servetune.cli import main
 from servetune.diagnose.knobs import KnownConfig
+from servetune.profiles import metric_map_names
 from servetune.watch.alerts import alert_rules
 from servetune.watch.grafana import dashboard
-from servetune.watch.promql import MAP_NAMES, Promql, exposed_names, find_map, metric_names
+from servetune.watch.promql import Promql, exposed_names, find_map, metric_names
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "metrics"
 CAPTURES = {
@@ -23,8 +24,9 @@ CAPTURES = {
     "sglang": "sglang_recent.txt",
     "sglang-2024": "sglang_2024.txt",
     "tgi": "tgi.txt",
-    "llamacpp": "llamacpp_b11434.txt",
-    "llamacpp-old": "llamacpp_old.txt",
+    "llama.cpp": "llamacpp_b11434.txt",
+    "llama.cpp-old": "llamacpp_old.txt",
+    "trtllm": "trtllm_collector.txt",
 }
 KNOWN = KnownConfig(
     source="test",
@@ -67,7 +69,7 @@ def test_kv_full_rule_and_its_thresholds_come_from_diagnose() -> None:
     assert "--kv-cache-dtype fp8" in kv["annotations"]["actions"]
 
 
-@pytest.mark.parametrize("engine", sorted(MAP_NAMES))
+@pytest.mark.parametrize("engine", sorted(metric_map_names()))
 def test_promtool_accepts_the_rules(engine: str, tmp_path: Path, needs_prometheus: None) -> None:
     out = tmp_path / "rules.yml"
     args = ["export", "prometheus-rules", "--engine", engine, "-o", str(out),

@@ -62,7 +62,7 @@ def test_llama_server_watched_priced_and_planned_from(
         out = tmp_path / "dash.json"
         assert main(["export", "grafana", "--metrics-url", url, "-o", str(out)]) == 0
     w = doc["window"]
-    assert doc["engine"].startswith("llamacpp")
+    assert doc["engine"].startswith("llama.cpp")
     assert w["generation_tokens_per_s"] > 0 and w["running_mean"] is not None
     assert w["kv_cache_usage"] is None  # build 11434 has no KV gauge: missing, not zero
     dash = json.loads(out.read_text())

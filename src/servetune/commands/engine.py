@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from servetune.engines import LaunchSpec
 
-from servetune.knobs.table import ENGINES
+from servetune.profiles import ENGINE_IDS as ENGINES
+from servetune.profiles import profile
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -93,7 +94,8 @@ def _spec(args: argparse.Namespace, port: int) -> LaunchSpec:
                 "the tiny test model is not provisioned",
                 hint="run: bash scripts/provision_engines.sh assets",
             )
-        model = str(tiny.gguf if args.engine == "llama.cpp" else tiny.hf_dir)
+        gguf = profile(args.engine).provisioned_model == "gguf"
+        model = str(tiny.gguf if gguf else tiny.hf_dir)
         name = name or tiny.served_model_name
     if not model:
         raise ConfigError("no model given", hint="pass --model PATH_OR_NAME")
@@ -119,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--port {port} is not a port (1-65535)", hint="e.g. --port 8000")
     try:
         if args.action == "cmd":
-            print(_spec(args, args.port or 8000).shell())
+            print(_spec(args, args.port or 8000).script())
             return 0
         if args.action == "start":
             return _start(args)

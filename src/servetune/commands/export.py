@@ -8,9 +8,10 @@
     Prometheus alerting rules for the seed's troubleshooting table, generated from diagnose's
     rules (the same conditions and thresholds); the header names the rules left out and why.
 
-The metric names are the engine's: ``--engine`` takes a map (``vllm`` = V1 ≥ 0.10,
-``vllm-0.8-v1``, ``vllm-0.8-v0``, ``sglang``, ``sglang-2024``, ``tgi``, ``llamacpp`` = recent
-builds, ``llamacpp-old``); ``--metrics-url`` reads a running server's /metrics, picks its map
+The metric names are the engine's: ``--engine`` takes a map of an engine profile (``vllm`` =
+V1 ≥ 0.10, ``vllm-0.8-v1``, ``vllm-0.8-v0``, ``sglang``, ``sglang-2024``, ``tgi``,
+``llama.cpp`` = recent builds, ``llama.cpp-old``, ``trtllm``; ``llamacpp`` is read too);
+``--metrics-url`` reads a running server's /metrics, picks its map
 and keeps only the names it exports. Written to stdout unless ``-o``.
 """
 
@@ -21,6 +22,7 @@ import math
 import sys
 from pathlib import Path
 
+from servetune.profiles import metric_map_names
 from servetune.watch.hold import HOLD_S
 
 
@@ -42,8 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument(
         "--engine",
         default=None,
-        help="engine map: vllm (V1, the default), vllm-0.8-v1, vllm-0.8-v0, sglang, sglang-2024, "
-        "tgi, llamacpp, llamacpp-old",
+        help="engine map: " + ", ".join(metric_map_names()) + " (the first, vLLM V1, is the "
+        "default)",
     )
     src.add_argument(
         "--metrics-url", help="a running server's /metrics (or base URL): its map and names"
@@ -79,7 +81,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _promql(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from servetune.diagnose import known_from_options
     from servetune.errors import ConfigError, TargetError
-    from servetune.metrics.engine_maps import VLLM_CACHE_CONFIG_INFO, detect
+    from servetune.metrics.engine_maps import ENGINE_MAPS, VLLM_CACHE_CONFIG_INFO, detect
+    from servetune.profiles import NEUTRAL, profile
     from servetune.watch.promql import Promql, exposed_names, find_map
 
     exposed = None
@@ -103,9 +106,10 @@ def _promql(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         exposed = exposed_names(text)
         emap = detect(exposed - {VLLM_CACHE_CONFIG_INFO})
         if emap is None:
-            raise ConfigError(f"{url} exposes no vLLM, SGLang, TGI or llama.cpp metric names")
+            engines = ", ".join(dict.fromkeys(profile(m.engine).display_name for m in ENGINE_MAPS))
+            raise ConfigError(f"{url} exposes no metric names of {engines}")
     else:
-        emap, absent = find_map(args.engine or "vllm")
+        emap, absent = find_map(args.engine or NEUTRAL)
     if not args.window > 0 or not args.resolution > 0 or not 0 <= args.for_s < math.inf:
         # NaN too: --for nan silently dropped every rule's `for:` (alerts fired at once)
         raise ConfigError(

@@ -11,7 +11,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-ENGINES = ("sim", "vllm", "vllm-cpu", "sglang", "tgi", "llama.cpp")
+from servetune.profiles import ENGINE_IDS as ENGINES
+from servetune.profiles import profile
 
 
 def _tune_arguments(p: argparse.ArgumentParser) -> None:
@@ -228,17 +229,18 @@ def _spec(args: argparse.Namespace) -> Any:
     engine = args.engine
     model = args.model
     gpu = args.gpu
-    if engine == "sim":
+    simulated = profile(engine).simulated
+    if simulated:
         model = model or "Qwen/Qwen2.5-7B-Instruct"
         gpu = gpu or "A100-80GB"
     elif model is None:
         raise ConfigError(f"--engine {engine} needs --model", hint="a path or a hub name")
-    if args.validate_top and (engine != "sim" or not args.validate_engine):
+    if args.validate_top and (not simulated or not args.validate_engine):
         raise ConfigError(
             "--validate-top re-measures a simulated search on a real engine",
             hint="use it with --engine sim and --validate-engine vllm (--validate-model …)",
         )
-    if args.realtime and engine != "sim":
+    if args.realtime and not simulated:
         raise ConfigError("--realtime applies to --engine sim only")
     if args.trials < 1:
         raise ConfigError(f"--trials {args.trials}: at least 1", hint="e.g. --trials 30")

@@ -11,11 +11,12 @@ from typing import Any
 from servetune.diagnose.action_targets import what_if_pool
 from servetune.diagnose.actions import ACTIONS
 from servetune.diagnose.conditions import fmt_num, fmt_value, render
-from servetune.diagnose.engine_flags import engine_flags
+from servetune.diagnose.engine_flags import engine_changes, engine_flags
 from servetune.diagnose.figure_table import Figures
 from servetune.diagnose.model import Action
 from servetune.knobs import KnobValue, has, render_value, value_text
 from servetune.knobs import flag as knob_flag
+from servetune.profiles import NEUTRAL
 from servetune.sim.config import EngineConfig
 
 
@@ -30,7 +31,7 @@ def build_action(spec_id: str, fig: Figures, extra: dict[str, Any] | None = None
             return None
         old, new = got
     values: dict[str, Any] = dict(extra or {})
-    values["flag"] = (knob_flag("vllm", spec.knob) or "") if spec.knob else ""
+    values["flag"] = (knob_flag(NEUTRAL, spec.knob) or "") if spec.knob else ""
     values["old"] = "?" if old is None else value_text(old)
     if new is None:
         values["new"] = "2× the current value" if spec.knob else "?"
@@ -49,7 +50,7 @@ def build_action(spec_id: str, fig: Figures, extra: dict[str, Any] | None = None
             pool_note = change
     also = spec.also(fig) if spec.also is not None else {}
     values["also_flags"] = "".join(
-        f" {render_value('vllm', k, v)}" for k, v in also.items() if has("vllm", k)
+        f" {render_value(NEUTRAL, k, v)}" for k, v in also.items() if has(NEUTRAL, k)
     )
     values["pool_change"] = pool_note
     values["quant_effect"] = _quant_effect(new)
@@ -57,15 +58,19 @@ def build_action(spec_id: str, fig: Figures, extra: dict[str, Any] | None = None
     title = render(spec.title, fig, extra) or spec.title.split("{")[0].strip()
     expected = _render_optional(spec.expected, fig, extra)
     risk = _render_optional(spec.risk, fig, extra)
-    flags = engine_flags(spec.knob, old, new) if spec.knob else {}
+    changes = engine_changes(spec.knob, old, new, also) if spec.knob else {}
+    flags = {engine: text for engine, (text, _) in changes.items()}
     for k, v in also.items():
         for engine, text in engine_flags(k, fig.get(k), v).items():
             main = flags.get(engine, "")
+            carried = k in changes.get(engine, ("", ()))[1]
+            if carried:
+                # the main change's spelling already carries this value (SGLang's chunk size
+                # is the per-step prefill budget itself): the change alone says it
+                flags[engine] = main.split("  [")[0]
+                continue
             if main and not main.startswith("no equivalent") and not text.startswith("no "):
                 flags[engine] += f" + {text}"
-    if spec.knob == "enable_chunked_prefill" and "max_num_batched_tokens" in also:
-        # SGLang's chunk size is the per-step prefill budget itself.
-        flags["sglang"] = f"--chunked-prefill-size {also['max_num_batched_tokens']}"
     return Action(
         id=spec.id,
         title=title,

@@ -28,6 +28,7 @@ from servetune.diagnose.evaluate import evaluate_rule, rank
 from servetune.diagnose.knobs import planner_fields
 from servetune.diagnose.model import Diagnosis, Finding
 from servetune.errors import ConfigError, SimError
+from servetune.profiles import profile
 from servetune.sim.config import EngineConfig, ResolvedConfig
 from servetune.sim.memory import plan_memory
 
@@ -140,7 +141,7 @@ def engine_config_from_command(
     from servetune.knobs import parse_command
 
     cmd = parse_command(command)
-    if cmd.engine not in ("vllm", "vllm-cpu", "sim"):
+    if not profile(cmd.engine).memory_model:
         raise ConfigError(
             f"the config doctor models vLLM; this is {cmd.engine}'s command line ({cmd.entry})",
             hint='give the vLLM command line ("vllm serve MODEL --flag …")',

@@ -9,6 +9,7 @@ from servetune.diagnose.engine_flags import engine_flags
 from servetune.diagnose.model import Action, Finding
 from servetune.errors import ServetuneError, SimError
 from servetune.knobs import KnobValue
+from servetune.profiles import NEUTRAL
 from servetune.sim.config import EngineConfig, ResolvedConfig
 from servetune.sim.memory import plan_memory
 
@@ -79,7 +80,7 @@ def refusal_finding(cfg: EngineConfig, r: ResolvedConfig | None, err: SimError) 
         actions.append(
             Action(
                 id=f"start_{knob}",
-                title=f"{flags['vllm'].split('  (was')[0]}",
+                title=f"{flags[NEUTRAL].split('  (was')[0]}",
                 knob=knob,
                 from_value=old,
                 to_value=value,

@@ -20,6 +20,7 @@ from servetune.metrics.server_summary import summarize_server
 from servetune.metrics.timeline import (
     stretches,
 )
+from servetune.profiles import find
 from servetune.results import server_series as ss
 from servetune.results.schema import RunResult
 from servetune.results.server_series import ServerSample
@@ -191,11 +192,17 @@ def server_figures(
             fig.put(f"server_{key}", float(summ[key]))
 
 
+def _models_memory(engine: str | None) -> bool:
+    """The engine's defaults and memory plan are the ones the simulated engine models."""
+    found = find(engine)
+    return found is not None and found.memory_model
+
+
 def _default_cap(fig: Figures) -> tuple[float | None, str]:
     """The running cap from the knob registry's default, when the engine and the GPU are
     known (``--max-num-seqs`` left at vLLM's default); else unknown."""
     cfg = fig.config
-    if cfg.engine not in ("vllm", "sim", "vllm-cpu") or not cfg.gpu or cfg.source == "unknown":
+    if not _models_memory(cfg.engine) or not cfg.gpu or cfg.source == "unknown":
         return None, "--max-num-seqs unknown"
     from servetune.arch.gpus import find_gpu
     from servetune.knobs import DefaultContext, default

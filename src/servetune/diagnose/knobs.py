@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servetune.errors import ServetuneError
 from servetune.knobs import KNOB_NAMES, KnobValue, ParsedCommand, parse_command
+from servetune.profiles import profile
 from servetune.results.schema import RunResult
 from servetune.sim.config import SIM_KNOBS, EngineConfig
 
@@ -186,7 +187,7 @@ def from_command(
         model=name,
         values=values,
     )
-    if gpu and name and parsed.engine in ("vllm", "vllm-cpu", "sim"):
+    if gpu and name and profile(parsed.engine).memory_model:
         fields, _ = planner_fields(parsed)
         fields.update(gpu=gpu, model=name)
         try:

@@ -8,8 +8,13 @@ from collections import defaultdict
 from typing import Any
 
 from servetune.diagnose.model import COST_STEPS, Action, Diagnosis, Finding
+from servetune.profiles import NEUTRAL, find
 
-ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI", "llama.cpp": "llama.cpp"}
+
+def _name(engine: str) -> str:
+    """The engine's display name (its profile's)."""
+    found = find(engine)
+    return found.display_name if found else engine
 
 
 def _action_lines(a: Action, letter: str, verbose: bool) -> list[str]:
@@ -18,12 +23,12 @@ def _action_lines(a: Action, letter: str, verbose: bool) -> list[str]:
     if a.flags:
         if verbose:
             for engine, text in a.flags.items():
-                out.append(f"          {ENGINE_NAMES.get(engine, engine)}: {text}")
+                out.append(f"          {_name(engine)}: {text}")
         else:
             others = " · ".join(
-                f"{ENGINE_NAMES.get(e, e)} {t.split('  [')[0]}"
+                f"{_name(e)} {t.split('  [')[0]}"
                 for e, t in a.flags.items()
-                if e != "vllm" and not t.startswith("no equivalent")
+                if e != NEUTRAL and not t.startswith("no equivalent")
             )
             if others:
                 out.append(f"          elsewhere: {others}")

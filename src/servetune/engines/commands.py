@@ -1,5 +1,6 @@
-"""Command lines for each engine, built from :class:`EngineKnobs` and :class:`EngineOptions`;
-the knobs are spelled by the knob registry (:mod:`servetune.knobs`).
+"""Command lines for each engine, built from :class:`EngineKnobs` and :class:`EngineOptions`:
+the engine's part (entry, listen flags, served name, side file) from its profile
+(:mod:`servetune.profiles`), the knobs spelled by the knob registry (:mod:`servetune.knobs`).
 
 A :class:`LaunchSpec` is everything needed to start one engine process: argv, the environment
 it adds, and where it will listen. Building one runs nothing, so ``servetune engine cmd``
@@ -11,8 +12,7 @@ from __future__ import annotations
 import shlex
 import shutil
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,11 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from servetune.engines import provisioned
 from servetune.engines.knobs import EngineKnobs
 from servetune.errors import ConfigError
-from servetune.knobs import check_engine, has, render_args
-
-# Without a pool size, vLLM's CPU build reserves a fraction of ALL memory: too greedy for a box
-# that also runs the client and another engine.
-DEFAULT_CPU_KV_CACHE_GIB = 1.0
+from servetune.knobs import Rendered, has, render_args, side_file_text, side_options
+from servetune.profiles import EngineProfile, profile
 
 
 class EngineOptions(BaseModel):
@@ -56,6 +53,9 @@ class LaunchSpec(BaseModel):
     engine: str
     argv: list[str]
     env: dict[str, str] = Field(default_factory=dict, description="added to os.environ")
+    files: dict[str, str] = Field(
+        default_factory=dict, description="written before the start: path → text (side files)"
+    )
     host: str
     port: int
     served_model_name: str
@@ -76,12 +76,25 @@ class LaunchSpec(BaseModel):
         cmd = shlex.join(self.argv)
         return f"{env} {cmd}" if env else cmd
 
+    def script(self) -> str:
+        """The command as shell text to copy: a here-document writing each side file, then
+        :meth:`shell`."""
+        heredocs = "".join(
+            f"cat > {shlex.quote(path)} <<'EOF'\n{text}EOF\n" for path, text in self.files.items()
+        )
+        return heredocs + self.shell()
 
-def _knob_args(
-    engine: str, knobs: EngineKnobs, opts: EngineOptions
-) -> tuple[list[str], dict[str, str]]:
-    """The registry's flags (and environment) for the knobs, with the options that are knobs
-    of this engine (dtype, enforce-eager, threads) folded in when the knobs leave them unset."""
+    def write_files(self) -> None:
+        """Write the side files the command reads."""
+        for path, text in self.files.items():
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text, encoding="utf-8")
+
+
+def _knob_args(engine: str, knobs: EngineKnobs, opts: EngineOptions) -> Rendered:
+    """The registry's flags (environment, side-file options) for the knobs, with the options
+    that are knobs of this engine (dtype, enforce-eager, threads) folded in when the knobs
+    leave them unset."""
     values = knobs.given()
     for name, value in (
         ("dtype", opts.dtype),
@@ -90,117 +103,54 @@ def _knob_args(
     ):
         if value is not None and values.get(name) is None and has(engine, name):
             values[name] = value
-    out = render_args(engine, values)
-    return out.args, out.env
+    return render_args(engine, values)
 
 
-@dataclass
-class _Start:
-    """An engine's own part of the command line: what runs and how it listens; the knobs'
-    flags follow it, then ``tail`` (flags that are not knobs), then the user's extra args."""
-
-    argv: list[str]
-    opts: EngineOptions
-    """The options the knobs are rendered with (an engine may fill in its own defaults)."""
-    env: dict[str, str] = field(default_factory=dict)
-    tail: list[str] = field(default_factory=list)
-
-
-def _listen(host: str, port: int, name: str) -> list[str]:
-    """Where vLLM, its CPU build, SGLang and the simulated engine listen, and the served name."""
-    return ["--host", host, "--port", str(port), "--served-model-name", name]
-
-
-def _vllm(
-    model: str, knobs: EngineKnobs, opts: EngineOptions, host: str, port: int, name: str
-) -> _Start:
-    exe = opts.executable or "vllm"
-    return _Start([exe, "serve", model, *_listen(host, port, name)], opts)
+def _executable(prof: EngineProfile, opts: EngineOptions) -> list[str]:
+    """What runs in place of the command's first word: the option, else the engine's own
+    default (on PATH, provisioned, or the profile's word)."""
+    if opts.executable:
+        return [opts.executable]
+    launch = prof.launch
+    word = prof.entry.command[0]
+    if launch.on_path and (on_path := shutil.which(word)):
+        return [on_path]
+    if launch.provisioned is not None and (found := provisioned.find(launch.provisioned)):
+        return [str(found)]
+    if launch.executable is not None:
+        return [sys.executable if w == "{python}" else w for w in launch.executable]
+    return [word]
 
 
-def _vllm_cpu(
-    model: str, knobs: EngineKnobs, opts: EngineOptions, host: str, port: int, name: str
-) -> _Start:
-    # The CPU build is distributed as `vllm-cpu`, and its `vllm` script refuses to run under
-    # that name: start the API server module with the venv's Python instead.
-    python = opts.executable or _default_vllm_cpu_python()
-    argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
-    argv += _listen(host, port, name)
-    opts_cpu = opts.model_copy(update={"dtype": opts.dtype or "float32"})
-    env = {
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        # Binding OMP threads to cores fights the other processes on a small shared box.
-        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-        "VLLM_NO_USAGE_STATS": "1",
-        "DO_NOT_TRACK": "1",
-    }
-    tail: list[str] = []
-    kv_gib = opts.cpu_kv_cache_gib
-    if kv_gib is None and knobs.get("gpu_memory_utilization") is None:
-        kv_gib = DEFAULT_CPU_KV_CACHE_GIB
-    if kv_gib is not None:
-        # An explicit pool; VLLM_CPU_KVCACHE_SPACE would do it too, but only in whole GiB.
-        tail += ["--kv-cache-memory-bytes", str(int(kv_gib * 2**30))]
-    return _Start(argv, opts_cpu, env, tail)
+def _served_name(prof: EngineProfile, model: str, given: str | None) -> str:
+    if given:
+        return given
+    if prof.launch.served_name == "given":
+        return model  # served under the name it was given
+    if Path(model).exists():
+        return Path(model).name  # a local folder or file: its name, not its path
+    return model  # a hub name: served under it, as vLLM does by default
 
 
-def _default_vllm_cpu_python() -> str:
-    found = provisioned.vllm_cpu_python()
-    return str(found) if found else "python3"
+def _options(prof: EngineProfile, opts: EngineOptions) -> EngineOptions:
+    """OPTS with the engine's own defaults for the ones left unset."""
+    unset = {k: v for k, v in prof.launch.option_defaults if getattr(opts, k) is None}
+    return opts.model_copy(update=unset) if unset else opts
 
 
-def _sim(
-    model: str, knobs: EngineKnobs, opts: EngineOptions, host: str, port: int, name: str
-) -> _Start:
-    if not opts.gpu:
-        raise ConfigError("engine sim needs the GPU to simulate", hint="pass --gpu A100-80GB")
-    exe = [opts.executable] if opts.executable else [sys.executable, "-m", "servetune.cli"]
-    argv = [*exe, "sim", "serve", "--gpu", opts.gpu, "--model", model]
-    return _Start([*argv, *_listen(host, port, name)], opts)
+def _kv_pool(prof: EngineProfile, knobs: EngineKnobs, opts: EngineOptions) -> list[str]:
+    launch = prof.launch
+    if launch.kv_pool_flag is None:
+        return []
+    gib = opts.cpu_kv_cache_gib
+    if gib is None and knobs.get("gpu_memory_utilization") is None:
+        gib = launch.kv_pool_default_gib
+    return [] if gib is None else [launch.kv_pool_flag, str(int(gib * 2**30))]
 
 
-def _sglang(
-    model: str, knobs: EngineKnobs, opts: EngineOptions, host: str, port: int, name: str
-) -> _Start:
-    python = opts.executable or "python3"
-    argv = [python, "-m", "sglang.launch_server", "--model-path", model]
-    return _Start([*argv, *_listen(host, port, name), "--enable-metrics"], opts)
-
-
-def _tgi(
-    model: str, knobs: EngineKnobs, opts: EngineOptions, host: str, port: int, name: str
-) -> _Start:
-    exe = opts.executable or "text-generation-launcher"
-    return _Start([exe, "--model-id", model, "--hostname", host, "--port", str(port)], opts)
-
-
-def _llama_cpp(
-    model: str, knobs: EngineKnobs, opts: EngineOptions, host: str, port: int, name: str
-) -> _Start:
-    exe = opts.executable or _default_llama_server()
-    argv = [exe, "-m", model, "--host", host, "--port", str(port), "--metrics", "-a", name]
-    # One thread by default: with more, a loaded 2-core box stalls for seconds under load.
-    return _Start(argv, opts.model_copy(update={"threads": opts.threads or 1}))
-
-
-def _default_llama_server() -> str:
-    on_path = shutil.which("llama-server")
-    if on_path:
-        return on_path
-    found = provisioned.llama_server_binary()
-    return str(found) if found else "llama-server"
-
-
-_Builder = Callable[[str, EngineKnobs, EngineOptions, str, int, str], _Start]
-BUILDERS: dict[str, _Builder] = {
-    "vllm": _vllm,
-    "vllm-cpu": _vllm_cpu,
-    "sim": _sim,
-    "sglang": _sglang,
-    "tgi": _tgi,
-    "llama.cpp": _llama_cpp,
-}
+def side_file_path(engine: str, port: int) -> Path:
+    """Where the launcher writes ENGINE's YAML side file for a launch on PORT."""
+    return Path(tempfile.gettempdir()) / f"servetune-{profile(engine).slug}-{port}.yaml"
 
 
 def build_command(
@@ -217,23 +167,35 @@ def build_command(
 
     A knob the engine lacks raises :class:`~servetune.errors.ConfigError` naming both.
     """
-    check_engine(engine)
+    prof = profile(engine)
+    engine = prof.id
     knobs = knobs or EngineKnobs()
     opts = options or EngineOptions()
-    if served_model_name:
-        name = served_model_name
-    elif engine in ("sim", "tgi"):
-        name = str(model)  # they serve the model under the name they were given
-    elif Path(str(model)).exists():
-        name = Path(str(model)).name  # a local folder or file: its name, not its path
-    else:
-        name = str(model)  # a hub name: served under it, as vLLM does by default
-    start = BUILDERS[engine](str(model), knobs, opts, host, port, name)
-    args, knob_env = _knob_args(engine, knobs, start.opts)
+    for option, what, hint in prof.launch.required_options:
+        if not getattr(opts, option):
+            raise ConfigError(f"engine {engine} needs {what}", hint=hint)
+    name = _served_name(prof, str(model), served_model_name)
+    entry, launch = prof.entry, prof.launch
+    argv = [*_executable(prof, opts), *entry.command[1:]]
+    for option, flag_name in launch.option_flags:
+        argv += [flag_name, str(getattr(opts, option))]
+    argv += [entry.model_flag, str(model)] if entry.model_flag else [str(model)]
+    argv += [launch.host_flag, host, launch.port_flag, str(port)]
+    if launch.name_flag:
+        argv += [launch.name_flag, name]
+    argv += launch.always
+    rendered = _knob_args(engine, knobs, _options(prof, opts))
+    files: dict[str, str] = {}
+    side = side_options(engine, rendered)
+    if side and launch.side_file_flag:
+        path = side_file_path(engine, port)
+        files[str(path)] = side_file_text(side)
+        rendered.args += [launch.side_file_flag, str(path)]
     return LaunchSpec(
         engine=engine,
-        argv=[*start.argv, *args, *start.tail, *opts.extra_args],
-        env={**start.env, **knob_env, **opts.env},
+        argv=[*argv, *rendered.args, *_kv_pool(prof, knobs, opts), *opts.extra_args],
+        env={**dict(launch.env), **rendered.env, **opts.env},
+        files=files,
         host=host,
         port=port,
         served_model_name=name,

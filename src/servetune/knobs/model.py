@@ -110,12 +110,22 @@ class Spelling:
     """``switch``: the knob value the bare flag means (False: a ``--disable-…`` flag)."""
     off: str = "-1"
     """``off_value``: the word that turns the feature off."""
+    turn_on: str = ""
+    """``off_value``: the value a person gives to turn the feature on again (a launch renders
+    nothing for on: it is the default); see :func:`~servetune.knobs.render_change`."""
+    turn_on_from: str = ""
+    """``off_value``: the knob whose value ``turn_on`` takes when the change sets it too
+    (SGLang's chunk size is the per-step prefill budget itself)."""
     also: tuple[str, ...] = ()
     """Further flags that take the same value (llama.cpp's -ctv beside -ctk)."""
     note: str = ""
     """How the engine's meaning differs from the engine-neutral one, when it does."""
     env: str = ""
     """Set through an environment variable instead of a flag (rendered as ``VAR=value``)."""
+    yaml: str = ""
+    """Set in the engine's YAML side file under this dotted key instead of a flag (its
+    profile names the flag that reads the file: TensorRT-LLM's ``--extra_llm_api_options``);
+    ``flag`` is then the key as a person reads it."""
 
 
 @dataclass(frozen=True)

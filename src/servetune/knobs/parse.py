@@ -2,11 +2,13 @@
 
 Reads ``vllm serve MODEL …``, ``python -m vllm.entrypoints.openai.api_server --model …``,
 ``python -m sglang.launch_server …``, ``text-generation-launcher …``, ``llama-server …``,
-``servetune sim serve …``, or just the flags (with the engine given). Every spelling the
-engine has had is read (``--enable-chunked-prefill false`` and ``--no-enable-chunked-prefill``
-alike; for vLLM and SGLang ``_`` for ``-`` and ``--flag=value``); leading ``VAR=value``
-assignments are read as the environment. Flags that are not knobs (ports, API keys, logging)
-are listed as ignored, never an error: a real command line carries many.
+``servetune sim serve …``, ``trtllm-serve …`` — whatever an engine's profile recognises — or
+just the flags (with the engine given). Every spelling the engine has had is read
+(``--enable-chunked-prefill false`` and ``--no-enable-chunked-prefill`` alike; ``--flag=value``;
+``_`` for ``-`` where the engine's parser reads both); leading ``VAR=value`` assignments are
+read as the environment, and a YAML side file the line names, when it exists here. Flags
+that are not knobs (ports, API keys, logging) are listed as ignored, never an error: a real
+command line carries many.
 """
 
 from __future__ import annotations
@@ -15,13 +17,16 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
+import yaml
+
 from servetune.errors import ConfigError
 from servetune.knobs.model import KnobValue, Spelling
 from servetune.knobs.registry import check_engine, check_value, knob
 from servetune.knobs.table import KNOBS
+from servetune.profiles import PROFILES, entry_examples, profile, recognise
 
-_MODEL_FLAGS = {"--model", "--model-path", "--model-id", "-m"}
-_NAME_FLAGS = {"--served-model-name", "-a", "--alias"}
+_MODEL_FLAGS = {"--model", *(f for p in PROFILES if (f := p.entry.model_flag))}
+_NAME_FLAGS = {"--alias", *(f for p in PROFILES if (f := p.launch.name_flag))}
 
 
 @dataclass
@@ -43,44 +48,22 @@ def _detect(tokens: list[str]) -> tuple[str | None, str, list[str], str | None]:
     """(engine or None, the entry in words, the remaining tokens, a positional model)."""
     if not tokens:
         return None, "", [], None
-    first = PurePath(tokens[0]).name
-    if first in ("vllm",) and len(tokens) >= 2 and tokens[1] == "serve":
-        rest = tokens[2:]
-        model = rest.pop(0) if rest and not rest[0].startswith("-") else None
-        return "vllm", "vllm serve", rest, model
-    for i, tok in enumerate(tokens):
-        if tok == "-m" and i + 1 < len(tokens):
-            module = tokens[i + 1]
-            if module.startswith("vllm.entrypoints"):
-                return "vllm", f"python -m {module}", tokens[i + 2 :], None
-            if module.startswith("sglang.launch_server"):
-                return "sglang", f"python -m {module}", tokens[i + 2 :], None
-            if module in ("servetune", "servetune.cli") and tokens[i + 2 : i + 4] == [
-                "sim",
-                "serve",
-            ]:
-                return "sim", "servetune sim serve", tokens[i + 4 :], None
-    if first == "sglang" and len(tokens) >= 2 and tokens[1] == "serve":
-        return "sglang", "sglang serve", tokens[2:], None
-    if first.startswith("text-generation-launcher"):
-        return "tgi", first, tokens[1:], None
-    if first.startswith("llama-server"):
-        return "llama.cpp", first, tokens[1:], None
-    if first == "servetune" and tokens[1:3] == ["sim", "serve"]:
-        return "sim", "servetune sim serve", tokens[3:], None
+    found = recognise(tokens)
+    if found is not None:
+        prof, words, rest, model = found
+        return prof.id, words, rest, model
     if tokens[0].startswith("-"):
         return None, "flags", tokens, None
+    examples = ", ".join(f'"{e}"' for e in entry_examples())
     raise ConfigError(
         f"not an engine's command line: {' '.join(tokens[:3])} …",
-        hint='give "vllm serve MODEL --flag …", "python -m vllm.entrypoints.openai.api_server '
-        '--model MODEL …", "python -m sglang.launch_server …", "text-generation-launcher …", '
-        '"llama-server …", or just the flags with the engine',
+        hint=f"give {examples}, or just the flags with the engine",
         code="knob.command",
     )
 
 
 def _compatible(given: str, detected: str) -> bool:
-    return given == detected or (given == "vllm-cpu" and detected == "vllm")
+    return given == detected or detected in profile(given).reads_as
 
 
 def _table(engine: str) -> dict[str, tuple[str, Spelling]]:
@@ -94,6 +77,9 @@ def _table(engine: str) -> dict[str, tuple[str, Spelling]]:
             if s.env:
                 out.setdefault("env:" + s.env, (k.name, s))
                 continue
+            if s.yaml:
+                out.setdefault("yaml:" + s.yaml, (k.name, s))
+                continue
             for f in (s.flag, *s.aliases, *s.also):
                 out.setdefault(f, (k.name, s))
     return out
@@ -101,7 +87,7 @@ def _table(engine: str) -> dict[str, tuple[str, Spelling]]:
 
 def _norm(engine: str, tok: str) -> tuple[str, str | None]:
     name, eq, value = tok.partition("=")
-    if engine in ("vllm", "vllm-cpu", "sim", "sglang") and name.startswith("--"):
+    if profile(engine).entry.flag_form == "dash" and name.startswith("--"):
         name = "--" + name[2:].replace("_", "-")
     return name, (value if eq else None)
 
@@ -139,7 +125,7 @@ def parse_command(line: str | list[str], engine: str | None = None) -> ParsedCom
             env[key] = val
     detected, entry, rest, model = _detect(tokens)
     if engine is not None:
-        check_engine(engine)
+        engine = check_engine(engine)
         if detected is not None and not _compatible(engine, detected):
             raise ConfigError(
                 f"the command line is {detected}'s ({entry}), not {engine}'s",
@@ -149,6 +135,7 @@ def parse_command(line: str | list[str], engine: str | None = None) -> ParsedCom
     name = engine or detected or "vllm"
     out = ParsedCommand(engine=name, entry=entry or "flags", model=model)
     table = _table(name)
+    side_flag = profile(name).launch.side_file_flag
     for var, raw in env.items():
         hit = table.get("env:" + var)
         value = None if hit is None else _read(hit[0], hit[1], raw, out)
@@ -163,6 +150,13 @@ def parse_command(line: str | list[str], engine: str | None = None) -> ParsedCom
             i += 1
             continue
         flag, inline = _norm(name, tok)
+        if flag == side_flag:
+            given = inline if inline is not None else nxt
+            if given is None:
+                raise ConfigError(f"{flag} needs a file", code="knob.command")
+            _read_side_file(given, table, out)
+            i += 1 if inline is not None else 2
+            continue
         if flag in _MODEL_FLAGS | _NAME_FLAGS:
             given = inline if inline is not None else nxt
             if given is None:
@@ -269,9 +263,45 @@ def _read(kname: str, s: Spelling, raw: str, out: ParsedCommand) -> KnobValue | 
         ) from None
 
 
+def _read_side_file(path: str, table: dict[str, tuple[str, Spelling]], out: ParsedCommand) -> None:
+    """The knobs a YAML side file sets (when it exists here; else a note says so)."""
+    try:
+        data = yaml.safe_load(open(path, encoding="utf-8").read())  # noqa: SIM115
+    except OSError:
+        out.notes.append(f"{path}: not readable here; the options in it were not read")
+        return
+    except yaml.YAMLError as exc:
+        raise ConfigError(
+            f"{path} is not valid YAML: {exc}", hint="fix the side file", code="knob.command"
+        ) from None
+    flat: dict[str, object] = {}
+
+    def walk(node: object, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, child in node.items():
+                walk(child, f"{prefix}{key}.")
+        else:
+            flat[prefix.rstrip(".")] = node
+
+    walk(data, "")
+    for dotted, raw in flat.items():
+        hit = table.get("yaml:" + dotted)
+        if hit is None:
+            out.ignored.append(f"{dotted}: {raw}")
+            continue
+        kname, s = hit
+        value = check_value(
+            kname, _reverse(s, raw, knob(kname).choices) if isinstance(raw, str) else raw
+        )
+        if value is not None:
+            out.values[kname] = value
+
+
 def _finish(out: ParsedCommand, table: dict[str, tuple[str, Spelling]]) -> None:
-    """Values that need the whole line: llama.cpp's per-slot context."""
-    if out.engine != "llama.cpp" or "max_model_len" not in out.values:
+    """Values that need the whole line: a context given for all slots (llama.cpp's -c)."""
+    if "max_model_len" not in out.values:
+        return
+    if not any(k == "max_model_len" and s.style == "slots_total" for k, s in table.values()):
         return
     total = out.values["max_model_len"]
     slots = out.values.get("max_num_seqs")

@@ -9,7 +9,7 @@ absent = the engine's default), so it crosses files and processes as JSON as it 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,8 @@ from servetune.knobs.model import (
     in_range,
     parse_version,
 )
-from servetune.knobs.table import ENGINES, KNOBS
+from servetune.knobs.table import KNOBS
+from servetune.profiles import profile
 
 KNOB_NAMES: tuple[str, ...] = tuple(k.name for k in KNOBS)
 _BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
@@ -43,14 +44,9 @@ def _version(v: Version) -> tuple[int, ...] | None:
 
 
 def check_engine(engine: str) -> str:
-    """ENGINE, or a ConfigError listing the engines the registry knows."""
-    if engine not in ENGINES:
-        raise ConfigError(
-            f"unknown engine {engine!r}",
-            hint=f"choose one of: {', '.join(ENGINES)}",
-            code="knob.unknown",
-        )
-    return engine
+    """ENGINE's one spelling (its profile's id; an alias such as ``llamacpp`` is read), or a
+    ConfigError listing the engines."""
+    return profile(engine).id
 
 
 def knob(name: str) -> Knob:
@@ -69,7 +65,7 @@ def knob(name: str) -> Knob:
 def spelling(engine: str, name: str, version: Version = None) -> Spelling | Absent:
     """How ENGINE (at VERSION; None = the newest) spells knob NAME, or why it has none."""
     k = knob(name)
-    check_engine(engine)
+    engine = check_engine(engine)
     v = _version(version)
     for s in k.spellings.get(engine, ()):
         if in_range(v, s.since, s.until):
@@ -79,11 +75,12 @@ def spelling(engine: str, name: str, version: Version = None) -> Spelling | Abse
 
 def flag(engine: str, name: str, version: Version = None) -> str | None:
     """The flag ENGINE spells NAME with (``("llama.cpp", "max_num_seqs") → "-np"``), the
-    environment variable for one set that way, or None when the engine has no such knob."""
+    environment variable or side-file key for one set that way, or None when the engine has
+    no such knob."""
     s = spelling(engine, name, version)
     if isinstance(s, Absent):
         return None
-    return s.env or s.flag
+    return s.env or s.yaml or s.flag
 
 
 def note(engine: str, name: str, version: Version = None) -> str | None:
@@ -112,7 +109,7 @@ def has(engine: str, name: str, version: Version = None) -> bool:
 
 def engine_knobs(engine: str, version: Version = None) -> list[str]:
     """The knobs ENGINE has at VERSION, in the table's order."""
-    check_engine(engine)
+    engine = check_engine(engine)
     return [k.name for k in KNOBS if has(engine, k.name, version)]
 
 
@@ -130,7 +127,7 @@ def default(engine: str, name: str, context: DefaultContext | None = None) -> Kn
     """ENGINE's default for NAME in CONTEXT (the version, the device, …), or None when it
     depends on what the context does not say (``default_rule`` says it in words)."""
     k = knob(name)
-    check_engine(engine)
+    engine = check_engine(engine)
     ctx = context or DefaultContext()
     entry = _default_entry(engine, k, ctx.version)
     return None if entry is None else entry.resolve(ctx)
@@ -251,34 +248,55 @@ def check_config(
     return cfg
 
 
-def conflicts(engine: str, cfg: Mapping[str, Any]) -> list[str]:
-    """The cross-knob rules CFG breaks on ENGINE, in words (known values only)."""
+def _vllm_batch(cfg: Mapping[str, Any]) -> list[str]:
+    """vLLM's scheduler: the step budget holds every running sequence, and — with chunked
+    prefill off — one whole max_model_len prompt."""
     out: list[str] = []
     seqs = cfg.get("max_num_seqs")
     mnbt = cfg.get("max_num_batched_tokens")
     mml = cfg.get("max_model_len")
-    if engine in ("vllm", "vllm-cpu", "sim"):
-        if seqs is not None and mnbt is not None and mnbt < seqs:
-            out.append(f"max_num_batched_tokens ({mnbt}) must be ≥ max_num_seqs ({seqs})")
-        chunked_off = cfg.get("enable_chunked_prefill") is False
-        if chunked_off and mnbt is not None and mml is not None and mnbt < mml:
-            out.append(
-                f"with chunked prefill off, max_num_batched_tokens ({mnbt}) must be ≥ "
-                f"max_model_len ({mml})"
-            )
-        lpt = cfg.get("long_prefill_token_threshold")
-        if lpt and mml is not None and lpt > mml:
-            out.append(f"long_prefill_token_threshold ({lpt}) must be ≤ max_model_len ({mml})")
-    if engine == "llama.cpp":
-        ub = cfg.get("ubatch_size")
-        if ub is not None and mnbt is not None and ub > mnbt:
-            out.append(f"ubatch_size -ub ({ub}) must be ≤ max_num_batched_tokens -b ({mnbt})")
-        kv = cfg.get("kv_cache_dtype")
-        if (
-            kv not in (None, "auto", "float16", "bfloat16", "f16", "f32", "bf16")
-            and cfg.get("flash_attn") is False
-        ):
-            out.append(f"a quantized V cache ({kv}) needs flash attention (flash_attn on/auto)")
+    if seqs is not None and mnbt is not None and mnbt < seqs:
+        out.append(f"max_num_batched_tokens ({mnbt}) must be ≥ max_num_seqs ({seqs})")
+    chunked_off = cfg.get("enable_chunked_prefill") is False
+    if chunked_off and mnbt is not None and mml is not None and mnbt < mml:
+        out.append(
+            f"with chunked prefill off, max_num_batched_tokens ({mnbt}) must be ≥ "
+            f"max_model_len ({mml})"
+        )
+    lpt = cfg.get("long_prefill_token_threshold")
+    if lpt and mml is not None and lpt > mml:
+        out.append(f"long_prefill_token_threshold ({lpt}) must be ≤ max_model_len ({mml})")
+    return out
+
+
+def _llama_batch(cfg: Mapping[str, Any]) -> list[str]:
+    """llama.cpp: the micro-batch fits the batch; a quantized V cache needs flash attention."""
+    out: list[str] = []
+    mnbt = cfg.get("max_num_batched_tokens")
+    ub = cfg.get("ubatch_size")
+    if ub is not None and mnbt is not None and ub > mnbt:
+        out.append(f"ubatch_size -ub ({ub}) must be ≤ max_num_batched_tokens -b ({mnbt})")
+    kv = cfg.get("kv_cache_dtype")
+    if (
+        kv not in (None, "auto", "float16", "bfloat16", "f16", "f32", "bf16")
+        and cfg.get("flash_attn") is False
+    ):
+        out.append(f"a quantized V cache ({kv}) needs flash attention (flash_attn on/auto)")
+    return out
+
+
+RULES: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
+    "vllm_batch": _vllm_batch,
+    "llama_batch": _llama_batch,
+}
+"""Cross-knob rules by name; an engine's profile says which hold on it (``knob_rules``)."""
+
+
+def conflicts(engine: str, cfg: Mapping[str, Any]) -> list[str]:
+    """The cross-knob rules CFG breaks on ENGINE, in words (known values only)."""
+    out: list[str] = []
+    for rule in profile(engine).knob_rules:
+        out += RULES[rule](cfg)
     return out
 
 
@@ -314,7 +332,7 @@ def tunable(engine: str, version: Version = None) -> list[Tunable]:
             Tunable(
                 name=k.name,
                 type=k.type,
-                flag=s.env or s.flag,
+                flag=s.env or s.yaml or s.flag,
                 search=k.search,
                 default_rule=default_rule(engine, k.name, version),
                 planner=k.planner,

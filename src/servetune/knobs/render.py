@@ -14,40 +14,68 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import yaml
+
 from servetune.errors import ConfigError
 from servetune.knobs.model import KnobValue, Spelling, value_text
 from servetune.knobs.registry import KNOB_NAMES, Version, check_values, flag, knob, require
+from servetune.profiles import profile
 
-ENTRY: dict[str, tuple[list[str], str | None]] = {
-    "vllm": (["vllm", "serve"], None),
-    "vllm-cpu": (["python", "-m", "vllm.entrypoints.openai.api_server"], "--model"),
-    "sim": (["servetune", "sim", "serve"], "--model"),
-    "sglang": (["python", "-m", "sglang.launch_server"], "--model-path"),
-    "tgi": (["text-generation-launcher"], "--model-id"),
-    "llama.cpp": (["llama-server"], "-m"),
-}
-"""engine → (the command that serves, the flag naming the model; None: a positional)."""
+SIDE_FILE_NAME = "llm_api_options.yaml"
+"""The side file's name in a command shown to a person (the launcher writes its own)."""
 
 
 @dataclass
 class Rendered:
-    """Flags and environment variables that set a configuration."""
+    """Flags, environment variables and side-file options (dotted key → value) that set a
+    configuration."""
 
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    side: dict[str, object] = field(default_factory=dict)
+
+
+def side_file_text(options: Mapping[str, object]) -> str:
+    """OPTIONS (dotted keys) as the YAML an engine's side file holds, nested."""
+    tree: dict[str, object] = {}
+    for dotted, value in options.items():
+        node = tree
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            child = node.setdefault(part, {})
+            assert isinstance(child, dict), dotted
+            node = child
+        node[leaf] = value
+    return str(yaml.safe_dump(tree, sort_keys=False, default_flow_style=False))
+
+
+def side_options(engine: str, rendered: Rendered) -> dict[str, object]:
+    """The side file of ENGINE for RENDERED: the profile's standing options, then the knobs'
+    (empty when the engine reads no side file)."""
+    launch = profile(engine).launch
+    if launch.side_file_flag is None:
+        return {}
+    return {**dict(launch.side_file_always), **rendered.side}
 
 
 @dataclass
 class Command:
-    """A whole command line: environment assignments, then argv."""
+    """A whole command line: environment assignments, then argv; ``files`` are written
+    before it runs (a YAML side file: name → text)."""
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
 
     def shell(self) -> str:
+        """The command as shell text: a here-document for each file, then the line."""
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
         cmd = shlex.join(self.argv)
-        return f"{env} {cmd}" if env else cmd
+        line = f"{env} {cmd}" if env else cmd
+        heredocs = "".join(
+            f"cat > {shlex.quote(name)} <<'EOF'\n{text}EOF\n" for name, text in self.files.items()
+        )
+        return heredocs + line
 
 
 def _fmt(value: KnobValue) -> str:
@@ -71,6 +99,12 @@ def _spell(
 ) -> Rendered:
     out = Rendered()
     style = s.style
+    if s.yaml:
+        word: object = value
+        if isinstance(value, str):
+            word = _word(engine, name, s, value)
+        out.side[s.yaml] = word
+        return out
     if style == "bool_optional":
         out.args = [s.flag] if value else ["--no-" + s.flag[2:]]
     elif style == "bool_value":
@@ -107,6 +141,12 @@ def _spell(
     return out
 
 
+def _side_word(value: object) -> str:
+    """A side-file value as YAML spells it (``true``, ``fp8``)."""
+    text = str(yaml.safe_dump(value, default_flow_style=True))
+    return text.strip().removesuffix("...").strip()
+
+
 def _items(value: KnobValue) -> list[int]:
     """An ``int_list`` knob's items (the registry checked the value's type)."""
     assert isinstance(value, list), value
@@ -130,6 +170,7 @@ def render_args(engine: str, values: Mapping[str, object], version: Version = No
         part = _spell(engine, name, s, cfg[name], cfg)
         out.args += part.args
         out.env.update(part.env)
+        out.side.update(part.side)
     return out
 
 
@@ -147,7 +188,33 @@ def render_value(engine: str, name: str, value: object, version: Version = None)
     if s.style == "slots_total":
         text = f"{s.flag} {value} × the -np slots"
     envs = " ".join(f"{key}={v}" for key, v in part.env.items())
-    return " ".join(x for x in (envs, text) if x)
+    side = " ".join(f"{key}: {_side_word(v)}" for key, v in part.side.items())
+    if side:
+        side += f" (in {profile(engine).launch.side_file_flag})"
+    return " ".join(x for x in (envs, text, side) if x)
+
+
+def render_change(
+    engine: str,
+    name: str,
+    value: object,
+    also: Mapping[str, object] | None = None,
+    version: Version = None,
+) -> tuple[str, tuple[str, ...]]:
+    """A change of knob NAME to VALUE as a person makes it on ENGINE, and the knobs of ALSO
+    (set in the same change) whose value it already carries: ``render_value``, except that a
+    feature on by default whose launch renders nothing is turned on with the spelling's
+    ``turn_on`` word (SGLang: ``--chunked-prefill-size 8192``, or the step budget given)."""
+    k = knob(name)
+    s = require(engine, k.name, version)
+    if s.style == "off_value" and value is True and s.turn_on:
+        given = (also or {}).get(s.turn_on_from) if s.turn_on_from else None
+        if given is not None:
+            return f"{s.flag} {_fmt(check_values({s.turn_on_from: given})[s.turn_on_from])}", (
+                s.turn_on_from,
+            )
+        return f"{s.flag} {s.turn_on}", ()
+    return render_value(engine, k.name, value, version), ()
 
 
 def render_command(
@@ -158,11 +225,18 @@ def render_command(
     extra: list[str] | None = None,
 ) -> Command:
     """The command that serves MODEL on ENGINE with VALUES (``vllm serve MODEL …``), as the
-    engine's own argument parser reads it."""
-    entry, model_flag = ENTRY[engine]
-    argv = [*entry, *([model_flag, model] if model_flag else [model])]
+    engine's own argument parser reads it (its entry from the engine's profile)."""
+    entry = profile(engine).entry
+    argv = [*entry.command, *([entry.model_flag, model] if entry.model_flag else [model])]
     part = render_args(engine, values, version)
-    return Command(argv=[*argv, *part.args, *(extra or [])], env=part.env)
+    files: dict[str, str] = {}
+    side = side_options(engine, part)
+    if side:
+        files[SIDE_FILE_NAME] = side_file_text(side)
+        flag_name = profile(engine).launch.side_file_flag
+        assert flag_name is not None
+        part.args += [flag_name, SIDE_FILE_NAME]
+    return Command(argv=[*argv, *part.args, *(extra or [])], env=part.env, files=files)
 
 
 # --- differences ----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from servetune.knobs import defaults as d
 from servetune.knobs.model import Absent, Default, Knob, KnobValue, SearchRange, Spelling
+from servetune.profiles import ENGINE_IDS
 
 VLLM_BOOL_FLAGS_SINCE = "0.8.5"
 V0_REMOVED = "0.11.0"
@@ -31,7 +32,8 @@ LLAMA_FA_VALUE_SINCE = "b6325"
 """llama.cpp build from which ``-fa`` takes on|off|auto (default auto); before, a bare flag."""
 
 VLLM_LIKE = ("vllm", "vllm-cpu", "sim")
-ENGINES = ("vllm", "vllm-cpu", "sim", "sglang", "tgi", "llama.cpp")
+ENGINES = ENGINE_IDS
+"""The engines, as their profiles register them (:mod:`servetune.profiles`)."""
 
 
 def _vllm(*spellings: Spelling | Absent) -> dict[str, tuple[Spelling | Absent, ...]]:
@@ -69,6 +71,7 @@ KNOBS: tuple[Knob, ...] = (
                     note="the server's slots; -c is shared among them",
                 ),
             ),
+            "trtllm": (Spelling("--max_batch_size"),),
         },
         defaults={
             "vllm": (
@@ -86,6 +89,7 @@ KNOBS: tuple[Knob, ...] = (
                 Default(value=1, until=LLAMA_FA_VALUE_SINCE),
                 Default(value=4, rule="auto: 4 slots with a unified KV cache (-np -1)"),
             ),
+            "trtllm": (Default(rule="the LLM API's BuildConfig default (by release)"),),
         },
         search=SearchRange(low=8, high=1024, log=True),
         requires="≤ max_num_batched_tokens (vLLM)",
@@ -115,6 +119,7 @@ KNOBS: tuple[Knob, ...] = (
                     note="the logical batch; it runs in -ub micro-batches",
                 ),
             ),
+            "trtllm": (Spelling("--max_num_tokens"),),
         },
         defaults={
             "vllm": (
@@ -164,6 +169,14 @@ KNOBS: tuple[Knob, ...] = (
                 ),
             ),
             "tgi": (Spelling("--cuda-memory-fraction"),),
+            "trtllm": (
+                Spelling(
+                    "--kv_cache_free_gpu_memory_fraction",
+                    aliases=("--free_gpu_memory_fraction",),
+                    note="the share of the memory left free after the weights and buffers "
+                    "that the KV cache takes, not of the whole device",
+                ),
+            ),
             "llama.cpp": (
                 Absent(
                     "llama.cpp sizes its KV cache from -c (the context of all slots), not "
@@ -175,6 +188,7 @@ KNOBS: tuple[Knob, ...] = (
             **{e: _const(0.9) for e in VLLM_LIKE},
             "sglang": (Default(rule="by GPU memory and TP size at start-up"),),
             "tgi": _const(1.0),
+            "trtllm": _const(0.9),
         },
         search=SearchRange(low=0.80, high=0.95),
     ),
@@ -191,6 +205,7 @@ KNOBS: tuple[Knob, ...] = (
             **_vllm(Spelling("--max-model-len")),
             "sglang": (Spelling("--context-length"),),
             "tgi": (Spelling("--max-total-tokens"),),
+            "trtllm": (Spelling("--max_seq_len"),),
             "llama.cpp": (
                 Spelling(
                     "-c",
@@ -237,8 +252,13 @@ KNOBS: tuple[Knob, ...] = (
                     "--chunked-prefill-size",
                     style="off_value",
                     off="-1",
+                    turn_on="8192",
+                    turn_on_from="max_num_batched_tokens",
                     note="on by default; off is --chunked-prefill-size -1",
                 ),
+            ),
+            "trtllm": (
+                Spelling("--enable_chunked_prefill", style="switch", note="off by default"),
             ),
             "tgi": (
                 Absent(
@@ -256,6 +276,7 @@ KNOBS: tuple[Knob, ...] = (
         defaults={
             **{e: (Default(rule="on in V1, off in V0", fn=d.v1_on),) for e in VLLM_LIKE},
             "sglang": _const(True),
+            "trtllm": _const(False),
         },
         search=SearchRange(choices=(True, False)),
     ),
@@ -268,6 +289,9 @@ KNOBS: tuple[Knob, ...] = (
         planner=("none",),
         planner_note="scheduling only",
         spellings={
+            "trtllm": (
+                Absent("trtllm-serve has no per-request chunk cap; --max_num_tokens bounds a step"),
+            ),
             "vllm": (
                 Absent("added in vLLM 0.7.3", until="0.7.3"),
                 Spelling("--long-prefill-token-threshold", since="0.7.3"),
@@ -295,6 +319,9 @@ KNOBS: tuple[Knob, ...] = (
         planner=("none",),
         planner_note="scheduling only",
         spellings={
+            "trtllm": (
+                Absent("TensorRT-LLM has no concurrent partial prefills setting (V0 vLLM only)"),
+            ),
             "vllm": (
                 Absent("added in vLLM 0.7.3", until="0.7.3"),
                 Spelling(
@@ -355,6 +382,13 @@ KNOBS: tuple[Knob, ...] = (
                     note="an environment variable of the launcher (v3: on by default)",
                 ),
             ),
+            "trtllm": (
+                Spelling(
+                    "kv_cache_config.enable_block_reuse",
+                    yaml="kv_cache_config.enable_block_reuse",
+                    note="an option of the YAML side file (--extra_llm_api_options)",
+                ),
+            ),
             "llama.cpp": (
                 Absent(
                     "llama.cpp reuses each slot's previous prompt by itself (the request's "
@@ -367,6 +401,7 @@ KNOBS: tuple[Knob, ...] = (
             **{e: (Default(rule="on in V1, off in V0", fn=d.v1_on),) for e in VLLM_LIKE},
             "sglang": _const(True),
             "tgi": _const(True),
+            "trtllm": (Default(rule="on (the PyTorch backend's KvCacheConfig)"),),
         },
         search=SearchRange(choices=(True, False), why="only pays when prompts share prefixes"),
     ),
@@ -440,6 +475,15 @@ KNOBS: tuple[Knob, ...] = (
                     "fp8); a quantized V cache needs flash attention",
                 ),
             ),
+            "trtllm": (
+                Spelling(
+                    "kv_cache_config.dtype",
+                    yaml="kv_cache_config.dtype",
+                    values={"fp8_e4m3": "fp8"},
+                    choices=("auto", "fp8"),
+                    note="an option of the YAML side file (--extra_llm_api_options)",
+                ),
+            ),
         },
         defaults={e: _const("auto") for e in (*VLLM_LIKE, "sglang", "tgi", "llama.cpp")},
         search=SearchRange(choices=("auto", "fp8"), why="fp8 costs some quality: check it"),
@@ -453,6 +497,12 @@ KNOBS: tuple[Knob, ...] = (
         planner_note="fp8 halves the weights' bytes, int4 (AWQ/GPTQ) and FP4 (MXFP4, NVFP4) "
         "about quarter them; the memory freed goes to the KV pool",
         spellings={
+            "trtllm": (
+                Absent(
+                    "TensorRT-LLM reads the quantization from the checkpoint: serve a quantized "
+                    "one (ModelOpt FP8/NVFP4)"
+                ),
+            ),
             "vllm": (
                 Spelling("--quantization", aliases=("-q",), values={"nvfp4": "modelopt_fp4"}),
             ),
@@ -497,6 +547,7 @@ KNOBS: tuple[Knob, ...] = (
         planner=("weights",),
         planner_note="float32 doubles the weights' bytes against bf16/fp16",
         spellings={
+            "trtllm": (Absent("trtllm-serve takes the data type from the checkpoint; no flag"),),
             "vllm": (Spelling("--dtype"),),
             "vllm-cpu": (Spelling("--dtype", note="the CPU build runs float32 or bfloat16"),),
             "sim": (
@@ -523,6 +574,7 @@ KNOBS: tuple[Knob, ...] = (
             **_vllm(Spelling("--tensor-parallel-size", aliases=("-tp",))),
             "sglang": (Spelling("--tp-size", aliases=("--tensor-parallel-size",)),),
             "tgi": (Spelling("--num-shard"),),
+            "trtllm": (Spelling("--tp_size", aliases=("--tensor_parallel_size",)),),
             "llama.cpp": (
                 Absent(
                     "llama.cpp splits over GPUs with --split-mode and --tensor-split, not "
@@ -546,6 +598,7 @@ KNOBS: tuple[Knob, ...] = (
             "vllm-cpu": (Spelling("--pipeline-parallel-size", aliases=("-pp",)),),
             "sim": (Absent("the simulated engine models tensor parallelism only"),),
             "sglang": (Spelling("--pp-size", aliases=("--pipeline-parallel-size",)),),
+            "trtllm": (Spelling("--pp_size", aliases=("--pipeline_parallel_size",)),),
             "tgi": (Absent("TGI shards tensors only (--num-shard)"),),
             "llama.cpp": (Absent("llama.cpp splits layers over GPUs with --split-mode layer"),),
         },
@@ -562,6 +615,12 @@ KNOBS: tuple[Knob, ...] = (
         "unchanged. With a mixture-of-experts model the replicas are data-parallel attention "
         "in one engine: their MoE layers run together, the experts split over every GPU",
         spellings={
+            "trtllm": (
+                Absent(
+                    "trtllm-serve serves one replica (attention DP is an LLM-API option for MoE); "
+                    "run several behind a load balancer"
+                ),
+            ),
             "vllm": (
                 Absent("added in vLLM 0.8.0; run replicas behind a load balancer", until="0.8.0"),
                 Spelling("--data-parallel-size", aliases=("-dp",), since="0.8.0"),
@@ -679,6 +738,11 @@ KNOBS: tuple[Knob, ...] = (
         planner=("kv_pool",),
         planner_note="the pool is a whole number of blocks; a request holds whole blocks",
         spellings={
+            "trtllm": (
+                Absent(
+                    "TensorRT-LLM's tokens per KV block are its own (tokens_per_block of the build)"
+                ),
+            ),
             "vllm": (Spelling("--block-size"),),
             "vllm-cpu": (Spelling("--block-size"),),
             "sim": (Spelling("--block-size", choices=("1", "8", "16", "32", "64", "128")),),
@@ -702,6 +766,12 @@ KNOBS: tuple[Knob, ...] = (
         planner=("none",),
         planner_note="CPU memory only; the GPU pool is unchanged",
         spellings={
+            "trtllm": (
+                Absent(
+                    "TensorRT-LLM has no KV swap space; host offload is "
+                    "kv_cache_config.host_cache_size"
+                ),
+            ),
             "vllm": (
                 Spelling(
                     "--swap-space",
@@ -729,6 +799,12 @@ KNOBS: tuple[Knob, ...] = (
         planner=("cuda_graphs",),
         planner_note="no graph memory; steps are not padded to captured sizes",
         spellings={
+            "trtllm": (
+                Absent(
+                    "trtllm-serve: CUDA graphs are the LLM-API option cuda_graph_config (null "
+                    "turns them off)"
+                ),
+            ),
             "vllm": (Spelling("--enforce-eager", style="switch"),),
             "vllm-cpu": (
                 Spelling(
@@ -757,6 +833,12 @@ KNOBS: tuple[Knob, ...] = (
         planner=("cuda_graphs",),
         planner_note="graph memory grows with the sizes; a step pads up to the next size",
         spellings={
+            "trtllm": (
+                Absent(
+                    "trtllm-serve: the captured batch sizes are cuda_graph_config.batch_sizes of "
+                    "the LLM API"
+                ),
+            ),
             "vllm": (
                 Absent(
                     "before vLLM 0.9.0 the sizes were vLLM's own (bounded by "
@@ -798,6 +880,11 @@ KNOBS: tuple[Knob, ...] = (
         planner=("cuda_graphs",),
         planner_note="graph memory grows with it",
         spellings={
+            "trtllm": (
+                Absent(
+                    "trtllm-serve: the largest captured batch is cuda_graph_config.max_batch_size"
+                ),
+            ),
             "vllm": (
                 Absent(
                     "before vLLM 0.11.1 the largest captured size is the largest of "
@@ -823,6 +910,12 @@ KNOBS: tuple[Knob, ...] = (
         planner=("none",),
         planner_note="scheduling only",
         spellings={
+            "trtllm": (
+                Absent(
+                    "TensorRT-LLM's capacity scheduler policy is not a scheduling order of waiting "
+                    "requests"
+                ),
+            ),
             "vllm": (Spelling("--scheduling-policy", choices=("fcfs", "priority")),),
             "vllm-cpu": (Spelling("--scheduling-policy", choices=("fcfs", "priority")),),
             "sim": (Absent("the simulated engine admits first come, first served"),),
@@ -847,6 +940,7 @@ KNOBS: tuple[Knob, ...] = (
         planner=("activation_peak",),
         planner_note="the compute buffer grows with it",
         spellings={
+            "trtllm": (Absent("no micro-batch setting"),),
             **{
                 e: (Absent("no micro-batch: a step computes max-num-batched-tokens at once"),)
                 for e in VLLM_LIKE
@@ -867,6 +961,7 @@ KNOBS: tuple[Knob, ...] = (
         planner=("none",),
         planner_note="speed only",
         spellings={
+            "trtllm": (Absent("the GPU engine computes on the GPU"),),
             "vllm": (Absent("the GPU build computes on the GPU"),),
             "vllm-cpu": (
                 Spelling(
@@ -891,6 +986,9 @@ KNOBS: tuple[Knob, ...] = (
         planner=("activation_peak",),
         planner_note="a smaller attention buffer; required for a quantized V cache",
         spellings={
+            "trtllm": (
+                Absent("TensorRT-LLM picks its attention backend (attn_backend of the LLM API)"),
+            ),
             **{
                 e: (
                     Absent(

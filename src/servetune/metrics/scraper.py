@@ -25,6 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from servetune import profiles
 from servetune.metrics.engine_maps import (
     VLLM_CACHE_CONFIG_INFO,
     EngineMap,
@@ -57,13 +58,28 @@ PARSE_SLICE_LINES = 100
 _HEADERS = {"Accept": "text/plain;version=0.0.4;q=1.0,*/*;q=0.1", "Accept-Encoding": "identity"}
 
 
-def metrics_url_for(base_url: str) -> str:
+def metrics_paths() -> tuple[str, ...]:
+    """Where the engines serve their metrics (each profile's path, each once; ``/metrics``
+    first)."""
+    return tuple(dict.fromkeys(["/metrics", *(p.metrics.path for p in profiles.PROFILES)]))
+
+
+def metrics_url_for(base_url: str, path: str = "/metrics") -> str:
     """``http://h:p/v1`` → ``http://h:p/metrics`` (a path prefix before ``/v1`` is kept)."""
     parts = urlsplit(base_url.strip())
-    path = parts.path.rstrip("/")
-    if path.endswith("/v1"):
-        path = path[: -len("/v1")]
-    return urlunsplit((parts.scheme or "http", parts.netloc, f"{path}/metrics", "", ""))
+    prefix = parts.path.rstrip("/")
+    if prefix.endswith("/v1"):
+        prefix = prefix[: -len("/v1")]
+    return urlunsplit((parts.scheme or "http", parts.netloc, f"{prefix}{path}", "", ""))
+
+
+def _alternatives(metrics_url: str) -> list[str]:
+    """The other engines' metrics paths at METRICS_URL's origin, when it ends in one."""
+    for path in metrics_paths():
+        if metrics_url.endswith(path):
+            base = metrics_url[: -len(path)]
+            return [base + other for other in metrics_paths() if other != path]
+    return []
 
 
 class MetricsScraper:
@@ -115,6 +131,7 @@ class MetricsScraper:
         self._logged = False
         self._reducer: Reducer | None = None
         self._error: str | None = None
+        self._last_status: int | None = None
         self._recovered = False
         self._gpu: GpuSource | None = None
         self._nvml_opening: asyncio.Task[NvmlSource | None] | None = None
@@ -145,11 +162,16 @@ class MetricsScraper:
             # nvmlInit can take a good part of a second: wait a while for it here, before the
             # load; if it is slower still, GPU figures join the samples once NVML is up.
             self._nvml_opening = asyncio.create_task(asyncio.to_thread(NvmlSource.open))
-        fetched = await self._fetch()
+        fetched = await self._fetch(quiet_404=True)
+        if fetched is None and self._last_status == 404:
+            fetched = await self._find_metrics()
+            if fetched is None:
+                self._report(f"GET {self.metrics_url} answered HTTP 404 (no /metrics here?)")
         if fetched is not None:
             await self._map(fetched[0], LoopClock())
-        if self.engine_map is not None and self.engine_map.engine == "llamacpp":
-            self.cache_config.update(await self._llamacpp_props())
+        found = profiles.find(self.engine_map.engine) if self.engine_map is not None else None
+        if found is not None and found.metrics.config_path:
+            self.cache_config.update(await self._server_config(found.metrics))
         if self._nvml_opening is not None:
             await asyncio.wait([self._nvml_opening], timeout=gpu_wait_s)
 
@@ -240,12 +262,17 @@ class MetricsScraper:
         else:
             log.debug("server metrics: %s", message)
 
-    async def _fetch(self) -> tuple[bytes, int] | None:
+    async def _fetch(self, quiet_404: bool = False) -> tuple[bytes, int] | None:
+        """The page and when it arrived; None (reported) on any failure — a 404 not
+        reported when ``quiet_404`` (the caller tries the other engines' paths first)."""
         assert self._session is not None
         try:
             async with self._session.get(
                 self.metrics_url, timeout=self._timeout, headers=_HEADERS
             ) as resp:
+                self._last_status = resp.status
+                if resp.status == 404 and quiet_404:
+                    return None
                 if resp.status != 200:
                     hint = " (no /metrics here?)" if resp.status == 404 else ""
                     self._report(f"GET {self.metrics_url} answered HTTP {resp.status}{hint}")
@@ -260,13 +287,32 @@ class MetricsScraper:
             self._report(f"GET {self.metrics_url} failed: {exc.__class__.__name__}: {exc}")
         return None
 
-    async def _llamacpp_props(self) -> dict[str, Any]:
-        """llama.cpp's configuration from its ``/props`` (beside ``/metrics``): the parallel
-        slots (``-np``, its cap on requests decoding at once, summary key ``max_num_seqs``)
-        and each slot's context (``-c`` / ``-np``, key ``slot_context_tokens``). Nothing when
-        the server does not answer it."""
+    async def _find_metrics(self) -> tuple[bytes, int] | None:
+        """The page at another engine's metrics path of the same server (TensorRT-LLM serves
+        ``/prometheus/metrics``), when ``metrics_url`` answered 404; the scraper keeps the
+        one that answers."""
         assert self._session is not None
-        url = self.metrics_url.rsplit("/metrics", 1)[0] + "/props"
+        for url in _alternatives(self.metrics_url):
+            try:
+                async with self._session.get(url, timeout=self._timeout, headers=_HEADERS) as r:
+                    if r.status != 200:
+                        continue
+                    body = await r.read()
+            except (TimeoutError, aiohttp.ClientError):
+                continue
+            log.info("server metrics: %s answered 404; using %s", self.metrics_url, url)
+            self.metrics_url = url
+            self._error = None
+            return body, time.perf_counter_ns()
+        return None
+
+    async def _server_config(self, where: profiles.Metrics) -> dict[str, Any]:
+        """The server's configuration from its JSON endpoint beside the metrics (llama.cpp's
+        ``/props``: its slots and each slot's context), as the profile maps its fields.
+        Nothing when the server does not answer it."""
+        assert self._session is not None and where.config_path
+        base = self.metrics_url[: -len(where.path)] if self.metrics_url.endswith(where.path) else ""
+        url = (base or self.metrics_url.rsplit("/", 1)[0]) + where.config_path
         try:
             async with self._session.get(url, timeout=self._timeout) as resp:
                 if resp.status != 200:
@@ -275,15 +321,12 @@ class MetricsScraper:
         except (TimeoutError, aiohttp.ClientError, ValueError):
             return {}
         out: dict[str, Any] = {}
-        if not isinstance(props, dict):
-            return out
-        slots = props.get("total_slots")
-        if isinstance(slots, int) and slots > 0:
-            out["max_num_seqs"] = slots
-        settings = props.get("default_generation_settings")
-        n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
-        if isinstance(n_ctx, int) and n_ctx > 0:
-            out["slot_context_tokens"] = n_ctx
+        for dotted, key in where.config_fields:
+            value: Any = props
+            for part in dotted.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                out[key] = value
         return out
 
     def _nvml_opened(self, task: asyncio.Task[NvmlSource | None]) -> NvmlSource | None:

@@ -9,50 +9,75 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-# Gauges and counters (value as exposed; counters are cumulative).
-KV_CACHE_USAGE = "kv_cache_usage"  # 0..1
-RUNNING = "running"
-WAITING = "waiting"
-PREEMPTIONS_TOTAL = "preemptions_total"
-PROMPT_TOKENS_TOTAL = "prompt_tokens_total"
-GENERATION_TOKENS_TOTAL = "generation_tokens_total"
-REQUESTS_FINISHED_TOTAL = "requests_finished_total"
-REQUESTS_ABORTED_TOTAL = "requests_aborted_total"
-PREFIX_CACHE_HIT_RATE = "prefix_cache_hit_rate"  # 0..1 when exposed
-GPU_UTILIZATION = "gpu_utilization"  # 0..1
-GPU_MEMORY_USED_BYTES = "gpu_memory_used_bytes"
-GPU_MEMORY_TOTAL_BYTES = "gpu_memory_total_bytes"
-
-# Histograms (seconds).
-TTFT_SECONDS = "ttft_seconds"
-TPOT_SECONDS = "tpot_seconds"
-ITL_SECONDS = "itl_seconds"
-E2E_SECONDS = "e2e_seconds"
-QUEUE_SECONDS = "queue_seconds"
-
-GAUGE_CONCEPTS = (
-    KV_CACHE_USAGE,
-    RUNNING,
-    WAITING,
-    PREEMPTIONS_TOTAL,
-    PROMPT_TOKENS_TOTAL,
-    GENERATION_TOKENS_TOTAL,
-    REQUESTS_FINISHED_TOTAL,
-    REQUESTS_ABORTED_TOTAL,
-    PREFIX_CACHE_HIT_RATE,
-    GPU_UTILIZATION,
-    GPU_MEMORY_USED_BYTES,
-    GPU_MEMORY_TOTAL_BYTES,
+from servetune.profiles.concepts import (  # the concepts, re-exported
+    DECODE_SECONDS as DECODE_SECONDS,
 )
-HISTOGRAM_CONCEPTS = (TTFT_SECONDS, TPOT_SECONDS, ITL_SECONDS, E2E_SECONDS, QUEUE_SECONDS)
-
-# Added with the scraper (metrics/engine_maps.py). Prefix-cache counters: vLLM V1 exposes hits
-# and queries (in tokens) rather than a rate; hit rate over a window = Δhits / Δqueries.
-PREFIX_CACHE_HITS_TOTAL = "prefix_cache_hits_total"
-PREFIX_CACHE_QUERIES_TOTAL = "prefix_cache_queries_total"
-# Per-request time in the prefill and decode phases (vLLM), seconds.
-PREFILL_SECONDS = "prefill_seconds"
-DECODE_SECONDS = "decode_seconds"
+from servetune.profiles.concepts import (
+    E2E_SECONDS as E2E_SECONDS,
+)
+from servetune.profiles.concepts import (
+    GAUGE_CONCEPTS as GAUGE_CONCEPTS,
+)
+from servetune.profiles.concepts import (
+    GENERATION_TOKENS_TOTAL as GENERATION_TOKENS_TOTAL,
+)
+from servetune.profiles.concepts import (
+    GPU_MEMORY_TOTAL_BYTES as GPU_MEMORY_TOTAL_BYTES,
+)
+from servetune.profiles.concepts import (
+    GPU_MEMORY_USED_BYTES as GPU_MEMORY_USED_BYTES,
+)
+from servetune.profiles.concepts import (
+    GPU_UTILIZATION as GPU_UTILIZATION,
+)
+from servetune.profiles.concepts import (
+    HISTOGRAM_CONCEPTS as HISTOGRAM_CONCEPTS,
+)
+from servetune.profiles.concepts import (
+    ITL_SECONDS as ITL_SECONDS,
+)
+from servetune.profiles.concepts import (
+    KV_CACHE_USAGE as KV_CACHE_USAGE,
+)
+from servetune.profiles.concepts import (
+    PREEMPTIONS_TOTAL as PREEMPTIONS_TOTAL,
+)
+from servetune.profiles.concepts import (
+    PREFILL_SECONDS as PREFILL_SECONDS,
+)
+from servetune.profiles.concepts import (
+    PREFIX_CACHE_HIT_RATE as PREFIX_CACHE_HIT_RATE,
+)
+from servetune.profiles.concepts import (
+    PREFIX_CACHE_HITS_TOTAL as PREFIX_CACHE_HITS_TOTAL,
+)
+from servetune.profiles.concepts import (
+    PREFIX_CACHE_QUERIES_TOTAL as PREFIX_CACHE_QUERIES_TOTAL,
+)
+from servetune.profiles.concepts import (
+    PROMPT_TOKENS_TOTAL as PROMPT_TOKENS_TOTAL,
+)
+from servetune.profiles.concepts import (
+    QUEUE_SECONDS as QUEUE_SECONDS,
+)
+from servetune.profiles.concepts import (
+    REQUESTS_ABORTED_TOTAL as REQUESTS_ABORTED_TOTAL,
+)
+from servetune.profiles.concepts import (
+    REQUESTS_FINISHED_TOTAL as REQUESTS_FINISHED_TOTAL,
+)
+from servetune.profiles.concepts import (
+    RUNNING as RUNNING,
+)
+from servetune.profiles.concepts import (
+    TPOT_SECONDS as TPOT_SECONDS,
+)
+from servetune.profiles.concepts import (
+    TTFT_SECONDS as TTFT_SECONDS,
+)
+from servetune.profiles.concepts import (
+    WAITING as WAITING,
+)
 
 
 class Histogram(BaseModel):

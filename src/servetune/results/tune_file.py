@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from servetune.profiles import find
 from servetune.results.jsonfile import read_model_file, write_json_atomic
 from servetune.results.schema import BenchConfig, Rate
 from servetune.results.slo import SloSpec
@@ -160,7 +161,8 @@ class TuneSpec(BaseModel):
     @property
     def launches(self) -> bool:
         """Each configuration is a launched engine (not the offline simulated engine)."""
-        return self.engine != "sim" or self.realtime
+        found = find(self.engine)
+        return found is None or not found.simulated or self.realtime
 
     sim_gpu: str | None = None
     sim_model: str | None = None

@@ -18,6 +18,7 @@ from typing import Any
 
 from servetune.errors import ConfigError, EngineError, ServetuneError, SimError
 from servetune.metrics.slo_spec import SloSpec, as_goodput, check
+from servetune.profiles import NEUTRAL, profile
 from servetune.results.schema import BenchConfig, RunResult
 from servetune.results.tune_file import Probe
 from servetune.tune.search import find_slo_max
@@ -252,7 +253,7 @@ class SimBackend(Backend):
         try:
             resolved = resolve(_sim_engine_config(self.gpu, self.model, config))
         except ServetuneError:
-            return self._registry_values("vllm", config, names)
+            return self._registry_values(NEUTRAL, config, names)
         return {n: getattr(resolved, n) for n in names if hasattr(resolved, n)}
 
     def predict(self, config: Mapping[str, Any], slos: list[SloSpec]) -> float | None:
@@ -299,7 +300,7 @@ class EngineBackend(Backend):
             check_config(self.engine, config)
         except ConfigError as exc:
             return exc.message
-        if self.sim is not None and self.engine in ("vllm", "sglang", "tgi", "sim"):
+        if self.sim is not None and profile(self.engine).has_screen("memory"):
             return self.sim.screen(config)
         return None
 
@@ -312,7 +313,7 @@ class EngineBackend(Backend):
             return None
 
     def engine_values(self, config: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
-        if self.sim is not None and self.engine in ("vllm", "sim"):
+        if self.sim is not None and profile(self.engine).has_screen("vllm_defaults"):
             return self.sim.engine_values(config, names)  # vLLM's rules, with the GPU's size
         return self._registry_values(self.engine, config, names)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from servetune.knobs import render_command
+from servetune.profiles import profile
 from servetune.results.tune_file import (
     Repeat,
     TrialRecord,
@@ -37,7 +38,7 @@ from servetune.tune.verdict import confirmed_text, no_config_verdict, verdict_te
 def command_line(spec: TuneSpec, config: dict[str, Any]) -> str:
     """The exact command that serves the model with CONFIG (the simulated engine's
     configuration is vLLM's: ``vllm serve …``)."""
-    engine = "vllm" if spec.engine == "sim" else spec.engine
+    engine = profile(spec.engine).knobs_as or spec.engine
     return render_command(engine, spec.model, config).shell()
 
 

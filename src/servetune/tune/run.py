@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from servetune.errors import ConfigError, ServetuneError
+from servetune.profiles import profile
 from servetune.results.io import LineAppender, ensure_result_dir
 from servetune.results.tune_file import (
     TRIALS_FILE,
@@ -58,7 +59,7 @@ def sim_backend_for(spec: TuneSpec) -> SimBackend | None:
 
 
 def make_backend(spec: TuneSpec) -> Backend:
-    if spec.engine == "sim" and not spec.realtime:
+    if profile(spec.engine).simulated and not spec.realtime:
         sim = sim_backend_for(spec)
         if sim is None:
             raise ConfigError(
@@ -67,7 +68,7 @@ def make_backend(spec: TuneSpec) -> Backend:
             )
         return sim
     options = dict(spec.engine_options)
-    if spec.engine == "sim":
+    if profile(spec.engine).simulated:
         options.setdefault("gpu", spec.gpu)
     return EngineBackend(
         spec.engine,
@@ -120,7 +121,7 @@ def warm_start(spec: TuneSpec, study: Any, echo: Callable[[str], None]) -> None:
     """Real engines: a quick search on the simulated engine; its best configurations are
     the first ones launched (after the default)."""
     sim = sim_backend_for(spec)
-    if sim is None or spec.engine == "sim" or not spec.slos:
+    if sim is None or profile(spec.engine).simulated or not spec.slos:
         return
     import optuna
 
@@ -210,7 +211,7 @@ def run_tune(
     if coordinate:
         finish(result, backend, out, echo)
         write_tune_result(out, result)
-        if spec.validate_top and spec.validate_engine and spec.engine == "sim":
+        if spec.validate_top and spec.validate_engine and profile(spec.engine).simulated:
             validate(result, out, echo)
             write_tune_result(out, result)
         from servetune.report.tune_page import build_tune_report
@@ -229,7 +230,7 @@ def validate(result: TuneResult, out: Path, echo: Callable[[str], None] = print)
     spec = result.spec
     assert spec.validate_engine is not None
     options = dict(spec.engine_options)
-    if spec.validate_engine == "sim":
+    if profile(spec.validate_engine).simulated:
         options.setdefault("gpu", spec.gpu)
     real = EngineBackend(
         spec.validate_engine,

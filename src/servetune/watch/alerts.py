@@ -156,9 +156,6 @@ def _condition(q: Promql, c: Condition, notes: list[str]) -> str | None:
     return "(" + " or ".join(parts) + ")"
 
 
-REGISTRY_ENGINE = {"vllm": "vllm", "sglang": "sglang", "tgi": "tgi", "llamacpp": "llama.cpp"}
-
-
 def _flag(engine: str, knob_name: str | None) -> str:
     """The engine's flag for a knob (the knob registry), or the knob's name."""
     if not knob_name:
@@ -167,7 +164,7 @@ def _flag(engine: str, knob_name: str | None) -> str:
     from servetune.errors import ServetuneError
 
     try:
-        found = knobs.flag(REGISTRY_ENGINE.get(engine, engine), knob_name)
+        found = knobs.flag(engine, knob_name)
     except ServetuneError:
         found = None
     return found or knob_name

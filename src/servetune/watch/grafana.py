@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from servetune.diagnose.rules import LONG_SHARE
+from servetune.profiles import profile
 from servetune.results import server_series as ss
 from servetune.watch.promql import Promql
 
@@ -133,7 +134,7 @@ def dashboard(q: Promql, title: str | None = None) -> dict[str, Any]:
         desc += " Not exported by this engine, so left out: " + ", ".join(left_out) + "."
     return {
         "title": title or f"servetune — {q.emap.label}",
-        "uid": f"servetune-{q.emap.engine}",
+        "uid": f"servetune-{profile(q.emap.engine).slug}",
         "description": desc,
         "tags": ["servetune", q.emap.engine],
         "schemaVersion": SCHEMA_VERSION,

@@ -35,18 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servetune.diagnose.knobs import KnownConfig
-from servetune.metrics.engine_maps import (
-    LLAMACPP_NEW,
-    LLAMACPP_OLD,
-    SGLANG,
-    SGLANG_2024,
-    TGI,
-    VLLM_V0,
-    VLLM_V1,
-    VLLM_V1_EARLY,
-    EngineMap,
-    Source,
-)
+from servetune.metrics.engine_maps import EngineMap, Source
+from servetune.profiles import metric_map
 from servetune.results import server_series as ss
 
 BY = "instance"
@@ -58,32 +48,12 @@ def duration(seconds: float) -> str:
     return f"{s // 60}m" if s % 60 == 0 else f"{s}s"
 
 
-MAP_NAMES: dict[str, tuple[EngineMap, frozenset[str]]] = {
-    "vllm": (VLLM_V1, frozenset()),
-    "vllm-0.8-v1": (VLLM_V1_EARLY, frozenset()),
-    "vllm-0.8-v0": (VLLM_V0, frozenset()),
-    "sglang": (SGLANG, frozenset()),
-    "sglang-2024": (SGLANG_2024, frozenset()),
-    "tgi": (TGI, frozenset()),
-    "llamacpp": (LLAMACPP_NEW, frozenset(LLAMACPP_OLD.markers)),
-    "llamacpp-old": (LLAMACPP_OLD, frozenset()),
-}
-"""``--engine`` names → (the engine map, names that release does not export: llama.cpp's
-recent builds dropped the KV gauge the map still asks for)."""
-
-
 def find_map(name: str) -> tuple[EngineMap, frozenset[str]]:
-    """An engine map by name (:data:`MAP_NAMES`; ``llama.cpp`` works too)."""
-    key = name.strip().lower().replace("llama.cpp", "llamacpp").replace(" ", "-")
-    if key in MAP_NAMES:
-        return MAP_NAMES[key]
-    from servetune.errors import ConfigError
-
-    raise ConfigError(
-        f"unknown engine {name!r}",
-        hint=f"use one of: {', '.join(MAP_NAMES)} (or --metrics-url URL to read the names a "
-        "running server exposes)",
-    )
+    """An engine map by its name (:func:`servetune.profiles.metric_map`: ``vllm``,
+    ``vllm-0.8-v0``, ``llama.cpp-old``, ``trtllm`` …; an engine's alias works too), and the
+    names that release does not export."""
+    emap = metric_map(name)
+    return emap, frozenset(emap.unexported)
 
 
 def _selector(src: Source, matcher: str | None = None, suffix: str = "") -> str:
