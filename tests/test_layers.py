@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "aio"),
+    ("errors", "aio", "checks"),
     ("profiles",),
     ("results",),
     ("metrics", "workload"),

@@ -194,11 +194,11 @@ def test_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ("flags", "said"),
     [
         (["--objective", "goodput"], "the goodput objective needs at least one SLO (--slo)"),
-        (["--slo", "ttft:500", "--time-budget", "0"], "--time-budget must be a positive"),
-        (["--slo", "ttft:500", "--time-budget", "nan"], "--time-budget must be a positive"),
-        (["--slo", "ttft:500", "--mad-k", "nan"], "--mad-k must be a number ≥ 0"),
-        (["--slo", "ttft:500", "--mad-k", "-1"], "--mad-k must be a number ≥ 0"),
-        (["--slo", "ttft:500", "--ready-timeout", "nan"], "--ready-timeout must be a positive"),
+        (["--slo", "ttft:500", "--time-budget", "0"], "--time-budget must be > 0 seconds"),
+        (["--slo", "ttft:500", "--time-budget", "nan"], "--time-budget must be a finite number"),
+        (["--slo", "ttft:500", "--mad-k", "nan"], "--mad-k must be a finite number"),
+        (["--slo", "ttft:500", "--mad-k", "-1"], "--mad-k must be ≥ 0 (got -1)"),
+        (["--slo", "ttft:500", "--ready-timeout", "nan"], "--ready-timeout must be a finite"),
     ],
 )
 def test_numbers_and_objectives_refused_before_any_trial(

@@ -10,6 +10,7 @@ import math
 import os
 from typing import Any
 
+from servetune.checks import validated
 from servetune.errors import ConfigError
 from servetune.results.schema import (
     DEFAULT_MAX_FAILURE_RATE,
@@ -491,52 +492,32 @@ def _flag_error(exc: Any, flags: dict[str, str]) -> ConfigError:
 # Plain float flags that must be finite numbers (NaN compares false with every bound, and JSON
 # has neither NaN nor infinity: run.json would carry null). --request-rate has its own 'inf'.
 _FINITE_FLAGS = {
-    "duration_s": ("--duration", "--duration 60 (seconds)"),
-    "warmup_s": ("--warmup", "--warmup 10 (seconds)"),
-    "cooldown_s": ("--cooldown", "--cooldown 10 (seconds)"),
-    "random_range_ratio": ("--random-range-ratio", "--random-range-ratio 0.5"),
-    "burstiness": ("--burstiness", "--burstiness 0.5, or --arrival constant for even spacing"),
-    "temperature": ("--temperature", "--temperature 0"),
     "multiturn_think_time": ("--multiturn-think-time", "--multiturn-think-time 2 (seconds)"),
     "trace_time_scale": ("--trace-time-scale", "--trace-time-scale 0.5"),
-    "request_timeout_s": ("--request-timeout", "--request-timeout 600 (seconds)"),
 }
+"""The flags of session and trace workloads (BenchConfig checks its own fields)."""
+
+
+def flag_of(field: str) -> str:
+    """The flag that sets a model's FIELD: its name with ``-`` for ``_``, a unit suffix
+    dropped (``duration_s`` → ``--duration``)."""
+    return "--" + field.removesuffix("_s").replace("_", "-")
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
+    """What the flags set that is not the workload's model (BenchConfig checks its own)."""
     for dest, (flag, example) in _FINITE_FLAGS.items():
         value = getattr(args, dest, None)
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(
                 f"{flag} must be a finite number (got {value:g})", hint=f"e.g. {example}"
             )
-    if getattr(args, "arrival", None) == "constant" and getattr(args, "burstiness", 1.0) != 1.0:
-        raise ConfigError(  # the gaps are all 1/rate: the shape was dropped without a word
-            f"--burstiness {args.burstiness:g} shapes random gaps, and --arrival constant "
-            "spaces the requests evenly",
-            hint="drop --burstiness, or use --arrival gamma (or poisson) for bursty arrivals",
-        )
-    temperature = getattr(args, "temperature", None)
-    if temperature is not None and temperature < 0:  # sent as is; the server answers 400
-        raise ConfigError(
-            f"--temperature must be ≥ 0 (got {temperature:g})",
-            hint="e.g. --temperature 0 (greedy) or --temperature 1",
-        )
-    timeout = getattr(args, "request_timeout_s", None)
-    if timeout is not None and not timeout > 0:  # 0 or -1: every request "timed out"
-        raise ConfigError(
-            f"--request-timeout must be > 0 seconds (got {timeout:g})",
-            hint="e.g. --request-timeout 600",
-        )
     interval = getattr(args, "metrics_interval", None)
     if interval is not None and not 0 < interval < math.inf:  # was the scraper's ValueError
         raise ConfigError(
             f"--metrics-interval must be > 0 seconds (got {interval:g})",
             hint="e.g. --metrics-interval 1, or --no-metrics to scrape nothing",
         )
-    seed = getattr(args, "seed", None)
-    if seed is not None and seed < 0:
-        raise ConfigError(f"--seed must be ≥ 0 (got {seed})", hint="e.g. --seed 0")
 
 
 def workload_config_from_args(
@@ -564,12 +545,8 @@ def workload_config_from_args(
         fields["model"] = args.served_model_name  # the name the requests carry
     fields["goodput"] = parse_goodput(getattr(args, "goodput", None))
     fields.update(session_configs(args))
-    if getattr(args, "workers", None) is not None and args.workers < 1:
-        raise ConfigError(
-            f"--workers must be ≥ 1 (got {args.workers})",
-            hint="leave it out for as many as the rate needs",
-        )
-    return BenchConfig(**fields)
+    out: BenchConfig = validated(BenchConfig, fields, name=flag_of)
+    return out
 
 
 def num_prompts_given(args: argparse.Namespace) -> bool:

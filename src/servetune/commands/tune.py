@@ -152,42 +152,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _check_numbers(args: argparse.Namespace) -> None:
-    """Numbers taken as given before: --time-budget 0 ended "No configuration could be
-    measured (0 tried)" with no reason; a NaN --mad-k or --ready-timeout ran the whole search
-    and then could not read its own tune.json back (NaN is null in JSON)."""
-    import math
-
-    from servetune.errors import ConfigError
-
-    budget = args.time_budget
-    if budget is not None and not (budget > 0 and math.isfinite(budget)):
-        raise ConfigError(
-            f"--time-budget must be a positive number of seconds (got {budget:g})",
-            hint="e.g. --time-budget 3600, or leave it out to stop after --trials",
-        )
-    if not (args.mad_k >= 0 and math.isfinite(args.mad_k)):
-        raise ConfigError(
-            f"--mad-k must be a number ≥ 0 (got {args.mad_k:g})",
-            hint="e.g. --mad-k 1 (rank by median − 1·MAD), 0 for the median alone",
-        )
-    if not (args.ready_timeout > 0 and math.isfinite(args.ready_timeout)):
-        raise ConfigError(
-            f"--ready-timeout must be a positive number of seconds (got {args.ready_timeout:g})",
-            hint="e.g. --ready-timeout 600",
-        )
-    # Each was clamped without a word (--probes -1 ran with 2, --repeats 0 with 1, --top-k 0
-    # with 1, --heartbeat 0 with 1 s): the study ran other than asked.
-    for flag, value, least, example in (
-        ("--repeats", args.repeats, 1, "--repeats 3"),
-        ("--top-k", args.top_k, 1, "--top-k 3"),
-        ("--probes", args.probes, 2, "--probes 8"),
-        ("--validate-top", args.validate_top, 0, "--validate-top 3, or 0 for none"),
-        ("--heartbeat", args.heartbeat, 1, "--heartbeat 10 (seconds)"),
-    ):
-        _at_least(flag, value, least, example)
-
-
 def _at_least(flag: str, value: int | None, least: int, example: str) -> None:
     from servetune.errors import ConfigError
 
@@ -196,7 +160,8 @@ def _at_least(flag: str, value: int | None, least: int, example: str) -> None:
 
 
 def _spec(args: argparse.Namespace) -> Any:
-    from servetune.commands._workload_args import workload_config_from_args
+    from servetune.checks import validated
+    from servetune.commands._workload_args import flag_of, workload_config_from_args
     from servetune.errors import ConfigError
     from servetune.metrics.slo_spec import as_goodput, parse_slos
     from servetune.results.io import read_run_result
@@ -235,16 +200,6 @@ def _spec(args: argparse.Namespace) -> Any:
         gpu = gpu or "A100-80GB"
     elif model is None:
         raise ConfigError(f"--engine {engine} needs --model", hint="a path or a hub name")
-    if args.validate_top and (not simulated or not args.validate_engine):
-        raise ConfigError(
-            "--validate-top re-measures a simulated search on a real engine",
-            hint="use it with --engine sim and --validate-engine vllm (--validate-model …)",
-        )
-    if args.realtime and not simulated:
-        raise ConfigError("--realtime applies to --engine sim only")
-    if args.trials < 1:
-        raise ConfigError(f"--trials {args.trials}: at least 1", hint="e.g. --trials 30")
-    _check_numbers(args)
     space = build_space(engine, args.knob, args.fix, gpus=max(1, len(gpus)))
     baseline = None
     if args.baseline is not None:
@@ -260,7 +215,7 @@ def _spec(args: argparse.Namespace) -> Any:
         }.items()
         if v is not None
     }
-    return TuneSpec(
+    fields = dict(
         engine=engine,
         model=model,
         gpu=gpu,
@@ -271,22 +226,23 @@ def _spec(args: argparse.Namespace) -> Any:
         space=space,
         trials=args.trials,
         time_budget_s=args.time_budget,
-        repeats=max(1, args.repeats),
-        top_k=max(1, args.top_k),
+        repeats=args.repeats,
+        top_k=args.top_k,
         mad_k=args.mad_k,
         seed=workload.seed,
-        probes=max(2, args.probes),
+        probes=args.probes,
         engine_options=options,
         ready_timeout_s=args.ready_timeout,
         realtime=bool(args.realtime),
         ofat=bool(args.ofat),
-        validate_top=max(0, args.validate_top),
+        validate_top=args.validate_top,
         validate_engine=args.validate_engine,
         validate_model=args.validate_model,
-        heartbeat_s=max(1, args.heartbeat),
+        heartbeat_s=args.heartbeat,
         baseline=baseline,
         baseline_text=args.baseline,
     )
+    return validated(TuneSpec, fields, name=flag_of)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -339,7 +295,7 @@ def _worker(args: argparse.Namespace) -> int:
         out,
         gpus,
         trials=args.worker_trials,
-        heartbeat_s=max(1, args.worker_heartbeat),
+        heartbeat_s=args.worker_heartbeat,
     )
     print(f"worker done: the study holds {len(recs)} finished trials")
     return 0

@@ -10,8 +10,16 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    model_validator,
+)
 
+from servetune.checks import SECONDS, Invalid
 from servetune.results.conversation import (
     CacheFigures,
     MultiturnConfig,
@@ -82,9 +90,10 @@ class BenchConfig(BaseModel):
 
     dataset_name: DatasetName = "random"
     dataset_path: str | None = None
-    random_input_len: int = 1024
-    random_output_len: int = 128
-    random_range_ratio: float = 0.0
+    random_input_len: int = Field(1024, ge=1, examples=[1024])
+    random_output_len: int = Field(128, ge=1, examples=[128])
+    random_range_ratio: float = Field(0.0, ge=0, lt=1, allow_inf_nan=False, examples=[0.5])
+    """Lengths drawn from L·(1 − r) to L·(1 + r); 0 for fixed lengths."""
     prefix_num_groups: int = 8
     prefix_len: int = 512
     sharegpt_output_len: int | None = None
@@ -95,16 +104,23 @@ class BenchConfig(BaseModel):
     tokenizer: str | None = None
     """Local HF tokenizer folder or tokenizer.json; None = server /tokenize, else approximate."""
 
-    num_prompts: int = 1000
-    duration_s: float | None = None
-    request_rate: Rate = math.inf
-    burstiness: float = 1.0
+    num_prompts: int = Field(1000, ge=1, examples=[1000])
+    duration_s: float | None = Field(
+        None, gt=0, allow_inf_nan=False, examples=[60], json_schema_extra=SECONDS
+    )
+    request_rate: Rate = Field(math.inf, gt=0, examples=[10, "inf"])
+    burstiness: float = Field(1.0, gt=0, allow_inf_nan=False, examples=[0.5])
+    """The gamma arrivals' shape: < 1 burstier than Poisson, 1 Poisson."""
     arrival: Arrival = "poisson"
-    max_concurrency: int | None = None
-    seed: int = 0
+    max_concurrency: int | None = Field(None, ge=1, examples=[32])
+    seed: int = Field(0, ge=0, examples=[0])
 
-    warmup_s: float = 0.0
-    cooldown_s: float = 0.0
+    warmup_s: float = Field(
+        0.0, ge=0, allow_inf_nan=False, examples=[10], json_schema_extra=SECONDS
+    )
+    cooldown_s: float = Field(
+        0.0, ge=0, allow_inf_nan=False, examples=[10], json_schema_extra=SECONDS
+    )
     ignore_eos: bool = False
     """vLLM bench serve's default: off (outputs may stop at EOS, shorter than asked)."""
     max_failure_rate: float = DEFAULT_MAX_FAILURE_RATE
@@ -117,12 +133,51 @@ class BenchConfig(BaseModel):
         default_factory=lambda: list(DEFAULT_METRIC_PERCENTILES)
     )
     """vLLM's ``--metric-percentiles``: which percentiles (0–100) of those metrics."""
-    temperature: float = 0.0
-    request_timeout_s: float = 600.0
-    workers: int | None = None
+    temperature: float = Field(0.0, ge=0, allow_inf_nan=False, examples=[0, 1])
+    request_timeout_s: float = Field(
+        600.0, gt=0, allow_inf_nan=False, examples=[600], json_schema_extra=SECONDS
+    )
+    workers: int | None = Field(None, ge=1)
     http_client: Literal["fast", "aiohttp"] = "fast"
     goodput: Slo = Field(default_factory=Slo)
     label: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BenchConfig:
+        if self.arrival == "constant" and self.burstiness != 1.0:
+            # the gaps are all 1/rate: the shape would be dropped without a word
+            raise Invalid(
+                f"{{burstiness}} {self.burstiness:g} shapes random gaps, and {{arrival}} "
+                "constant spaces the requests evenly",
+                hint="drop {burstiness}, or use {arrival} gamma (or poisson) for bursty arrivals",
+            )
+        if self.dataset_path is not None and self.dataset_name in ("random", "prefix"):
+            # read by nobody: the run would send synthetic prompts the user did not ask for
+            raise Invalid(
+                f"{{dataset_path}} {self.dataset_path} is not read by {{dataset_name}} "
+                f"{self.dataset_name} (synthetic prompts)",
+                hint="add {dataset_name} jsonl or sharegpt to send the file's prompts, or drop "
+                "{dataset_path}",
+            )
+        if (
+            self.dataset_name == "trace"
+            and self.trace.time_scale != 1.0
+            and not math.isinf(self.request_rate)
+        ):
+            raise Invalid(
+                f"{{trace_time_scale}} {self.trace.time_scale:g} and {{request_rate}} "
+                f"{self.request_rate:g} both set the trace's pace",
+                hint="give one: {request_rate} N replays the trace's shape at N req/s, "
+                "{trace_time_scale} F multiplies its own gaps by F",
+            )
+        if self.duration_s is not None and self.warmup_s + self.cooldown_s >= self.duration_s:
+            # the summary's window would be empty: a run that measures nothing, exit 0
+            raise Invalid(
+                f"{{warmup_s}} {self.warmup_s:g} s + {{cooldown_s}} {self.cooldown_s:g} s leave "
+                f"nothing of {{duration_s}} {self.duration_s:g} s to measure",
+                hint="shorten the warm-up / cool-down, or lengthen {duration_s}",
+            )
+        return self
 
 
 class Stats(BaseModel):

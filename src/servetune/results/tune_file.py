@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
-from servetune.profiles import find
+from servetune.checks import SECONDS, Invalid
+from servetune.profiles import ENGINE_IDS, find
 from servetune.results.jsonfile import read_model_file, write_json_atomic
 from servetune.results.schema import BenchConfig, Rate
 from servetune.results.slo import SloSpec
@@ -106,7 +107,8 @@ class TuneSpec(BaseModel):
     """Everything a trial needs, stored in the study (``user_attrs['spec']``)."""
 
     engine: str
-    """vllm, vllm-cpu, sglang, tgi, llama.cpp, sim — or "url" for a server already running."""
+    """An engine profile's id (:mod:`servetune.profiles`), or "url" for a server already
+    running."""
     model: str
     gpu: str | None = None
     """The GPU type (the simulated engine and the memory planner need it)."""
@@ -118,21 +120,26 @@ class TuneSpec(BaseModel):
     slos: list[SloSpec] = Field(default_factory=list)
     objective: Objective = "slo-max"
     space: Space
-    trials: int = 30
-    time_budget_s: float | None = None
-    repeats: int = 3
-    top_k: int = 3
-    mad_k: float = 1.0
-    unstable_spread: float = 0.15
+    trials: int = Field(30, ge=1, examples=[30])
+    time_budget_s: float | None = Field(
+        None, gt=0, allow_inf_nan=False, examples=[3600], json_schema_extra=SECONDS
+    )
+    repeats: int = Field(3, ge=1, examples=[3])
+    top_k: int = Field(3, ge=1, examples=[3])
+    mad_k: float = Field(1.0, ge=0, allow_inf_nan=False, examples=[1])
+    """Rank by median − k·MAD; 0 for the median alone."""
+    unstable_spread: float = Field(0.15, ge=0, allow_inf_nan=False)
     """Repeats whose (max − min) / median exceed this are flagged unstable."""
-    seed: int = 0
-    probes: int = 8
-    tol: float = 0.05
+    seed: int = Field(0, ge=0)
+    probes: int = Field(8, ge=2, examples=[8])
+    tol: float = Field(0.05, gt=0, lt=1, allow_inf_nan=False)
     engine_options: dict[str, Any] = Field(default_factory=dict)
     """engines.commands.EngineOptions fields (executable, dtype, enforce_eager, …)."""
-    ready_timeout_s: float = 300.0
-    warmup_requests: int = 8
-    validate_top: int = 0
+    ready_timeout_s: float = Field(
+        300.0, gt=0, allow_inf_nan=False, examples=[600], json_schema_extra=SECONDS
+    )
+    warmup_requests: int = Field(8, ge=0)
+    validate_top: int = Field(0, ge=0, examples=[3])
     """After a search on the simulated engine: re-measure the K best on a real engine."""
     validate_engine: str | None = None
     validate_model: str | None = None
@@ -141,13 +148,37 @@ class TuneSpec(BaseModel):
     realtime: bool = False
     """``--engine sim`` only: launch the real-time simulated server per configuration (a real
     process loaded over HTTP, as a real engine is) instead of the offline virtual clock."""
-    heartbeat_s: int = 10
+    heartbeat_s: int = Field(10, ge=1, examples=[10])
     baseline: dict[str, Any] | None = None
     """``--baseline``: the configuration served today, as a point of the space (its params;
     the knobs it sets that are not searched are in ``space.fixed``). The gain is measured
     over it, in the same study. None: over the engine's default."""
     baseline_text: str | None = None
     """``--baseline`` as given."""
+
+    @field_validator("engine", "validate_engine")
+    @classmethod
+    def _known_engine(cls, value: str | None) -> str | None:
+        if value is None or value == "url":
+            return value
+        found = find(value)
+        if found is None:
+            raise Invalid(
+                f"unknown engine {value!r}", hint="choose one of: " + ", ".join(ENGINE_IDS)
+            )
+        return found.id
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TuneSpec:
+        simulated = (found := find(self.engine)) is not None and found.simulated
+        if self.validate_top and (not simulated or not self.validate_engine):
+            raise Invalid(
+                "{validate_top} re-measures a simulated search on a real engine",
+                hint="use it with {engine} sim and {validate_engine} vllm ({validate_model} …)",
+            )
+        if self.realtime and not simulated:
+            raise Invalid("{realtime} applies to {engine} sim only")
+        return self
 
     def reference_params(self) -> dict[str, Any]:
         """The point the gain is measured over: the baseline, or the engine's default."""

@@ -7,6 +7,7 @@ import math
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from servetune.checks import validated
 from servetune.errors import ConfigError
 from servetune.results.schema import BenchConfig
 from servetune.workload.arrivals import arrival_offsets, count_for_duration
@@ -45,73 +46,9 @@ class Plan(BaseModel):
 
 
 def validate_config(cfg: BenchConfig) -> None:
-    """Reject impossible knob values before anything is generated."""
-    if not cfg.request_rate > 0:
-        raise ConfigError(
-            f"--request-rate must be > 0 (got {cfg.request_rate:g})",
-            hint="use a positive rate, or 'inf' (optionally with --max-concurrency N)",
-        )
-    if cfg.max_concurrency is not None and cfg.max_concurrency < 1:
-        raise ConfigError(
-            f"--max-concurrency must be ≥ 1 (got {cfg.max_concurrency})",
-            hint="e.g. --max-concurrency 32, or leave it out for no cap",
-        )
-    if cfg.num_prompts < 1:
-        raise ConfigError(
-            f"--num-prompts must be ≥ 1 (got {cfg.num_prompts})", hint="e.g. --num-prompts 1000"
-        )
-    if cfg.duration_s is not None and not cfg.duration_s > 0:
-        raise ConfigError(
-            f"--duration must be > 0 seconds (got {cfg.duration_s})", hint="e.g. --duration 60"
-        )
-    if cfg.random_input_len < 1 or cfg.random_output_len < 1:
-        raise ConfigError(
-            "--random-input-len and --random-output-len must be ≥ 1 "
-            f"(got {cfg.random_input_len} and {cfg.random_output_len})",
-            hint="e.g. --random-input-len 1024 --random-output-len 128",
-        )
-    if not 0 <= cfg.random_range_ratio < 1:
-        raise ConfigError(
-            f"--random-range-ratio must be in [0, 1) (got {cfg.random_range_ratio})",
-            hint="e.g. --random-range-ratio 0.5 (lengths L·0.5 to L·1.5), 0 for fixed lengths",
-        )
-    if not cfg.burstiness > 0:
-        raise ConfigError(
-            f"--burstiness must be > 0 (got {cfg.burstiness})",
-            hint="e.g. --burstiness 0.5 (burstier than Poisson), 1 for Poisson arrivals",
-        )
-    if cfg.warmup_s < 0 or cfg.cooldown_s < 0:
-        raise ConfigError(
-            f"--warmup and --cooldown must be ≥ 0 seconds (got {cfg.warmup_s:g} and "
-            f"{cfg.cooldown_s:g})",
-            hint="e.g. --warmup 10 --cooldown 10, or 0 to measure the whole run",
-        )
-    if cfg.dataset_path is not None and cfg.dataset_name in ("random", "prefix"):
-        # it was read by nobody: the run would send synthetic prompts the user did not ask for
-        raise ConfigError(
-            f"--dataset-path {cfg.dataset_path} is not read by --dataset-name "
-            f"{cfg.dataset_name} (synthetic prompts)",
-            hint="add --dataset-name jsonl or sharegpt to send the file's prompts, or drop "
-            "--dataset-path",
-        )
-    if (
-        cfg.dataset_name == "trace"
-        and cfg.trace.time_scale != 1.0
-        and not math.isinf(cfg.request_rate)
-    ):
-        raise ConfigError(
-            f"--trace-time-scale {cfg.trace.time_scale:g} and --request-rate "
-            f"{cfg.request_rate:g} both set the trace's pace",
-            hint="give one: --request-rate N replays the trace's shape at N req/s, "
-            "--trace-time-scale F multiplies its own gaps by F",
-        )
-    if cfg.duration_s is not None and cfg.warmup_s + cfg.cooldown_s >= cfg.duration_s:
-        # the summary's window would be empty: a run that measures nothing, exit 0
-        raise ConfigError(
-            f"--warmup {cfg.warmup_s:g} s + --cooldown {cfg.cooldown_s:g} s leave nothing of "
-            f"--duration {cfg.duration_s:g} s to measure",
-            hint="shorten the warm-up / cool-down, or lengthen --duration",
-        )
+    """CFG's ranges and rules, as the model states them (a copy made with ``model_copy``
+    skipped them): a ConfigError naming the fields."""
+    validated(BenchConfig, cfg.model_dump(exclude_unset=True))
 
 
 def plan_size(cfg: BenchConfig, num_prompts_given: bool = True) -> int:
@@ -160,7 +97,10 @@ def make_plan(cfg: BenchConfig, tok: TokenCounter, num_prompts_given: bool = Tru
     if not math.isinf(cfg.request_rate) and n > 1 and offsets[-1] > 0:
         planned = (n - 1) / float(offsets[-1])
     if n == 0:
-        raise ConfigError("the plan is empty: --duration is too short for --request-rate")
+        raise ConfigError(
+            "the plan is empty: the duration is too short for the request rate",
+            hint="lengthen the duration or raise the rate",
+        )
     return Plan(
         requests=requests, offsets_ns=offsets_ns, duration_ns=duration_ns, planned_rate=planned
     )
