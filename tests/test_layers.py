@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("diagnose",),
     ("report",),
     ("compare", "tune", "cost", "plan", "quality", "watch", "gateway"),
+    ("api",),
     ("commands",),
     ("cli",),
 )

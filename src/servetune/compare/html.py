@@ -9,7 +9,7 @@ from pathlib import Path
 from servetune.compare.figures import FIGURES
 from servetune.compare.model import CompareReport, SweepComparison
 from servetune.compare.render import estimate, interval, shift, signed, value
-from servetune.report.figures import TTFT, Plot, _figure, _style
+from servetune.report.figures import TTFT, Plot, new_figure, style_axes
 from servetune.report.html import Figure
 from servetune.report.page import figure_of, render_page, write_page
 
@@ -23,7 +23,7 @@ def curves_plot(sc: SweepComparison) -> Plot | None:
     loads = [float(r.load) for r in rows]
     if len(loads) < 2:
         return None
-    fig = _figure(10, 3.4, left=0.07, right=0.98, bottom=0.16, top=0.88, wspace=0.28)
+    fig = new_figure(10, 3.4, left=0.07, right=0.98, bottom=0.16, top=0.88, wspace=0.28)
     axes = fig.subplots(1, 3)
     for ax, key, title in (
         (axes[0], "request_throughput", "throughput (req/s)"),
@@ -47,7 +47,7 @@ def curves_plot(sc: SweepComparison) -> Plot | None:
             (v or 0) > 0 for r in rows for v in (r.a.get(key), r.b.get(key))
         ):
             ax.set_yscale("log")
-        _style(ax)
+        style_axes(ax)
     axes[0].legend(fontsize=9)
     caption = f"A ({sc.a}) in blue, B ({sc.b}) in red, level by level."
     return Plot("curves", "The two sweeps side by side", caption, fig)

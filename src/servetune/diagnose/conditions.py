@@ -24,7 +24,7 @@ from typing import Any, Literal
 from servetune.diagnose.figure_table import FIGURES, Figures
 
 Op = Literal["<", "<=", ">", ">=", "==", "!="]
-_OPS: dict[str, Callable[[float, float], bool]] = {
+OPS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt,
     "<=": operator.le,
     ">": operator.gt,
@@ -52,7 +52,7 @@ class Cond:
         v = fig.get(self.figure)
         if v is None:
             return None
-        return _OPS[self.op](v, self.value)
+        return OPS[self.op](v, self.value)
 
     def describe(self) -> str:
         return f"{self.figure} {self.op} {fmt_threshold(self.figure, self.value)}"

@@ -17,10 +17,10 @@ from servetune.report.figures import (
     TOKENS,
     TTFT,
     Plot,
-    _figure,
-    _level_ticks,
-    _log_if_wide,
-    _style,
+    level_ticks,
+    log_if_wide,
+    new_figure,
+    style_axes,
 )
 from servetune.results.sweep_schema import LevelRow, MetricName, SweepResult
 from servetune.sweep import fmt
@@ -57,9 +57,9 @@ def throughput_plot(sweep: SweepResult) -> Plot | None:
         vals = [_median([getattr(r, attr) for r in g]) for g in groups]
         return [math.nan if v is None else v for v in vals]
 
-    fig = _figure(8.0, 4.2, left=0.09, right=0.89, bottom=0.13, top=0.95)
+    fig = new_figure(8.0, 4.2, left=0.09, right=0.89, bottom=0.13, top=0.95)
     ax = fig.add_subplot()
-    _style(ax)
+    style_axes(ax)
     ax.plot(x, med("request_throughput"), "o-", color=TTFT, lw=2, label="achieved req/s")
     if len(groups) < len(rows):
         ax.plot(
@@ -116,8 +116,8 @@ def throughput_plot(sweep: SweepResult) -> Plot | None:
     top = max(r.request_throughput for r in rows)
     ax.set_ylim(0, top * 1.35)  # the ideal line may leave the plot: the curve is what matters
     ax2.set_ylim(0, max(r.output_throughput for r in rows) * 1.35 or 1.0)
-    _log_if_wide(ax, x, "x")
-    _level_ticks(ax, [r.load for r in rows if r.role == "level"])
+    log_if_wide(ax, x, "x")
+    level_ticks(ax, [r.load for r in rows if r.role == "level"])
     ax.set_xlabel("offered request rate (req/s)" if mode == "rate" else "concurrency cap")
     ax.set_ylabel("completed requests/s")
     h1, l1 = ax.get_legend_handles_labels()
@@ -136,13 +136,13 @@ def latency_plot(sweep: SweepResult) -> Plot | None:
     rows = [r for r in sweep.measured_rows() if r.completed > 0]
     if not rows:
         return None
-    fig = _figure(11.0, 3.9, left=0.06, right=0.99, bottom=0.14, top=0.91, wspace=0.22)
+    fig = new_figure(11.0, 3.9, left=0.06, right=0.99, bottom=0.14, top=0.91, wspace=0.22)
     axes = fig.subplots(1, 3)
     knee = sweep.knee
     slo = dict(slo_items(sweep.config.bench.goodput))
     metrics: tuple[MetricName, ...] = ("ttft", "tpot", "e2el")
     for ax, m in zip(axes, metrics, strict=True):
-        _style(ax)
+        style_axes(ax)
         colour = METRIC_COLOURS[m]
         groups = [[r for r in g if r.p99(m) is not None] for g in _by_load(rows)]
         groups = [g for g in groups if g]
@@ -186,7 +186,7 @@ def latency_plot(sweep: SweepResult) -> Plot | None:
                 ax.plot([knee.throughput], [at], "D", color=KNEE, ms=8, label="knee")
         if m in slo:
             ax.axhline(slo[m], color=GREY, ls="-.", lw=1, label=f"SLO {fmt.ms(slo[m])}")
-        _log_if_wide(ax, [p[1] for p in pts] + [p[2] for p in pts if p[2] is not None], "y", 20.0)
+        log_if_wide(ax, [p[1] for p in pts] + [p[2] for p in pts if p[2] is not None], "y", 20.0)
         ax.set_title(f"{METRIC_TITLES[m]} (ms)", fontsize=10)
         ax.set_xlabel("achieved req/s")
         ax.legend(fontsize=7, loc="upper left")

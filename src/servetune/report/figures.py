@@ -44,7 +44,7 @@ class Plot:
     fig: Figure
 
 
-def _figure(width: float, height: float, **margins: float) -> Figure:
+def new_figure(width: float, height: float, **margins: float) -> Figure:
     # Fixed margins: constrained layout costs more than the drawing itself.
     fig = Figure(figsize=(width, height), dpi=100)
     spec = {"left": 0.08, "right": 0.97, "bottom": 0.14, "top": 0.9, "wspace": 0.3, "hspace": 0.35}
@@ -53,7 +53,7 @@ def _figure(width: float, height: float, **margins: float) -> Figure:
     return fig
 
 
-def _style(ax: Axes) -> None:
+def style_axes(ax: Axes) -> None:
     ax.grid(True, which="major", alpha=0.3)
     ax.spines["top"].set_visible(False)
     ax.spines["right"].set_visible(False)
@@ -63,7 +63,7 @@ def _plain(v: float, _pos: int | None = None) -> str:
     return fmt.num(v)
 
 
-def _log_if_wide(ax: Axes, values: Sequence[float], axis: str, ratio: float = 8.0) -> None:
+def log_if_wide(ax: Axes, values: Sequence[float], axis: str, ratio: float = 8.0) -> None:
     """Log scale when the values span ``ratio``× or more, with plain-number tick labels."""
     vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
     if len(vals) < 2 or max(vals) / min(vals) < ratio:
@@ -77,7 +77,7 @@ def _log_if_wide(ax: Axes, values: Sequence[float], axis: str, ratio: float = 8.
     target.set_minor_formatter(NullFormatter())
 
 
-def _level_ticks(ax: Axes, xs: Sequence[float]) -> None:
+def level_ticks(ax: Axes, xs: Sequence[float]) -> None:
     """Ticks at the swept loads themselves, thinned so that labels do not collide."""
     uniq = sorted({x for x in xs if math.isfinite(x) and x > 0})
     if len(uniq) < 2:
@@ -96,7 +96,7 @@ def _level_ticks(ax: Axes, xs: Sequence[float]) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
-def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     v = np.sort(values)
     if v.size > _CDF_POINTS:
         q = np.linspace(0, 1, _CDF_POINTS)

@@ -29,7 +29,7 @@ class Figure:
     png: str | None
 
 
-def _env() -> Environment:
+def template_env() -> Environment:
     env = Environment(
         loader=PackageLoader("servetune.report", "templates"),
         autoescape=True,
@@ -169,4 +169,4 @@ def render_html(
         "cost": extras.cost if extras else None,
         "quality": extras.quality if extras else None,
     }
-    return _env().get_template(TEMPLATE).render(**context)
+    return template_env().get_template(TEMPLATE).render(**context)

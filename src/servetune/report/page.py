@@ -1,5 +1,5 @@
-"""What every page of the report shares: the Jinja environment (``html._env``: filters, the
-one stylesheet ``_style.css.j2``), a plot turned into an inline SVG figure (and a PNG beside
+"""What every page of the report shares: the Jinja environment (``html.template_env``: filters, the
+one stylesheet ``style_axes.css.j2``), a plot turned into an inline SVG figure (and a PNG beside
 the page), and writing the page. Runs, sweeps, plans, recordings, tune results and
 ``compare --html`` are all drawn by this one machinery."""
 
@@ -14,7 +14,7 @@ from markupsafe import Markup
 from servetune import __version__
 from servetune.errors import ResultError
 from servetune.report.figures import Plot
-from servetune.report.html import Figure, _env
+from servetune.report.html import Figure, template_env
 from servetune.report.render import save_png, svg_element
 
 
@@ -34,7 +34,7 @@ def figure_of(plot: Plot, out_dir: Path | None) -> Figure:
 def render_page(template: str, **context: Any) -> str:
     """One page of the report from ``template`` (the version and the time written added)."""
     return (
-        _env()
+        template_env()
         .get_template(template)
         .render(
             version=__version__,

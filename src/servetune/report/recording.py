@@ -22,8 +22,8 @@ from servetune.report.figures import (
     TTFT,
     WAITING,
     Plot,
-    _figure,
-    _style,
+    new_figure,
+    style_axes,
 )
 from servetune.report.findings import DiagnoseView, view_of
 from servetune.report.page import figure_of, render_page, write_page
@@ -65,12 +65,14 @@ def _shade(ax: object, spans: list[tuple[float, float, str, str]]) -> None:
 
 
 def server_plot(samples: list[ServerSample], rec: WatchRecording) -> Plot:
-    fig = _figure(11.0, 6.0, left=0.07, right=0.99, bottom=0.09, top=0.94, wspace=0.18, hspace=0.32)
+    fig = new_figure(
+        11.0, 6.0, left=0.07, right=0.99, bottom=0.09, top=0.94, wspace=0.18, hspace=0.32
+    )
     axes = fig.subplots(2, 2, sharex=True).ravel()
     spans = _spans(rec, samples[-1].t)
     t, kv = _gauge(samples, ss.KV_CACHE_USAGE)
     ax = axes[0]
-    _style(ax)
+    style_axes(ax)
     ax.set_title("KV-cache use (%)", fontsize=10)
     if kv.size:
         ax.plot(t, kv * 100, color=KV, lw=1.4)
@@ -80,7 +82,7 @@ def server_plot(samples: list[ServerSample], rec: WatchRecording) -> Plot:
             0.5, 0.5, "not exposed by this server", transform=ax.transAxes, ha="center", color=GREY
         )
     ax = axes[1]
-    _style(ax)
+    style_axes(ax)
     ax.set_title("requests running / waiting", fontsize=10)
     for concept, colour, label in (
         (ss.RUNNING, RUNNING, "running"),
@@ -92,7 +94,7 @@ def server_plot(samples: list[ServerSample], rec: WatchRecording) -> Plot:
     ax.legend(fontsize=7, loc="upper left")
     ax.set_ylim(bottom=0)
     ax = axes[2]
-    _style(ax)
+    style_axes(ax)
     ax.set_title("tokens per second", fontsize=10)
     for concept, colour, label in (
         (ss.PROMPT_TOKENS_TOTAL, GREY, "prompt"),
@@ -104,7 +106,7 @@ def server_plot(samples: list[ServerSample], rec: WatchRecording) -> Plot:
     ax.legend(fontsize=7, loc="upper left")
     ax.set_ylim(bottom=0)
     ax = axes[3]
-    _style(ax)
+    style_axes(ax)
     ax.set_title("preemptions per second", fontsize=10)
     tt, v = _gauge(samples, ss.PREEMPTIONS_TOTAL)
     if v.size:
@@ -134,11 +136,11 @@ def latency_plot(samples: list[ServerSample], rec: WatchRecording) -> Plot | Non
     ]
     if not have:
         return None
-    fig = _figure(11.0, 3.4, left=0.07, right=0.99, bottom=0.15, top=0.88, wspace=0.18)
+    fig = new_figure(11.0, 3.4, left=0.07, right=0.99, bottom=0.15, top=0.88, wspace=0.18)
     axes = np.atleast_1d(fig.subplots(1, len(have)))
     spans = _spans(rec, samples[-1].t)
     for ax, concept in zip(axes, have, strict=True):
-        _style(ax)
+        style_axes(ax)
         name = "TTFT" if concept == ss.TTFT_SECONDS else "TPOT"
         ax.set_title(f"{name} (ms) over {rec.window_s:g} s windows", fontsize=10)
         ts: list[float] = []

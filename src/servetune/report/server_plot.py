@@ -15,9 +15,9 @@ from servetune.report.figures import (
     RUNNING,
     WAITING,
     Plot,
-    _figure,
-    _style,
     level_colour,
+    new_figure,
+    style_axes,
 )
 from servetune.results import server_series as ss
 
@@ -45,7 +45,9 @@ def server_plot(levels: Sequence[LevelData]) -> Plot | None:
     levels = [lv for lv in levels if lv.series]
     if not levels:
         return None
-    fig = _figure(11.0, 6.0, left=0.07, right=0.99, bottom=0.09, top=0.94, wspace=0.18, hspace=0.32)
+    fig = new_figure(
+        11.0, 6.0, left=0.07, right=0.99, bottom=0.09, top=0.94, wspace=0.18, hspace=0.32
+    )
     axes = fig.subplots(2, 2, sharex=True).ravel()
     panels = (
         (ss.KV_CACHE_USAGE, "KV-cache use (%)", 100.0),
@@ -56,7 +58,7 @@ def server_plot(levels: Sequence[LevelData]) -> Plot | None:
     n = len(levels)
     single = n == 1
     for ax, (concept, title, scale) in zip(axes, panels, strict=True):
-        _style(ax)
+        style_axes(ax)
         ax.set_title(title, fontsize=10)
         drawn = False
         for i, lv in enumerate(levels):

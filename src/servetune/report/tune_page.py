@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from servetune.report.figures import E2E as GOOD
-from servetune.report.figures import GREY, KNEE, TTFT, Plot, _figure, _style
+from servetune.report.figures import GREY, KNEE, TTFT, Plot, new_figure, style_axes
 from servetune.report.page import figure_of, render_page, write_page
 from servetune.results.tune_file import (
     TUNE_FILE,
@@ -91,7 +91,7 @@ def pareto_plot(result: TuneResult) -> Plot | None:
     if not trials:
         return None
     per_rate = result.spec.objective == "slo-max"
-    fig = _figure(9.5, 4.2, left=0.09, bottom=0.13)
+    fig = new_figure(9.5, 4.2, left=0.09, bottom=0.13)
     ax = fig.add_subplot(1, 1, 1)
     ax.scatter(
         [float(t.throughput or 0) for t in trials],
@@ -143,7 +143,7 @@ def pareto_plot(result: TuneResult) -> Plot | None:
     unit = "req/s at its SLO-max rate" if per_rate else "output tok/s"
     ax.set_xlabel(f"throughput ({unit})", fontsize=9)
     ax.set_ylabel("P99 E2E latency there (ms)", fontsize=9)
-    _style(ax)
+    style_axes(ax)
     ax.legend(fontsize=8)
     caption = (
         "Each configuration measured: throughput against P99 end-to-end latency "
@@ -157,7 +157,7 @@ def progress_plot(result: TuneResult) -> Plot | None:
     trials = [t for t in result.trials if t.status != "duplicate"]
     if len(trials) < 2:
         return None
-    fig = _figure(9.5, 3.4, left=0.09, bottom=0.16)
+    fig = new_figure(9.5, 3.4, left=0.09, bottom=0.16)
     ax = fig.add_subplot(1, 1, 1)
     for status, colour in STATUS_COLOURS.items():
         pts = [(t.number, float(t.value or 0.0)) for t in trials if t.status == status]
@@ -175,7 +175,7 @@ def progress_plot(result: TuneResult) -> Plot | None:
     ax.step(xs, ys, where="post", color=GOOD, label="best so far", zorder=2)
     ax.set_xlabel("trial", fontsize=9)
     ax.set_ylabel(UNITS[result.spec.objective], fontsize=9)
-    _style(ax)
+    style_axes(ax)
     ax.legend(fontsize=8, ncol=4)
     caption = (
         "Each trial's objective as the search went (pruned: the prediction or the first probes "

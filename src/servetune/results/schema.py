@@ -151,6 +151,11 @@ class BenchConfig(BaseModel):
                 "constant spaces the requests evenly",
                 hint="drop {burstiness}, or use {arrival} gamma (or poisson) for bursty arrivals",
             )
+        if self.dataset_path is None and self.dataset_name in ("sharegpt", "jsonl"):
+            raise Invalid(
+                f"{{dataset_name}} {self.dataset_name} needs {{dataset_path}} FILE",
+                hint="give the file, or use {dataset_name} random",
+            )
         if self.dataset_path is not None and self.dataset_name in ("random", "prefix"):
             # read by nobody: the run would send synthetic prompts the user did not ask for
             raise Invalid(

@@ -105,9 +105,9 @@ def _cond(q: Promql, c: Cond, notes: list[str]) -> str | None:
                 notes.append(f"{c.describe()} (the engine's configuration was not given)")
                 return None
             raise _Skip(f"needs {c.figure} from the engine's configuration (--server-cmd)")
-        from servetune.diagnose.conditions import _OPS
+        from servetune.diagnose.conditions import OPS
 
-        if _OPS[c.op](v, c.value):
+        if OPS[c.op](v, c.value):
             return None
         raise _Skip(f"{c.describe()} is false for this configuration: it cannot fire")
     expr = _figure(q, c.figure)

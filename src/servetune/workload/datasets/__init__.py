@@ -7,6 +7,8 @@ from servetune.results.schema import BenchConfig
 from servetune.workload.spec import RequestSpec
 from servetune.workload.tokens import TokenCounter
 
+__all__ = ["build_dataset"]
+
 
 def build_dataset(cfg: BenchConfig, tok: TokenCounter, n: int) -> list[RequestSpec]:
     """``n`` requests of the configured dataset, reproducible from ``cfg.seed``."""
@@ -19,9 +21,9 @@ def build_dataset(cfg: BenchConfig, tok: TokenCounter, n: int) -> list[RequestSp
 
         return prefix_requests(cfg, tok, n)
     if cfg.dataset_path is None:
-        raise ConfigError(
-            f"--dataset-name {cfg.dataset_name} needs --dataset-path FILE",
-            hint="give the file, or use --dataset-name random",
+        raise ConfigError(  # BenchConfig refuses it; a copy made with model_copy does not
+            f"dataset_name {cfg.dataset_name} needs a dataset_path",
+            hint="give the file, or use the random dataset",
         )
     if cfg.dataset_name == "sharegpt":
         from servetune.workload.datasets.sharegpt import sharegpt_requests
