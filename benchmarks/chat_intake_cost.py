@@ -15,7 +15,7 @@ the median round is printed with the spread. What it does not measure: a longer 
 host (gpustack's CPU is not published). ``--vllm-python`` measures another vLLM CPU install
 (e.g. 0.11.0, gpustack's release; docs/sim.md says how it was installed).
 
-    flock /work/helpers/engine.lock .venv/bin/python benchmarks/chat_intake_cost.py \
+    .venv/bin/python benchmarks/chat_intake_cost.py \
         [--requests 200] [--rounds 3] [--json out.json]
 """
 

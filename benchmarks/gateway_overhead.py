@@ -48,7 +48,7 @@ process serves each part, so a backlog from one part does not slow the next. Lit
 (``litellm[proxy]`` from PyPI) is installed into its own venv under
 ``~/.cache/servetune/bench-venvs/litellm`` on first use — never a servetune dependency.
 
-    flock /work/helpers/bench.lock .venv/bin/python benchmarks/gateway_overhead.py [--quick]
+    .venv/bin/python benchmarks/gateway_overhead.py [--quick]
         [--parts 1,2,3,4] [--no-litellm] [--before-src DIR] [--score]
 
 ``--score``: the ``score`` routing policy's cost (issue 23: ≤ +0.5 ms p50 over least-loaded)

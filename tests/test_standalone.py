@@ -18,7 +18,9 @@ CHECKED = (
     "benchmarks",
     "scripts",
 )
-OUTSIDE = re.compile(r"\.\./shared\b|/work/(?:shared|main|wt)\b")
+OUTSIDE = re.compile(r"\.\./shared\b|/work/[a-z]|\bflock /")
+"""A sibling checkout, a path of the machine the project was developed on, or a lock file
+outside the repository that benchmarks were once run under."""
 
 
 def _files() -> list[Path]:
