@@ -16,8 +16,8 @@ from servetune.diagnose import diagnose_path
 from servetune.diagnose.limiter import compute_words
 from servetune.diagnose.model import Diagnosis, Finding
 from servetune.diagnose.rules import NEAR_CEILING
-from servetune.diagnose.sweep_levels import agree_with_the_curve
-from servetune.diagnose.sweep_limit import limit_finding
+from servetune.diagnose.sweep.levels import agree_with_the_curve
+from servetune.diagnose.sweep.limit import limit_finding
 from servetune.results.schema import BenchConfig
 from servetune.results.sweep_schema import Knee, LevelRow, SweepConfig, SweepResult
 

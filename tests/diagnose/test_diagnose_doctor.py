@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from servetune.diagnose import Diagnosis, diagnose_config, diagnose_path
-from servetune.diagnose.action_build import apply_action
-from servetune.diagnose.doctor import engine_config_from_command
+from servetune.diagnose.actions.build import apply_action
+from servetune.diagnose.doctor.check import engine_config_from_command
 from servetune.errors import ConfigError, SimError
 from servetune.knobs import parse_command
 from servetune.sim.memory import plan_memory
@@ -286,7 +286,7 @@ def test_no_doctor_template_is_left_unfilled(command: str) -> None:
 
 
 def test_refusal_fixes_follow_the_reason_code_not_the_wording() -> None:
-    from servetune.diagnose.doctor_refusal import _fix_candidates
+    from servetune.diagnose.doctor.refusal import _fix_candidates
     from servetune.sim.config import EngineConfig
 
     cfg = EngineConfig(

@@ -12,7 +12,7 @@ import pytest
 from tests.diagnose.dx_scenarios import SCENARIOS, run_scenario
 
 from servetune.diagnose import Diagnosis, diagnose_path
-from servetune.diagnose.action_build import apply_action
+from servetune.diagnose.actions.build import apply_action
 from servetune.diagnose.model import Action
 from servetune.results.io import read_run_result
 

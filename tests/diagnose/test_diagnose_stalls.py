@@ -12,9 +12,9 @@ import pytest
 from tests.diagnose.dx_scenarios import SCENARIOS, run_scenario
 
 from servetune.diagnose import Diagnosis, diagnose_path
-from servetune.diagnose.action_build import apply_action
+from servetune.diagnose.actions.build import apply_action
 from servetune.diagnose.evaluate import evaluate
-from servetune.diagnose.figure_table import Figures
+from servetune.diagnose.figures.table import Figures
 from servetune.diagnose.latency_tail import TAIL_EXPLAINED_BY
 from servetune.metrics.timeline import TAIL_RATIO
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from servetune.diagnose.action_build import build_action
-from servetune.diagnose.actions import ACTIONS
+from servetune.diagnose.actions.build import build_action
+from servetune.diagnose.actions.table import ACTIONS
 from servetune.diagnose.conditions import AnyOf, Cond, fmt_ms, render, template_fields
-from servetune.diagnose.doctor_rules import DOCTOR_RULES
+from servetune.diagnose.doctor.rules import DOCTOR_RULES
 from servetune.diagnose.engine_flags import engine_flags
 from servetune.diagnose.evaluate import evaluate, evaluate_rule, needs
-from servetune.diagnose.figure_table import FIGURES, Figures
-from servetune.diagnose.figures import compute_figures
-from servetune.diagnose.figures_server import GPU_UTIL_MISSING
+from servetune.diagnose.figures.client import compute_figures
+from servetune.diagnose.figures.server import GPU_UTIL_MISSING
+from servetune.diagnose.figures.table import FIGURES, Figures
 from servetune.diagnose.knobs import KnownConfig
 from servetune.diagnose.rules import RULES, Rule
 from servetune.knobs import flag as knob_flag

@@ -30,8 +30,8 @@ from servetune.diagnose import (
     sweep_levels,
     sweep_limit,
 )
-from servetune.diagnose.actions import ACTIONS, PROCEDURE
-from servetune.diagnose.doctor_rules import DOCTOR_RULES
+from servetune.diagnose.actions.table import ACTIONS, PROCEDURE
+from servetune.diagnose.doctor.rules import DOCTOR_RULES
 from servetune.diagnose.rules import RULES
 from servetune.knobs import ENGINES, KNOBS, Absent
 

@@ -1,9 +1,9 @@
 """Diagnose: name the bottleneck from the evidence, and say which knob to turn.
 
 The rules of the seed are data (:mod:`servetune.diagnose.rules`, the config doctor's in
-:mod:`servetune.diagnose.doctor`), evaluated over figures computed once per run
-(:mod:`servetune.diagnose.figures`); actions come from :mod:`servetune.diagnose.actions` in
-the seed's cost order. Entry points::
+:mod:`servetune.diagnose.doctor.check`), evaluated over figures computed once per run
+(:mod:`servetune.diagnose.figures.client`); actions come from
+:mod:`servetune.diagnose.actions.table` in the seed's cost order. Entry points::
 
     diagnose_path(RUN_OR_SWEEP_DIR) -> Diagnosis        # .headline: one line for a person
     diagnose_config("vllm serve MODEL …", gpu="A100-80GB", input_len=…, output_len=…)
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from servetune.diagnose.doctor import diagnose_config
+from servetune.diagnose.doctor.check import diagnose_config
 from servetune.diagnose.model import Action, Diagnosis, Finding, LevelDiagnosis
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def diagnose_path(
     """
     from servetune.diagnose.evaluate import rank
     from servetune.diagnose.run import diagnose_run
-    from servetune.diagnose.sweep import diagnose_sweep
+    from servetune.diagnose.sweep.diagnose import diagnose_sweep
     from servetune.errors import ServetuneError
     from servetune.results.io import detect_dir
 

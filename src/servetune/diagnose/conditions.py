@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from servetune.diagnose.figure_table import FIGURES, Figures
+from servetune.diagnose.figures.table import FIGURES, Figures
 
 Op = Literal["<", "<=", ">", ">=", "==", "!="]
 OPS: dict[str, Callable[[float, float], bool]] = {

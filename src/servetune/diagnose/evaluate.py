@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from servetune.diagnose.action_build import build_action
+from servetune.diagnose.actions.build import build_action
 from servetune.diagnose.conditions import Condition, render, template_fields
-from servetune.diagnose.figure_table import Figures
-from servetune.diagnose.figures_server import MIN_SAMPLES
+from servetune.diagnose.figures.server import MIN_SAMPLES
+from servetune.diagnose.figures.table import Figures
 from servetune.diagnose.latency_tail import tail_finding
 from servetune.diagnose.limiter import what_limits
 from servetune.diagnose.model import KIND_ORDER, Confidence, Finding, FindingKind
@@ -42,7 +42,7 @@ def needs(rule: Rule) -> list[str]:
 
 
 def _known_figures() -> set[str]:
-    from servetune.diagnose.figure_table import FIGURES
+    from servetune.diagnose.figures.table import FIGURES
 
     return set(FIGURES)
 

@@ -4,9 +4,9 @@ arriving in bunches)."""
 
 from __future__ import annotations
 
-from servetune.diagnose.action_build import build_action
+from servetune.diagnose.actions.build import build_action
 from servetune.diagnose.conditions import fmt_ms, render
-from servetune.diagnose.figure_table import Figures
+from servetune.diagnose.figures.table import Figures
 from servetune.diagnose.model import Finding
 from servetune.diagnose.rules import PREFILL_STALLS
 from servetune.metrics.timeline import TAIL_RATIO

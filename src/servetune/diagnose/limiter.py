@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from servetune.diagnose.figure_table import Figures
+from servetune.diagnose.figures.table import Figures
 from servetune.diagnose.model import Finding
 from servetune.diagnose.rules import CAUSES, NEAR_CEILING, SPARE_COMPUTE
 

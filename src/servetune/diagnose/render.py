@@ -128,8 +128,8 @@ def render(diag: Diagnosis, verbose: bool = False) -> str:
 
 def rules_table() -> list[dict[str, Any]]:
     """The rules as data, for a person or a machine (``servetune diagnose --rules``)."""
-    from servetune.diagnose.actions import ACTIONS
-    from servetune.diagnose.doctor_rules import DOCTOR_RULES
+    from servetune.diagnose.actions.table import ACTIONS
+    from servetune.diagnose.doctor.rules import DOCTOR_RULES
     from servetune.diagnose.evaluate import needs
     from servetune.diagnose.rules import RULES
 

@@ -1,5 +1,5 @@
 """The rules of the seed as data: one :class:`Rule` per bottleneck rule and troubleshooting
-row, with the condition (over the figures of :mod:`servetune.diagnose.figures`), the verdict,
+row, with the condition (over the figures of :mod:`servetune.diagnose.figures.client`), the verdict,
 the evidence to quote and the actions in the seed's cost order.
 
 The seed's lines, and the rule that implements each:
@@ -99,7 +99,7 @@ class Rule:
     """At least one of these figures must be known, else the rule cannot tell."""
     evidence: tuple[str, ...] = ()
     actions: tuple[str, ...] = ()
-    """Action ids (servetune.diagnose.actions.ACTIONS) in the seed's cost order."""
+    """Action ids (servetune.diagnose.actions.table.ACTIONS) in the seed's cost order."""
     cannot_tell: str = ""
     """Template for the cannot-tell sentence (what the known evidence says so far)."""
     fallback_actions: tuple[str, ...] = ()

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from servetune.diagnose.actions import PROCEDURE
+from servetune.diagnose.actions.table import PROCEDURE
 from servetune.diagnose.evaluate import evaluate
 from servetune.diagnose.failures import gate_run
-from servetune.diagnose.figure_table import Figures
-from servetune.diagnose.figures import compute_figures
-from servetune.diagnose.figures_server import read_series_tolerant
+from servetune.diagnose.figures.client import compute_figures
+from servetune.diagnose.figures.server import read_series_tolerant
+from servetune.diagnose.figures.table import Figures
 from servetune.diagnose.knobs import KnownConfig, known_config
 from servetune.diagnose.model import Diagnosis, Finding
 from servetune.errors import ServetuneError

@@ -33,9 +33,9 @@ from pathlib import Path
 import numpy as np
 
 from servetune.diagnose.evaluate import evaluate
-from servetune.diagnose.figure_table import Figures
-from servetune.diagnose.figures_config import derived_figures, knob_figures
-from servetune.diagnose.figures_server import read_series_tolerant, server_figures
+from servetune.diagnose.figures.config import derived_figures, knob_figures
+from servetune.diagnose.figures.server import read_series_tolerant, server_figures
+from servetune.diagnose.figures.table import Figures
 from servetune.diagnose.growth import growth_z, late_growth, slope
 from servetune.diagnose.knobs import KnownConfig
 from servetune.diagnose.model import Diagnosis, Finding

@@ -95,7 +95,7 @@ def _pct(values: list[float], q: float) -> float | None:
 def _late_growth(sends: np.ndarray, ends: np.ndarray, rate: float) -> float | None:
     """In-flight growth (req/s) over the second half of the sending period ÷ the rate.
 
-    The same figure as diagnose's ``inflight_growth_late_share`` (diagnose/figures.py, from a
+    The same figure as diagnose's ``inflight_growth_late_share`` (diagnose/figures/client.py, from a
     run's records; diagnose/window.py, from a window of a run) on the same primitives
     (:func:`servetune.metrics.timeline.in_flight`, :func:`~servetune.metrics.timeline.slope`),
     sampled on 40 points of the second half; the offered rate is the plan's, not measured."""

@@ -23,9 +23,9 @@ from typing import Any
 
 import yaml
 
-from servetune.diagnose.actions import ACTIONS
+from servetune.diagnose.actions.table import ACTIONS
 from servetune.diagnose.conditions import AllOf, Cond, Condition
-from servetune.diagnose.figures_config import KNOB_FIGURES
+from servetune.diagnose.figures.config import KNOB_FIGURES
 from servetune.diagnose.rules import RULES, Rule
 from servetune.diagnose.window import CLIENT_RULES
 from servetune.watch.hold import HOLD_S

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from servetune.diagnose.figure_table import Figures
+from servetune.diagnose.figures.table import Figures
 from servetune.diagnose.knobs import KnownConfig
 from servetune.errors import ServetuneError
 from servetune.knobs import KnobValue

@@ -2,23 +2,23 @@
 which levels are past it (and whether their queue grows without bound), what limits the
 capacity at the knee, and the seed's cost order as a plan (quantize → push GPU/KV use to
 80%+ → rate-limit at the knee → only then add GPUs). The curve's findings come from
-:mod:`~servetune.diagnose.sweep_knee` (the knee), :mod:`~servetune.diagnose.sweep_limit` (what
-limits capacity) and :mod:`~servetune.diagnose.sweep_levels` (a level past the knee agrees)."""
+:mod:`~servetune.diagnose.sweep.knee` (the knee), :mod:`~servetune.diagnose.sweep.limit` (what
+limits capacity) and :mod:`~servetune.diagnose.sweep.levels` (a level past the knee agrees)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from servetune.diagnose.actions import PROCEDURE
+from servetune.diagnose.actions.table import PROCEDURE
 from servetune.diagnose.conditions import fmt_num
 from servetune.diagnose.evaluate import rank
 from servetune.diagnose.failures import sweep_failure_finding
 from servetune.diagnose.knobs import KnownConfig
 from servetune.diagnose.model import Diagnosis, Finding, LevelDiagnosis
 from servetune.diagnose.run import diagnose_run
-from servetune.diagnose.sweep_knee import is_past_knee, knee_status_finding, past_knee_finding
-from servetune.diagnose.sweep_levels import agree_with_the_curve
-from servetune.diagnose.sweep_limit import limit_finding
+from servetune.diagnose.sweep.knee import is_past_knee, knee_status_finding, past_knee_finding
+from servetune.diagnose.sweep.levels import agree_with_the_curve
+from servetune.diagnose.sweep.limit import limit_finding
 from servetune.errors import ResultError, ServetuneError
 from servetune.results.io import RUN_FILE
 from servetune.results.sweep_schema import Knee, LevelRow

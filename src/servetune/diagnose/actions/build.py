@@ -1,5 +1,5 @@
-"""One action for one run: the table's spec (:data:`servetune.diagnose.actions.ACTIONS`) filled
-with the run's figures — its move, the memory planner's before/after KV pool, each engine's
+"""One action for one run: the table's spec (:data:`servetune.diagnose.actions.table.ACTIONS`)
+filled with the run's figures — its move, the memory planner's before/after KV pool, each engine's
 flags, the rendered title, expectation and risk; and applying an action to an engine config.
 """
 
@@ -8,11 +8,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from servetune.diagnose.action_targets import what_if_pool
-from servetune.diagnose.actions import ACTIONS
+from servetune.diagnose.actions.table import ACTIONS
+from servetune.diagnose.actions.targets import what_if_pool
 from servetune.diagnose.conditions import fmt_num, fmt_value, render
 from servetune.diagnose.engine_flags import engine_changes, engine_flags
-from servetune.diagnose.figure_table import Figures
+from servetune.diagnose.figures.table import Figures
 from servetune.diagnose.model import Action
 from servetune.knobs import KnobValue, has, render_value, value_text
 from servetune.knobs import flag as knob_flag

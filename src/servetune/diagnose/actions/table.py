@@ -4,8 +4,8 @@ the seed's cost order (1 quantize → 2 push GPU/KV use to 80%+ → 3 rate-limit
 
 Each :class:`ActionSpec` names an engine-neutral knob (``servetune.engines.knobs``) or is an
 operational step (a gateway cap, more load). Its new value comes from a *target* function
-over the run's figures (:mod:`servetune.diagnose.action_targets`); an action for one run is
-built by :mod:`servetune.diagnose.action_build`, each engine's spelling of it by
+over the run's figures (:mod:`servetune.diagnose.actions.targets`); an action for one run is
+built by :mod:`servetune.diagnose.actions.build`, each engine's spelling of it by
 :mod:`servetune.diagnose.engine_flags`. The seed's rules for any change are in
 :data:`PROCEDURE`.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from servetune.diagnose.action_targets import (
+from servetune.diagnose.actions.targets import (
     Target,
     chunk_budget,
     chunked_on,
@@ -35,7 +35,7 @@ from servetune.diagnose.action_targets import (
     weights,
     weights_for_speed,
 )
-from servetune.diagnose.figure_table import Figures
+from servetune.diagnose.figures.table import Figures
 from servetune.knobs import KnobValue
 
 PROCEDURE = [

@@ -1,5 +1,5 @@
 """The figures the rules read, computed once per run (names and units:
-:mod:`servetune.diagnose.figure_table`): client figures from ``run.json`` and
+:mod:`servetune.diagnose.figures.table`): client figures from ``run.json`` and
 ``requests.jsonl``, server figures from ``server_metrics.jsonl`` (reduced by
 :func:`servetune.metrics.server_summary.summarize_server` over the client's measured window),
 the engine knobs when known, and a few derived ones.
@@ -25,9 +25,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from servetune.diagnose.figure_table import Figures
-from servetune.diagnose.figures_config import derived_figures, knob_figures
-from servetune.diagnose.figures_server import server_figures
+from servetune.diagnose.figures.config import derived_figures, knob_figures
+from servetune.diagnose.figures.server import server_figures
+from servetune.diagnose.figures.table import Figures
 from servetune.diagnose.growth import growth_z, late_growth
 from servetune.diagnose.knobs import KnownConfig
 from servetune.metrics.prefix_check import check_prefix_cache

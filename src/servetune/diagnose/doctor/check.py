@@ -3,9 +3,9 @@ workload's lengths — no run needed.
 
 The simulated engine's memory planner (:mod:`servetune.sim.memory`, vLLM V1 semantics) says
 whether the engine will start and how big its KV pool is
-(:mod:`servetune.diagnose.doctor_refusal` when it will not); the rules
-(:mod:`servetune.diagnose.doctor_rules`, data like the run rules) compare that with the
-workload, over the figures of :mod:`servetune.diagnose.doctor_figures`.
+(:mod:`servetune.diagnose.doctor.refusal` when it will not); the rules
+(:mod:`servetune.diagnose.doctor.rules`, data like the run rules) compare that with the
+workload, over the figures of :mod:`servetune.diagnose.doctor.figures`.
 """
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from servetune.arch.memory import MemoryPlan
-from servetune.diagnose.actions import PROCEDURE
+from servetune.diagnose.actions.table import PROCEDURE
 from servetune.diagnose.conditions import fmt_num
-from servetune.diagnose.doctor_figures import (
+from servetune.diagnose.doctor.figures import (
     Workload,
     config_figures,
     workload_from_lengths,
     workload_from_run,
 )
-from servetune.diagnose.doctor_refusal import refusal_finding
-from servetune.diagnose.doctor_rules import DOCTOR_RULES
+from servetune.diagnose.doctor.refusal import refusal_finding
+from servetune.diagnose.doctor.rules import DOCTOR_RULES
 from servetune.diagnose.evaluate import evaluate_rule, rank
 from servetune.diagnose.knobs import planner_fields
 from servetune.diagnose.model import Diagnosis, Finding

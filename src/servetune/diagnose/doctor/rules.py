@@ -1,5 +1,5 @@
 """The config doctor's rules (data, like the run rules in :mod:`servetune.diagnose.rules`),
-read over a config's figures (:mod:`servetune.diagnose.doctor_figures`):
+read over a config's figures (:mod:`servetune.diagnose.doctor.figures`):
 
 - ``pool_below_batch`` the KV pool holds fewer than max-num-seqs average requests:
                        preemption ahead once the batch fills;
@@ -14,7 +14,7 @@ read over a config's figures (:mod:`servetune.diagnose.doctor_figures`):
 - ``quantized_quality``        quantized: check quality before rollout.
 
 ``will_not_start`` is no rule here: it is vLLM's own refusal
-(:mod:`servetune.diagnose.doctor_refusal`).
+(:mod:`servetune.diagnose.doctor.refusal`).
 """
 
 from __future__ import annotations

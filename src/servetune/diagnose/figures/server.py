@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from servetune.diagnose.figure_table import FIGURES, Figures
+from servetune.diagnose.figures.table import FIGURES, Figures
 from servetune.errors import ServetuneError
 from servetune.metrics.server_summary import summarize_server
 from servetune.metrics.timeline import (

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from servetune.arch.memory import MemoryPlan
 from servetune.arch.precision import requantized
-from servetune.diagnose.figure_table import Figures
+from servetune.diagnose.figures.table import Figures
 from servetune.diagnose.knobs import from_engine_config
 from servetune.errors import ConfigError, ServetuneError
 from servetune.sim.config import EngineConfig, ResolvedConfig

@@ -7,7 +7,7 @@ from __future__ import annotations
 from servetune.diagnose.conditions import fmt_ms, fmt_num
 from servetune.diagnose.evaluate import rank
 from servetune.diagnose.model import Finding
-from servetune.diagnose.sweep_knee import knee_action, load_text
+from servetune.diagnose.sweep.knee import knee_action, load_text
 from servetune.results.sweep_schema import Knee, LevelRow
 from servetune.sweep.fmt import METRIC_NAMES
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from servetune.diagnose.action_build import build_action
+from servetune.diagnose.actions.build import build_action
 from servetune.diagnose.conditions import fmt_ms, fmt_num
-from servetune.diagnose.figure_table import Figures
+from servetune.diagnose.figures.table import Figures
 from servetune.diagnose.model import Action, Diagnosis, Finding
 from servetune.results.sweep_schema import Knee, LevelRow, SweepResult
 from servetune.sweep.fmt import METRIC_NAMES

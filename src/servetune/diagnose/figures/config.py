@@ -7,7 +7,7 @@ configuration does not give is unknown, never read off what a run happened to re
 from __future__ import annotations
 
 from servetune.arch.precision import requantized
-from servetune.diagnose.figure_table import Figures
+from servetune.diagnose.figures.table import Figures
 from servetune.errors import ServetuneError
 from servetune.results.schema import RunResult
 

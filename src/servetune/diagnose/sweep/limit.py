@@ -4,13 +4,13 @@ push GPU/KV use to 80%+ → rate-limit at the knee → only then add GPUs."""
 
 from __future__ import annotations
 
-from servetune.diagnose.action_build import build_action
+from servetune.diagnose.actions.build import build_action
 from servetune.diagnose.conditions import fmt_num
-from servetune.diagnose.figure_table import Figures
+from servetune.diagnose.figures.table import Figures
 from servetune.diagnose.limiter import compute_near_ceiling
 from servetune.diagnose.model import Diagnosis, Finding
 from servetune.diagnose.rules import CAUSES
-from servetune.diagnose.sweep_knee import is_past_knee, knee_action
+from servetune.diagnose.sweep.knee import is_past_knee, knee_action
 from servetune.results.sweep_schema import Knee, LevelRow, SweepResult
 
 SWEEP_CAUSES = (*CAUSES, "kv_near_full")

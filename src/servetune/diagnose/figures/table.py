@@ -1,9 +1,9 @@
 """The figures the rules read: each one's name, label and unit (:data:`FIGURES`), and
 :class:`Figures`, the values of one run with the reasons for the missing ones.
 
-Computed by :mod:`servetune.diagnose.figures` (client and records),
-:mod:`servetune.diagnose.figures_server` (the server's series) and
-:mod:`servetune.diagnose.figures_config` (the engine's knobs and what derives from them).
+Computed by :mod:`servetune.diagnose.figures.client` (client and records),
+:mod:`servetune.diagnose.figures.server` (the server's series) and
+:mod:`servetune.diagnose.figures.config` (the engine's knobs and what derives from them).
 """
 
 from __future__ import annotations
