@@ -13,26 +13,19 @@ from pathlib import Path
 import pytest
 
 from servetune.cli import build_parser
-from servetune.diagnose import (
-    action_build,
-    action_targets,
-    actions,
-    doctor,
-    engine_flags,
-    evaluate,
-    figures,
-    latency_tail,
-    limiter,
-    rules,
-    run,
-    sweep,
-    sweep_knee,
-    sweep_levels,
-    sweep_limit,
-)
+from servetune.diagnose import engine_flags, evaluate, latency_tail, limiter, rules, run
+from servetune.diagnose.actions import build as action_build
+from servetune.diagnose.actions import table as actions
+from servetune.diagnose.actions import targets as action_targets
 from servetune.diagnose.actions.table import ACTIONS, PROCEDURE
+from servetune.diagnose.doctor import check as doctor
 from servetune.diagnose.doctor.rules import DOCTOR_RULES
+from servetune.diagnose.figures import client as figures
 from servetune.diagnose.rules import RULES
+from servetune.diagnose.sweep import diagnose as sweep
+from servetune.diagnose.sweep import knee as sweep_knee
+from servetune.diagnose.sweep import levels as sweep_levels
+from servetune.diagnose.sweep import limit as sweep_limit
 from servetune.knobs import ENGINES, KNOBS, Absent
 
 REPO = Path(__file__).resolve().parents[2]
