@@ -19,7 +19,7 @@ import yaml
 from servetune.engines import EngineKnobs, build_command
 from servetune.engines.failures import recognise
 from servetune.errors import ConfigError
-from servetune.knobs import engine_knobs, parse_command, render_command
+from servetune.knobs import engine_knobs, knob, parse_command, render_command
 from servetune.profiles import failure_patterns, profile
 
 
@@ -89,11 +89,9 @@ def test_every_flag_of_every_knob_is_one_trtllm_serve_declares() -> None:
     """Each knob alone renders to a line the documented parser takes (no dashed spelling, no
     flag it lacks)."""
     parser = trtllm_serve_parser()
-    samples = {"enable_chunked_prefill": True, "enable_prefix_caching": True}
+    samples = {"gpu_memory_utilization": 0.9, "kv_cache_dtype": "fp8"}
     for name in engine_knobs("trtllm"):
-        value = samples.get(
-            name, {"gpu_memory_utilization": 0.9, "kv_cache_dtype": "fp8"}.get(name, 2)
-        )
+        value = True if knob(name).type == "bool" else samples.get(name, 2)
         spec = build_command("trtllm", "m", EngineKnobs(**{name: value}), port=1)
         parser.parse_args(spec.argv[1:])  # raises on an undeclared option
 

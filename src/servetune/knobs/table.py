@@ -645,6 +645,12 @@ KNOBS: tuple[Knob, ...] = (
         planner_note="each GPU holds 1/(tp·dp) of the experts, whole; the attention is split "
         "as before",
         spellings={
+            "trtllm": (
+                Absent(
+                    "trtllm-serve sets the expert-parallel size itself: --ep_size "
+                    "(expert_parallel_size)"
+                ),
+            ),
             **_vllm(Spelling("--enable-expert-parallel", aliases=("-ep",), style="switch")),
             "sglang": (
                 Absent("SGLang sets the expert-parallel size: --ep-size (expert_parallel_size)"),
@@ -666,6 +672,7 @@ KNOBS: tuple[Knob, ...] = (
         planner=("weights",),
         planner_note="each GPU holds 1/ep of the experts, whole",
         spellings={
+            "trtllm": (Spelling("--ep_size", aliases=("--moe_expert_parallel_size",)),),
             **_vllm(
                 Absent(
                     "vLLM's expert-parallel size is tp × dp: turn it on with "
@@ -688,6 +695,13 @@ KNOBS: tuple[Knob, ...] = (
         planner_note="attention is split tp/dp ways and replicated dp times: each replica "
         "keeps its own requests' KV (an MLA latent is no longer copied on every GPU)",
         spellings={
+            "trtllm": (
+                Spelling(
+                    "enable_attention_dp",
+                    yaml="enable_attention_dp",
+                    note="an option of the YAML side file (--extra_llm_api_options)",
+                ),
+            ),
             **_vllm(
                 Absent("vLLM's data-parallel attention is --data-parallel-size with a MoE model")
             ),
@@ -706,6 +720,12 @@ KNOBS: tuple[Knob, ...] = (
         planner=("none",),
         planner_note="scheduling only: the CPU's per-step work overlaps the GPU's",
         spellings={
+            "trtllm": (
+                Absent(
+                    "TensorRT-LLM overlaps scheduling with the step by default; the LLM-API "
+                    "option disable_overlap_scheduler (side file) turns it off"
+                ),
+            ),
             "vllm": (
                 Absent("added in vLLM 0.10.1", until="0.10.1"),
                 Spelling("--async-scheduling", style="bool_optional", since="0.10.1"),

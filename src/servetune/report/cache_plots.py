@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from servetune.report.data import LevelData
-from servetune.report.figures import GREY, Plot, _figure, _log_if_wide, _style, level_colour
+from servetune.report.figures import GREY, Plot, new_figure, log_if_wide, style_axes, level_colour
 
 DEEPEST_TURN = 16
 """Turns beyond this are drawn at it (a long session's tail would stretch the axis)."""
@@ -30,13 +30,13 @@ def cache_plot(levels: Sequence[LevelData]) -> Plot | None:
     if not turns and not shares:
         return None
     panels = int(bool(turns)) + int(bool(shares))
-    fig = _figure(5.5 * panels, 3.8, left=0.08 if panels == 2 else 0.14, bottom=0.14, top=0.9)
+    fig = new_figure(5.5 * panels, 3.8, left=0.08 if panels == 2 else 0.14, bottom=0.14, top=0.9)
     axes = list(np.atleast_1d(fig.subplots(1, panels)))
     n = len(usable)
     colour = {id(lv): level_colour(i, n) for i, lv in enumerate(usable)}
     if turns:
         ax = axes.pop(0)
-        _style(ax)
+        style_axes(ax)
         all_vals: list[float] = []
         for lv in turns:
             lat = lv.latencies
@@ -51,14 +51,14 @@ def cache_plot(levels: Sequence[LevelData]) -> Plot | None:
             ax.plot(xs, med, "o-", color=c, lw=1.5, ms=4, label=lv.label)
             ax.plot(xs, p90, "--", color=c, lw=1, alpha=0.7)
             all_vals.extend(med + p90)
-        _log_if_wide(ax, all_vals, "y", 20.0)
+        log_if_wide(ax, all_vals, "y", 20.0)
         ax.set_xlabel(f"turn in the session (≥{DEEPEST_TURN} pooled)")
         ax.set_ylabel("TTFT (ms): median, P90 dashed")
         ax.set_title("TTFT by turn", fontsize=10)
         ax.legend(fontsize=7, loc="best")
     if shares:
         ax = axes.pop(0)
-        _style(ax)
+        style_axes(ax)
         all_vals = []
         for lv in shares:
             lat = lv.latencies
@@ -67,7 +67,7 @@ def cache_plot(levels: Sequence[LevelData]) -> Plot | None:
             x, y = lat.cached_share[keep], lat.ttft[keep]
             ax.plot(x, y, ".", color=colour[id(lv)], ms=3, alpha=0.6, label=lv.label)
             all_vals.extend(float(v) for v in y)
-        _log_if_wide(ax, all_vals, "y", 20.0)
+        log_if_wide(ax, all_vals, "y", 20.0)
         ax.axvline(0.0, color=GREY, lw=0.8, ls=":")
         ax.set_xlim(-0.03, 1.03)
         ax.set_xlabel("share of the prompt served from the prefix cache")
