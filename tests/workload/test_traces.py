@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from pydantic import ValidationError
 
 from servetune.errors import ConfigError, DatasetError
 from servetune.results.conversation import TraceConfig
@@ -120,7 +121,7 @@ def test_time_scale_window_and_rate() -> None:
     assert len(first.requests) == 2
     with pytest.raises(ConfigError, match="holds no request"):
         _plan(AZURE, trace=TraceConfig(window_start_s=100.0, window_end_s=200.0))
-    with pytest.raises(ConfigError, match="both set the trace's pace"):
+    with pytest.raises(ValidationError, match="both set the trace's pace"):  # the model's rule
         _plan(AZURE, request_rate=2.0, trace=TraceConfig(time_scale=0.5))
 
 
