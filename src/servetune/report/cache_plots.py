@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from servetune.report.data import LevelData
-from servetune.report.figures import GREY, Plot, new_figure, log_if_wide, style_axes, level_colour
+from servetune.report.figures import GREY, Plot, level_colour, log_if_wide, new_figure, style_axes
 
 DEEPEST_TURN = 16
 """Turns beyond this are drawn at it (a long session's tail would stretch the axis)."""
