@@ -252,8 +252,8 @@ def test_table_for_people(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         # taken as given before: a numpy traceback, a ValueError after all the simulations,
         # the last row hidden, the default worker count
         (["--peak-rate", "5", "--slo", *SLO, "--seed", "-1"], "--seed must be ≥ 0"),
-        (["--peak-rate", "5", "--slo", *SLO, "--r", "-1"], "--r must be a positive number"),
-        (["--peak-rate", "5", "--slo", *SLO, "--r", "nan"], "--r must be a positive number"),
+        (["--peak-rate", "5", "--slo", *SLO, "--r", "-1"], "--r must be > 0 (got -1)"),
+        (["--peak-rate", "5", "--slo", *SLO, "--r", "nan"], "--r must be a finite number"),
         (["--peak-rate", "5", "--slo", *SLO, "--top", "-1"], "--top must be ≥ 1"),
         (["--peak-rate", "5", "--slo", *SLO, "--workers", "0"], "--workers must be ≥ 1"),
     ],

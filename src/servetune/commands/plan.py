@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -137,32 +137,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
-    """Flags that were taken as given: --seed -1 was a numpy traceback, --r -1 a ValueError
-    after every simulation had run, --top -1 hid the last row, --workers 0 meant the default."""
+    """The workload's flags that were taken as given (--seed -1 was a numpy traceback); the
+    request's own (--r, --top, --workers, the rates) are PlanRequest's to check."""
     import math
 
     from servetune.errors import ConfigError
 
     if args.seed < 0:
         raise ConfigError(f"--seed must be ≥ 0 (got {args.seed})", hint="e.g. --seed 0")
-    if not args.r > 0 or math.isinf(args.r):
-        raise ConfigError(f"--r must be a positive number (got {args.r:g})", hint="e.g. --r 4")
-    if args.top < 1:
-        raise ConfigError(f"--top must be ≥ 1 (got {args.top})", hint="or --all for every row")
     if not 0 < args.burstiness < math.inf:  # inf: every gap NaN, a ValueError traceback
         raise ConfigError(
             f"--burstiness must be a finite number > 0 (got {args.burstiness:g})",
             hint="e.g. --burstiness 0.5 (burstier than Poisson), 1 for Poisson arrivals",
         )
-    if args.workers is not None and args.workers < 1:
-        raise ConfigError(
-            f"--workers must be ≥ 1 (got {args.workers})",
-            hint="leave it out for one per core (at most 4)",
-        )
 
 
 def _request(args: argparse.Namespace) -> PlanRequest:
     from servetune.arch.models import find_model
+    from servetune.checks import validated
+    from servetune.commands._workload_args import flag_of
     from servetune.errors import ConfigError
     from servetune.metrics.slo_spec import p99_slo, parse_slos
     from servetune.plan import workload as wl
@@ -206,7 +199,7 @@ def _request(args: argparse.Namespace) -> PlanRequest:
 
     gpus = [canonical_gpu(g) for g in args.gpus]
     cands = candidates(model, gpus, args.tp, quants, args.knob_sets or list(DEFAULT_KNOB_SETS))
-    return PlanRequest(
+    fields: dict[str, Any] = dict(
         model=model,
         peak_rate=peak,
         average_rate=avg if args.peak_rate is not None else None,
@@ -219,6 +212,9 @@ def _request(args: argparse.Namespace) -> PlanRequest:
         workers=args.workers,
         confirm_rows=args.top,
     )
+    flags = {"average_rate": "--rate", "confirm_rows": "--top"}
+    out: PlanRequest = validated(PlanRequest, fields, name=lambda f: flags.get(f) or flag_of(f))
+    return out
 
 
 def run(args: argparse.Namespace) -> int:

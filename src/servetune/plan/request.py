@@ -3,8 +3,9 @@ settings (:class:`PlanRequest`)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from servetune.checks import Invalid
 from servetune.plan.space import Candidate
 from servetune.plan.workload import Workload
 from servetune.results.schema import Slo
@@ -17,15 +18,33 @@ class PlanRequest(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     model: str
-    peak_rate: float
-    average_rate: float | None = None
+    peak_rate: float = Field(gt=0, allow_inf_nan=False, examples=[12])
+    """The traffic to hold, req/s."""
+    average_rate: float | None = Field(None, gt=0, allow_inf_nan=False, examples=[5])
+    """The day's mean, when it is below the peak (it prices the hours)."""
     slo: Slo
     candidates: list[Candidate]
     workload: Workload
-    requests_per_point: int = 1000
-    max_replicas: int = 64
-    r: float = 4.0
-    workers: int | None = None
-    confirm_rows: int = CONFIRM_ROWS
+    requests_per_point: int = Field(1000, ge=50, examples=[1000])
+    """Requests per simulated point: P99 of fewer means little."""
+    max_replicas: int = Field(64, ge=1, examples=[64])
+    r: float = Field(4.0, gt=0, allow_inf_nan=False, examples=[4])
+    workers: int | None = Field(None, ge=1)
+    confirm_rows: int = Field(CONFIRM_ROWS, ge=1, examples=[12])
     """The first rows of the ranking confirmed on independent draws
     (:func:`~servetune.plan.confirmation.confirm_ranking`)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PlanRequest:
+        if self.average_rate is not None and self.average_rate > self.peak_rate:
+            raise Invalid(
+                f"{{average_rate}} {self.average_rate:g} must be at most {{peak_rate}} "
+                f"{self.peak_rate:g}",
+                hint="the average is the day's mean, the peak its busiest stretch",
+            )
+        if self.slo.is_empty():
+            raise Invalid(
+                "a plan needs latency SLOs to hold",
+                hint="e.g. {slo} ttft:500 tpot:50 e2el:10000 (ms)",
+            )
+        return self
