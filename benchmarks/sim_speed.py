@@ -8,12 +8,14 @@ Usage::
 
 1. Offline: the seed's sweep — Qwen2.5-7B-Instruct on A100-80GB, max-model-len 32768,
    gpu-memory-utilization 0.90, max-num-seqs 256, max-num-batched-tokens 8192, random 1024 in /
-   128 out, request rates 8, 16, 32, 64, 128, 1000 prompts each — on one core, in a fresh
-   process (imports warmed on a small run first). Measured on the path a user runs: the whole
-   ``sim run`` (``run_offline``: the plan, the engine, the records and scrapes, the summary,
+   128 out, request rates 8, 16, 32, 64, 128, 1000 prompts each — and a MoE sweep of the same
+   size (DeepSeek-R1's FP8 checkpoint on 8 H200 at TP 8, the same knobs and workload), each on
+   one core, in a fresh process (imports warmed on a small run first), printed side by side.
+   Measured on the path a user runs: the whole ``sim run`` (``run_offline``: the plan, the
+   engine, the records and scrapes, the summary,
    ``requests.jsonl`` / ``server_metrics.jsonl`` / ``run.json`` on disk), and the no-files API
    the tuner and planner call (``simulate``); the engine loop alone for reference. Prints the
-   simulated (virtual) seconds, wall and CPU seconds, the ratios and the ratio against the
+   simulated (virtual) seconds, wall and CPU seconds, the ratios and the CPU ratio against the
    1,000x target, ``--repeat-offline`` times (median and best), with the load average.
    ``--baseline-src DIR`` (e.g. ``src`` of a checkout of an older commit) times the same whole
    path with that code in a child process, interleaved with this code's repeats: the
@@ -55,6 +57,19 @@ SEED = EngineConfig(
     max_num_seqs=256,
     max_num_batched_tokens=8192,
 )
+MOE = EngineConfig(
+    gpu="H200",
+    model="deepseek-ai/DeepSeek-R1",
+    tensor_parallel_size=8,
+    max_model_len=32768,
+    gpu_memory_utilization=0.90,
+    max_num_seqs=256,
+    max_num_batched_tokens=8192,
+)
+"""DeepSeek-R1 (its FP8 checkpoint) on 8 H200 at TP 8, the seed's knobs: issue 22's MoE sweep
+of the same size (the same workload, rates and prompts)."""
+SWEEPS = {"seed": SEED, "deepseek-r1-tp8": MOE}
+NAMES = {"seed": "seed (Qwen2.5-7B, A100)", "deepseek-r1-tp8": "DeepSeek-R1 TP8 (H200, fp8)"}
 RATES = (8, 16, 32, 64, 128)
 TARGET = 1000.0
 """The whole ``sim run`` path, in simulated seconds per wall second (issue 11, item 10)."""
@@ -72,19 +87,20 @@ def _cfg(rate: float, n: int = 1000) -> BenchConfig:
     )
 
 
-def whole_path_sweep() -> dict[str, Any]:
-    """The seed's sweep through ``run_offline`` (the ``sim run`` path, files on disk): virtual,
-    wall and CPU seconds per rate. Uses only what every version of servetune has, so it
-    also runs on ``--baseline-src``."""
+def whole_path_sweep(name: str = "seed") -> dict[str, Any]:
+    """A sweep (``SWEEPS[name]``) through ``run_offline`` (the ``sim run`` path, files on
+    disk): virtual, wall and CPU seconds per rate. Uses only what every version of servetune
+    since the ``arch`` package has, so it also runs on ``--baseline-src``."""
     from servetune.sim.offline import run_offline
 
+    engine = SWEEPS[name]
     with tempfile.TemporaryDirectory() as d:  # imports and first-call set-up, not measured
-        run_offline(_cfg(8, 20), SEED, Path(d))
+        run_offline(_cfg(8, 20), engine, Path(d))
     rows = []
     for rate in RATES:
         with tempfile.TemporaryDirectory() as d:
             t, c = time.perf_counter(), time.process_time()
-            res = run_offline(_cfg(rate), SEED, Path(d))
+            res = run_offline(_cfg(rate), engine, Path(d))
             wall, cpu = time.perf_counter() - t, time.process_time() - c
             digest = _digest(res, Path(d))
         info = res.target.simulated or {}
@@ -120,13 +136,13 @@ def _digest(res: Any, out: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def _child_sweep(src: str | None) -> dict[str, Any]:
+def _child_sweep(src: str | None, name: str = "seed") -> dict[str, Any]:
     """:func:`whole_path_sweep` in a fresh process (with ``src`` first on the path)."""
     env = dict(os.environ)
     if src:
         env["PYTHONPATH"] = os.path.abspath(src) + os.pathsep + env.get("PYTHONPATH", "")
     out = subprocess.run(
-        [sys.executable, __file__, "--child-sweep"],
+        [sys.executable, __file__, "--child-sweep", name],
         env=env,
         capture_output=True,
         text=True,
@@ -149,15 +165,35 @@ def _totals(rows: list[dict[str, Any]]) -> tuple[float, float, float]:
 
 def offline(repeat: int, baseline_src: str | None) -> None:
     print(
-        "offline sweep (one core, fresh process): seed baseline, random 1024/128, 1000 prompts "
-        f"per rate, rates {', '.join(map(str, RATES))}; {load()}"
+        "offline sweeps (one core, fresh process each): the seed's knobs (32768 / 0.90 / 256 / "
+        f"8192), random 1024/128, 1000 prompts per rate, rates {', '.join(map(str, RATES))}; "
+        f"{', '.join(NAMES.values())}; {load()}"
     )
+    medians: dict[str, tuple[float, float]] = {}
+    for name in SWEEPS:
+        medians[name] = _offline_one(name, repeat, baseline_src)
+    parts = [f"{NAMES[n]} {wall:.0f}x wall / {cpu:.0f}x CPU" for n, (wall, cpu) in medians.items()]
+    verdict = ", ".join(
+        f"{n}: {'OK' if cpu >= TARGET else 'MISSED'}" for n, (_w, cpu) in medians.items()
+    )
+    print(
+        f"side by side, whole sim run path, medians: {' | '.join(parts)}; target "
+        f"{TARGET:.0f}x (CPU ratio, in process): {verdict}; {load()}"
+    )
+    for name in SWEEPS:
+        api_and_engine(name)
+
+
+def _offline_one(name: str, repeat: int, baseline_src: str | None) -> tuple[float, float]:
+    """The repeats of one sweep (interleaved with the baseline's): (median wall ratio, median
+    CPU ratio)."""
+    print(f"{NAMES[name]}:")
     runs: list[dict[str, Any]] = []
     base_runs: list[dict[str, Any]] = []
     for k in range(repeat):
         if baseline_src:
-            base_runs.append(_child_sweep(baseline_src))
-        runs.append(_child_sweep(None))
+            base_runs.append(_child_sweep(baseline_src, name))
+        runs.append(_child_sweep(None, name))
         v, w, c = _totals(runs[-1]["rows"])
         line = f"  repeat {k + 1}: whole sim run path {v:.1f} s simulated in {w:.2f} s wall "
         line += f"({v / w:.0f}x), {c:.2f} s CPU ({v / c:.0f}x)"
@@ -179,11 +215,12 @@ def offline(repeat: int, baseline_src: str | None) -> None:
     ratios = sorted(_totals(r["rows"])[0] / _totals(r["rows"])[1] for r in runs)
     cpu_ratios = sorted(_totals(r["rows"])[0] / _totals(r["rows"])[2] for r in runs)
     med, top = statistics.median(ratios), ratios[-1]
-    verdict = "OK" if med >= TARGET else "MISSED"
+    cpu_med = statistics.median(cpu_ratios)
+    verdict = "OK" if cpu_med >= TARGET else "MISSED"
     print(
-        f"whole sim run path: median {med:.0f}x, best {top:.0f}x real time (wall); CPU "
-        f"{statistics.median(cpu_ratios):.0f}x; target {TARGET:.0f}x: median/target "
-        f"{med / TARGET:.2f} {verdict}; {load()}"
+        f"  whole sim run path: median {med:.0f}x, best {top:.0f}x real time (wall); CPU "
+        f"{cpu_med:.0f}x; target {TARGET:.0f}x (CPU): median/target {cpu_med / TARGET:.2f} "
+        f"{verdict}; {load()}"
     )
     digests = {tuple(row["digest"] for row in r["rows"]) for r in runs}
     if len(digests) != 1:
@@ -192,33 +229,34 @@ def offline(repeat: int, baseline_src: str | None) -> None:
         b = sorted(_totals(r["rows"])[0] / _totals(r["rows"])[1] for r in base_runs)
         bc = sorted(_totals(r["rows"])[0] / _totals(r["rows"])[2] for r in base_runs)
         print(
-            f"baseline ({baseline_src}): median {statistics.median(b):.0f}x wall, "
+            f"  baseline ({baseline_src}): median {statistics.median(b):.0f}x wall, "
             f"{statistics.median(bc):.0f}x CPU; this code is {med / statistics.median(b):.2f}x "
-            f"(wall) / {statistics.median(cpu_ratios) / statistics.median(bc):.2f}x (CPU) "
-            "faster on the same machine, interleaved"
+            f"(wall) / {cpu_med / statistics.median(bc):.2f}x (CPU) faster on the same machine, "
+            "interleaved"
         )
         same = digests == {tuple(row["digest"] for row in r["rows"]) for r in base_runs}
         print(
-            "simulated the same as the baseline (summaries, server summaries, both files, per "
+            "  simulated the same as the baseline (summaries, server summaries, both files, per "
             f"rate): {'yes' if same else 'NO'}"
         )
-    api_and_engine()
+    return med, cpu_med
 
 
-def api_and_engine() -> None:
+def api_and_engine(name: str = "seed") -> None:
     """The no-files API and the engine loop alone, in this process, for the same sweep."""
     from servetune.sim.memory import plan_memory
     from servetune.sim.offline import simulate, workload_plan
     from servetune.sim.offline_run import OfflineRun
 
-    simulate(_cfg(8, 20), SEED)
-    r = SEED.resolve()
+    engine = SWEEPS[name]
+    simulate(_cfg(8, 20), engine)
+    r = engine.resolve()
     mem = plan_memory(r)
     tot_v = tot_api = tot_eng = 0.0
     for rate in RATES:
         cfg = _cfg(rate)
         t = time.perf_counter()
-        res = simulate(cfg, SEED)
+        res = simulate(cfg, engine)
         tot_api += time.perf_counter() - t
         plan, _, _ = workload_plan(cfg)
         t = time.perf_counter()
@@ -227,7 +265,8 @@ def api_and_engine() -> None:
         tot_eng += time.perf_counter() - t
         tot_v += float((res.target.simulated or {}).get("virtual_duration_s", 0.0))
     print(
-        f"simulate() (no files, the tuner's call): {tot_v / tot_api:.0f}x; the engine loop "
+        f"{NAMES[name]}: simulate() (no files, the tuner's call): {tot_v / tot_api:.0f}x; the "
+        f"engine loop "
         f"alone: {tot_v / tot_eng:.0f}x; {load()}"
     )
 
@@ -376,10 +415,10 @@ def main() -> int:
     ap.add_argument("--writer", choices=["plain", "fanout"], default="plain")
     ap.add_argument("--repeat-offline", type=int, default=3)
     ap.add_argument("--baseline-src", help="time the same sim run path with this src directory")
-    ap.add_argument("--child-sweep", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child-sweep", choices=list(SWEEPS), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child_sweep:
-        print(json.dumps(whole_path_sweep()))
+        print(json.dumps(whole_path_sweep(args.child_sweep)))
         return 0
     if not args.skip_offline:
         offline(args.repeat_offline, args.baseline_src)

@@ -143,6 +143,7 @@ class StepModel:
         self.w_kv_bytes_per_token = kv[wk] * dt if windowed else 0.0
         self.kv_write_bytes = (kv["full"] + (kv[wk] if windowed else 0)) * dt
         self.graph_sizes = capture_sizes(r.max_num_seqs)
+        self._moe_memo: dict[float, float] = {}
         self.fixed_s = self.eff.step_overhead_ms / 1e3
         self.per_seq_s = self.eff.per_seq_overhead_us / 1e6
         overlap = r.async_scheduling
@@ -186,12 +187,17 @@ class StepModel:
         return inside + (end - top) * w, float(o)
 
     def _moe(self, tokens: float) -> float:
-        """The routed experts' part of a step of ``tokens`` tokens (all replicas)."""
+        """The routed experts' part of a step of ``tokens`` tokens (all replicas), memoized by
+        the token count: a run's steps repeat a few hundred counts, and the coverage is a pow."""
+        got = self._moe_memo.get(tokens)
+        if got is not None:
+            return got
         if not self.expert_bytes:
             return 0.0
         flops = self.expert_flops_per_token * tokens / self.expert_flops_per_s
         read = self.expert_bytes * self.weights.expert_coverage(tokens) / self.bytes_per_s
-        return flops if flops > read else read
+        got = self._moe_memo[tokens] = flops if flops > read else read
+        return got
 
     def step_time(
         self,
