@@ -133,6 +133,15 @@ def test_space_from_the_registry() -> None:
     assert neighbours(small, {"max_num_seqs": 16}, "max_num_seqs") == [64]
 
 
+def test_speculative_decoding_is_searched_for_a_model_with_a_drafter() -> None:
+    assert "speculative_method" not in [d.name for d in build_space("sim").dims]
+    sp = build_space("sim", speculative=True)
+    assert sp.dim("speculative_method").values == [DEFAULT, "mtp"]
+    assert sp.dim("num_speculative_tokens").values == [DEFAULT, 1, 2, 3]
+    asked = build_space("vllm", ["num_speculative_tokens=1,2"])
+    assert [d.name for d in asked.dims] == ["num_speculative_tokens"]
+
+
 def test_a_knob_the_engine_lacks_names_the_engine() -> None:
     with pytest.raises(ConfigError) as e:
         build_space("llama.cpp", ["gpu_memory_utilization=0.8,0.9"])

@@ -83,7 +83,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from servetune.arch.deployment import GIB, Deployment
-from servetune.arch.weights import rank_weights
+from servetune.arch.weights import mtp_layer_weights, rank_weights
 from servetune.errors import SimError
 
 _WEIGHTS_EXTRA_GIB = 0.02
@@ -322,11 +322,18 @@ def weights_bytes(r: Deployment) -> float:
     """Weight bytes on one GPU (:func:`servetune.arch.weights.rank_weights`, MXFP4 experts as
     this GPU's kernel lays them out), the rotary tables every rank holds whole
     (:attr:`~servetune.arch.architecture.Architecture.rope_cache_elements`: 2.5 GiB for
-    Llama-4's 10M positions, 0.56 GiB for Gemma-3's two tables at head size 256) and the
-    other buffers loaded with them."""
+    Llama-4's 10M positions, 0.56 GiB for Gemma-3's two tables at head size 256), the MTP
+    layers when they draft for speculative decoding, and the other buffers loaded with them."""
     w = rank_weights(r.model, r.quantization, r.parallelism, r.gpu)
     rope = r.model.rope_cache_elements * _ROPE_BYTES
-    return w.resident + rope + _WEIGHTS_EXTRA_GIB * GIB / r.tensor_parallel_size
+    # speculative decoding with the model's MTP layers loads them beside it (a deployment
+    # without a ``speculation`` drafts with none)
+    spec = getattr(r, "speculation", None)
+    draft = 0.0
+    if spec is not None and getattr(spec, "drafts_with_mtp", False):
+        dense, experts = mtp_layer_weights(r.model, r.quantization, r.parallelism)
+        draft = r.model.mtp_layers * (dense + experts)
+    return w.resident + rope + draft + _WEIGHTS_EXTRA_GIB * GIB / r.tensor_parallel_size
 
 
 def profile_shape(r: Deployment) -> tuple[int, int]:

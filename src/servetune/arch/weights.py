@@ -127,3 +127,21 @@ def rank_weights(
         num_experts=m.moe.num_experts if m.moe else 0,
         experts_per_token=m.moe.experts_per_token if m.moe else 0,
     )
+
+
+def mtp_layer_weights(
+    m: Architecture, quantization: str | None, par: Parallelism
+) -> tuple[float, float]:
+    """(dense bytes, routed-expert bytes) of one multi-token-prediction layer on one GPU,
+    loaded when it drafts for speculative decoding: a decoder layer of the model's own shape
+    (its average layer's share of the dense weights, norms and biases; one MoE layer's
+    experts) and the projection of [embedding; hidden] back to the hidden size; the
+    embeddings and the lm_head are the model's. (0, 0) for a model without MTP layers."""
+    if not m.mtp_layers:
+        return 0.0, 0.0
+    w = rank_weights(m, quantization, par)
+    fmt = weight_format(quantization).bytes_per_param
+    L = m.num_hidden_layers
+    proj = 2 * m.hidden_size * m.hidden_size * fmt / par.attn_tp
+    experts = w.experts / m.moe_layer_count if m.moe_layer_count else 0.0
+    return (w.dense + w.extra) / L + proj, experts

@@ -300,6 +300,16 @@ def _run(args: argparse.Namespace) -> int:
         if first is not None and later is not None and first.ttft_p50 and later.ttft_p50:
             line += f"; P50 TTFT first turns {first.ttft_p50:.1f} ms, later {later.ttft_p50:.1f} ms"
         print(line)
+    spec = info.get("speculative")
+    if spec:
+        from servetune.sim.speculative import expected_tokens
+
+        print(
+            f"  speculative  {spec['method']}, {spec['k']} drafts a step, acceptance "
+            f"{spec['acceptance']:.2f} a token ({spec['acceptance_source']}): "
+            f"{expected_tokens(spec['acceptance'], spec['k']):.2f} tokens a step on average; "
+            "TPOT as vLLM reports it (per token), ITL per chunk (one a step)"
+        )
     routed = info.get("routing")
     if routed:
         hit = routed.get("prefix_cache_hit_rate")

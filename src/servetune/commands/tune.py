@@ -200,7 +200,14 @@ def _spec(args: argparse.Namespace) -> Any:
         gpu = gpu or "A100-80GB"
     elif model is None:
         raise ConfigError(f"--engine {engine} needs --model", hint="a path or a hub name")
-    space = build_space(engine, args.knob, args.fix, gpus=max(1, len(gpus)))
+    speculative = False
+    if simulated:
+        from servetune.arch.models import find_model
+
+        speculative = find_model(model).mtp_layers > 0
+    space = build_space(
+        engine, args.knob, args.fix, gpus=max(1, len(gpus)), speculative=speculative
+    )
     baseline = None
     if args.baseline is not None:
         space, baseline = place_baseline(space, parse_baseline(engine, args.baseline))

@@ -44,6 +44,7 @@ Style = Literal[
     "switch",  # --flag when the value is ``on`` (default True), nothing otherwise
     "off_value",  # a value flag whose ``off`` word turns the feature off (SGLang -1)
     "slots_total",  # llama.cpp -c: max_model_len × max_num_seqs (per-slot × slots)
+    "json_key",  # one key of a JSON object flag, shared by knobs (vLLM --speculative-config)
 ]
 
 PlannerEffect = Literal[
@@ -126,6 +127,10 @@ class Spelling:
     """Set in the engine's YAML side file under this dotted key instead of a flag (its
     profile names the flag that reads the file: TensorRT-LLM's ``--extra_llm_api_options``);
     ``flag`` is then the key as a person reads it."""
+    key: str = ""
+    """``json_key``: the knob's key in the flag's JSON object (the knobs spelled with the same
+    flag share one object: ``--speculative-config '{"method": …, "num_speculative_tokens":
+    …}'``)."""
 
 
 @dataclass(frozen=True)

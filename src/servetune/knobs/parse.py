@@ -13,6 +13,7 @@ command line carries many.
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import PurePath
@@ -178,6 +179,13 @@ def parse_command(line: str | list[str], engine: str | None = None) -> ParsedCom
             continue
         kname, s = hit
         used = 1
+        if s.style == "json_key":
+            arg = inline if inline is not None else nxt
+            if arg is None:
+                raise ConfigError(f"{flag} needs a JSON object", code="knob.command")
+            _read_json(name, s.flag, arg, out)
+            i += 1 if inline is not None else 2
+            continue
         if negated:
             value = False if s.style != "switch" else not s.on
         elif s.style in ("bool_optional", "bool_value", "switch"):
@@ -213,6 +221,35 @@ def parse_command(line: str | list[str], engine: str | None = None) -> ParsedCom
         i += used
     _finish(out, table)
     return out
+
+
+def _read_json(engine: str, flag: str, raw: str, out: ParsedCommand) -> None:
+    """The knobs spelled as keys of the JSON flag FLAG, read from its object RAW; keys that
+    are no knob of the registry are listed as ignored."""
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        obj = None
+    if not isinstance(obj, dict):
+        raise ConfigError(
+            f"{flag} {raw!r} is not a JSON object",
+            hint=f"""e.g. {flag} '{{"method": "mtp", "num_speculative_tokens": 1}}'""",
+            code="knob.value",
+        )
+    keys: dict[str, tuple[str, Spelling]] = {}
+    for k in KNOBS:
+        for s in k.spellings.get(engine, ()):
+            if isinstance(s, Spelling) and s.style == "json_key" and s.flag == flag:
+                keys.setdefault(s.key, (k.name, s))
+    for key, value in obj.items():
+        hit = keys.get(key)
+        if hit is None:
+            out.ignored.append(f"{flag} {key}={value!r}")
+            continue
+        kname, s = hit
+        got = _read(kname, s, value, out) if isinstance(value, str) else check_value(kname, value)
+        if got is not None:
+            out.values[kname] = got
 
 
 def _is_number(tok: str) -> bool:

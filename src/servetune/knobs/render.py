@@ -10,6 +10,7 @@ lacks is a ConfigError naming the engine (``knob.absent``).
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -121,6 +122,8 @@ def _spell(
         out.args = [s.flag, *(_fmt(x) for x in _items(value))]
     elif style == "csv":
         out.args = [s.flag, ",".join(_fmt(x) for x in _items(value))]
+    elif style == "json_key":
+        out.args = [s.flag, json.dumps({s.key: _json_value(engine, name, s, value)})]
     elif style == "slots_total":
         slots = cfg.get("max_num_seqs")
         if slots is None:
@@ -159,18 +162,37 @@ def _whole(value: KnobValue) -> int:
     return value
 
 
+def _json_value(engine: str, name: str, s: Spelling, value: KnobValue) -> KnobValue:
+    """A ``json_key`` knob's value in the engine's JSON object (its word for a choice)."""
+    if isinstance(value, bool | int | float | list):
+        return value
+    return _word(engine, name, s, value)
+
+
 def render_args(engine: str, values: Mapping[str, object], version: Version = None) -> Rendered:
-    """The flags and environment that set VALUES on ENGINE (unset knobs: not rendered)."""
+    """The flags and environment that set VALUES on ENGINE (unset knobs: not rendered). Knobs
+    spelled as keys of one JSON flag are rendered together, as one object, where the first of
+    them is."""
     cfg = check_values(values)
     out = Rendered()
+    objects: dict[str, dict[str, KnobValue]] = {}
     for name in KNOB_NAMES:
         if name not in cfg:
             continue
         s = require(engine, name, version)
+        if s.style == "json_key":
+            if s.flag not in objects:
+                objects[s.flag] = {}
+                out.args += [s.flag, ""]  # the object, filled in below
+            objects[s.flag][s.key] = _json_value(engine, name, s, cfg[name])
+            continue
         part = _spell(engine, name, s, cfg[name], cfg)
         out.args += part.args
         out.env.update(part.env)
         out.side.update(part.side)
+    for flag_name, obj in objects.items():
+        at = out.args.index(flag_name)
+        out.args[at + 1] = json.dumps(obj, separators=(", ", ": "))
     return out
 
 

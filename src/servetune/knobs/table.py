@@ -750,6 +750,103 @@ KNOBS: tuple[Knob, ...] = (
         search=None,  # on wherever the release has it: a version's setting, not a trade-off
     ),
     Knob(
+        name="speculative_method",
+        type="choice",
+        choices=("mtp", "deepseek_mtp", "eagle", "eagle3", "ngram"),
+        nullable=True,
+        summary="speculative decoding's drafter (None: off): the model's own multi-token-"
+        "prediction layers (mtp), an EAGLE head, or n-gram lookup in the context",
+        planner=("weights",),
+        planner_note="mtp loads the model's MTP layers as the draft (their weights join the "
+        "model's); each decode step verifies num_speculative_tokens + 1 tokens per request",
+        spellings={
+            "vllm": (
+                Spelling(
+                    "--speculative-config",
+                    aliases=("-sc",),
+                    style="json_key",
+                    key="method",
+                    note='eagle and eagle3 also need the draft\'s checkpoint ("model")',
+                ),
+            ),
+            "vllm-cpu": (
+                Spelling("--speculative-config", aliases=("-sc",), style="json_key", key="method"),
+            ),
+            "sim": (
+                Spelling(
+                    "--speculative-config",
+                    aliases=("-sc",),
+                    style="json_key",
+                    key="method",
+                    choices=("mtp", "deepseek_mtp", "ngram"),
+                    note="the simulated engine drafts with the model's MTP layers or n-gram "
+                    "lookup; an EAGLE head is another model it has no architecture of",
+                ),
+            ),
+            "sglang": (
+                Absent(
+                    "not in the registry yet: SGLang spells it --speculative-algorithm "
+                    "NEXTN|EAGLE|EAGLE3|NGRAM with --speculative-num-steps, "
+                    "--speculative-eagle-topk and --speculative-num-draft-tokens"
+                ),
+            ),
+            "tgi": (
+                Absent("TGI speculates with the model's Medusa heads or n-gram (--speculate N)"),
+            ),
+            "llama.cpp": (
+                Absent("llama.cpp drafts with a separate draft model (-md), not a method name"),
+            ),
+            "trtllm": (
+                Absent(
+                    "not in the registry yet: TensorRT-LLM sets it in its YAML side file "
+                    "(speculative_config: decoding_type MTP, Eagle, NGram)"
+                ),
+            ),
+        },
+        defaults={e: _const(None) for e in VLLM_LIKE},
+        search=SearchRange(
+            choices=("mtp",),  # and the default: off
+            why="models that ship MTP layers only; the gain rests on the acceptance rate",
+        ),
+        requires="mtp: a model with MTP layers; eagle/eagle3: a draft checkpoint",
+    ),
+    Knob(
+        name="num_speculative_tokens",
+        type="int",
+        low=1,
+        high=16,
+        summary="tokens the drafter proposes per step (each decode step verifies this + 1)",
+        planner=("activation_peak",),
+        planner_note="a decode step computes num_speculative_tokens + 1 tokens per request",
+        spellings={
+            **_vllm(
+                Spelling(
+                    "--speculative-config",
+                    aliases=("-sc",),
+                    style="json_key",
+                    key="num_speculative_tokens",
+                )
+            ),
+            "sglang": (
+                Absent(
+                    "not in the registry yet: SGLang's draft length is --speculative-num-steps "
+                    "(with --speculative-eagle-topk 1, --speculative-num-draft-tokens steps + 1)"
+                ),
+            ),
+            "tgi": (Spelling("--speculate"),),
+            "llama.cpp": (Absent("llama.cpp's draft length is the draft model's (--draft-max)"),),
+            "trtllm": (
+                Absent(
+                    "not in the registry yet: TensorRT-LLM sets it in its YAML side file "
+                    "(speculative_config.num_nextn_predict_layers for MTP)"
+                ),
+            ),
+        },
+        defaults={e: _const(None) for e in VLLM_LIKE},
+        search=SearchRange(choices=(1, 2, 3), why="longer drafts accept less of each token"),
+        requires="speculative_method",
+    ),
+    Knob(
         name="block_size",
         type="int",
         low=1,

@@ -46,13 +46,26 @@ def add_engine_arguments(p: argparse._ActionsContainer, shared: Iterable[str] = 
         help="(not a vLLM flag) all-reduce bandwidth between the GPUs, GB/s, when it is not "
         "the catalog's",
     )
+    p.add_argument(
+        "--spec-acceptance-rate",
+        type=float,
+        default=None,
+        metavar="A",
+        help="(not a vLLM flag) with --speculative-method: the share of drafted tokens the "
+        "target accepts, 0-1 (default: the method's published figure; ngram needs it)",
+    )
 
 
 def engine_flags_given(args: argparse.Namespace) -> list[str]:
     """The simulated engine's own flags given on the command line (not --model and
     --served-model-name, which name the target too): with --base-url they configure
     nothing, and taking them silently would let a user believe the server runs with them."""
-    dests = ["gpu", "interconnect_gb_s", *(k for k in SIM_KNOBS if k != "served_model_name")]
+    dests = [
+        "gpu",
+        "interconnect_gb_s",
+        "spec_acceptance_rate",
+        *(k for k in SIM_KNOBS if k != "served_model_name"),
+    ]
     return ["--" + d.replace("_", "-") for d in dests if getattr(args, d, None) is not None]
 
 
@@ -77,6 +90,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         "model": getattr(args, "model", None) or DEFAULT_MODEL,
         "served_model_name": getattr(args, "served_model_name", None),
         "interconnect_gb_s": getattr(args, "interconnect_gb_s", None),
+        "spec_acceptance_rate": getattr(args, "spec_acceptance_rate", None),
         **knob_values(args, SIM_KNOBS),
     }
     return EngineConfig(**fields)

@@ -32,6 +32,7 @@ from servetune.knobs import (
     vllm_batch_defaults,
 )
 from servetune.knobs.model import Spelling
+from servetune.sim.speculative import MTP_METHODS, Speculation, default_acceptance
 
 _V = TypeVar("_V", int, bool)
 
@@ -74,8 +75,13 @@ class EngineConfig(BaseModel):
     interconnect_gb_s: float | None = None
     """Hardware override, not a vLLM flag: the GPUs' all-reduce bandwidth (GB/s) when it is
     not the catalog's (e.g. TP across containers that fall back to sockets)."""
+    speculative_method: str | None = None
+    num_speculative_tokens: int | None = None
+    spec_acceptance_rate: float | None = None
+    """Not a vLLM flag: the per-token acceptance rate of the drafts (0-1) on the traffic
+    simulated; None: the method's published default (:mod:`servetune.sim.speculative`)."""
 
-    @field_validator("quantization", "kv_cache_dtype")
+    @field_validator("quantization", "kv_cache_dtype", "speculative_method")
     @classmethod
     def _sim_choice(cls, value: str | None, info: ValidationInfo) -> str | None:
         """Only the values the simulated engine models (the registry's ``sim`` choices)."""
@@ -86,7 +92,7 @@ class EngineConfig(BaseModel):
         if isinstance(s, Spelling) and s.choices and value not in s.choices:
             raise ValueError(
                 f"the simulated engine models {info.field_name} {', '.join(s.choices)} "
-                f"(got {value!r})"
+                f"(got {value!r})" + (f": {s.note}" if s.note else "")
             )
         return value
 
@@ -151,6 +157,11 @@ class ResolvedConfig(BaseModel):
     long_prefill_token_threshold: int
     seed: int
     interconnect_gb_s: float
+    speculative_method: str | None = None
+    num_speculative_tokens: int | None = None
+    speculation: Speculation | None = None
+    """Speculative decoding as simulated (method, drafts per step, acceptance and its
+    source); None: off."""
     defaults_applied: dict[str, KnobValue]
     """Knobs the user left unset and the value vLLM's rule gave them."""
 
@@ -185,6 +196,7 @@ class ResolvedConfig(BaseModel):
             "block_size": self.block_size,
             "long_prefill_token_threshold": self.long_prefill_token_threshold,
             "interconnect_gb_s": self.interconnect_gb_s,
+            **({"speculative": self.speculation.model_dump()} if self.speculation else {}),
             "defaults_applied": self.defaults_applied,
         }
 
@@ -351,6 +363,7 @@ def resolve(cfg: EngineConfig) -> ResolvedConfig:
             hint="e.g. --interconnect-gb-s 300, or leave it out for the catalog's bandwidth",
             code="sim.config",
         )
+    speculation = _speculation(cfg, model, applied)
     return ResolvedConfig(
         gpu=gpu,
         model=model,
@@ -371,5 +384,61 @@ def resolve(cfg: EngineConfig) -> ResolvedConfig:
         long_prefill_token_threshold=cfg.long_prefill_token_threshold,
         seed=cfg.seed,
         interconnect_gb_s=cfg.interconnect_gb_s or gpu.interconnect_gb_s,
+        speculative_method=speculation.method if speculation else None,
+        num_speculative_tokens=speculation.k if speculation else None,
+        speculation=speculation,
         defaults_applied=applied,
     )
+
+
+def _speculation(
+    cfg: EngineConfig, model: Architecture, applied: dict[str, KnobValue]
+) -> Speculation | None:
+    """Speculative decoding as asked (vLLM's rules: the MTP method drafts with the model's
+    own MTP layers, ``num_speculative_tokens`` defaulting to how many it has), with its
+    acceptance rate: the user's, or the method's published default."""
+    method, k, a = cfg.speculative_method, cfg.num_speculative_tokens, cfg.spec_acceptance_rate
+    if method is None:
+        if k is not None or a is not None:
+            given = "--num-speculative-tokens" if k is not None else "--spec-acceptance-rate"
+            raise SimError(
+                f"{given} without a speculative decoding method",
+                hint="give --speculative-method mtp (the model's MTP layers) or ngram, or drop "
+                f"{given}",
+                code="sim.config",
+            )
+        return None
+    if method in MTP_METHODS and not model.mtp_layers:
+        raise SimError(
+            f"{model.name} has no multi-token-prediction layers to draft with "
+            f"(speculative method {method})",
+            hint="mtp needs a model that ships MTP layers (DeepSeek-V3/R1: "
+            "num_nextn_predict_layers); use ngram with --spec-acceptance-rate, or no "
+            "speculative decoding",
+            code="sim.config",
+        )
+    if k is None:
+        if method not in MTP_METHODS:
+            raise SimError(
+                f"speculative method {method} needs --num-speculative-tokens",
+                hint="e.g. --num-speculative-tokens 3",
+                code="sim.config",
+            )
+        k = applied["num_speculative_tokens"] = model.mtp_layers
+    if not 1 <= k <= 16:
+        raise SimError(
+            f"--num-speculative-tokens must be 1-16 (got {k})",
+            hint="e.g. 1-3 for MTP",
+            code="sim.config",
+        )
+    if a is not None:
+        if not 0.0 <= a <= 1.0:
+            raise SimError(
+                f"--spec-acceptance-rate must be between 0 and 1 (got {a:g})",
+                hint="the share of drafted tokens the target accepts, e.g. 0.8",
+                code="sim.config",
+            )
+        source = "--spec-acceptance-rate"
+    else:
+        a, source = default_acceptance(method, k)
+    return Speculation(method=method, k=k, acceptance=a, acceptance_source=source)

@@ -18,6 +18,14 @@ in advance. Stretches where nothing but decoding happens are advanced in a tight
 touches no request (:meth:`Engine.advance`); a request's token times are slices of the
 engine's list of step end times, cut when it finishes.
 
+With speculative decoding (:mod:`servetune.sim.speculative`) a decoding request takes
+``k + 1`` tokens of the step's budget and gains the step's shared draw of tokens: the same
+aggregate holds with ``G[s]`` (the tokens gained before step ``s``) in place of ``s``: a
+request has ``L0 + G[s] − G[s0]`` computed tokens at step ``s``, needs a new block when that
+count crosses a multiple of the block size within the step's gain, and finishes at the step
+its gains reach ``max_tokens`` (its last step's gain cut there, as vLLM stops at max_tokens).
+Without it none of this runs: the dense path is the one above.
+
 Times are seconds on the engine's clock (virtual for ``offline``, wall-clock for ``server``).
 """
 
@@ -35,6 +43,7 @@ from servetune.sim.config import ResolvedConfig
 from servetune.sim.hist import REQUEST_LATENCY_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, Hist
 from servetune.sim.kv import BlockPool
 from servetune.sim.perf import DecodeCoeffs, StepModel
+from servetune.sim.speculative import GainStream
 
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
 _STRETCH_MAX = 100_000
@@ -157,6 +166,12 @@ class Engine:
         self.phase = [0] * self.B  # decoders needing a new block at steps ≡ r (mod B)
         self._heap: list[tuple[int, int, int]] = []  # (finish step, ver, id)
         self._coeffs: dict[int, DecodeCoeffs] = {}
+        spec = cfg.speculation
+        self.verify = 1 if spec is None else spec.k + 1
+        """Tokens of the step's budget a decoding request takes (k + 1 with speculation)."""
+        self.gains: GainStream | None = None if spec is None else GainStream(spec, cfg.seed)
+        self.sphase = [0] * self.B
+        """Speculative decoders by (computed − G[s0]) mod block size."""
         self.finished: list[SimRequest] = []
         """Requests finished since the caller last drained this list."""
         self.counters = Counters()
@@ -221,12 +236,39 @@ class Engine:
         req.o0 = req.out
         req.ver += 1
         self.n_dec += 1
+        gains = self.gains
+        if gains is not None:
+            gains.ensure(s)
+            c0 = req.L0 - gains.G[s]
+            self.sum_base += c0
+            self.sphase[c0 % self.B] += 1
+            end = gains.finish_step(s, req.max_tokens - req.out)
+            heapq.heappush(self._heap, (end, req.ver, req.id))
+            return
         self.sum_base += req.L0 - s
         self.phase[(s - req.L0) % self.B] += 1
         heapq.heappush(self._heap, (s + req.max_tokens - req.out - 1, req.ver, req.id))
 
     def _stop_decoding(self, req: SimRequest, s: int) -> None:
         """Fold the aggregate back into ``req`` before step ``s`` runs (it did s − s0 steps)."""
+        gains = self.gains
+        if gains is not None:
+            G = gains.G
+            gained = G[s] - G[req.s0]
+            kept = min(gained, req.max_tokens - req.o0)  # the last step's gain stops there
+            req.computed = req.L0 + kept
+            req.out = req.o0 + kept
+            # blocks were taken for every token gained, the cut ones included
+            req.nblocks = -(-(req.L0 + gained) // self.B)
+            if gained > kept:  # counted as made by its last step (s − 1): they were not
+                self.counters.generation_tokens -= gained - kept
+                self.step_tokens[s - 1] -= gained - kept
+            self.n_dec -= 1
+            c0 = req.L0 - G[req.s0]
+            self.sum_base -= c0
+            self.sphase[c0 % self.B] -= 1
+            req.ver += 1
+            return
         k = s - req.s0
         req.computed = req.L0 + k
         req.out = req.o0 + k
@@ -262,7 +304,13 @@ class Engine:
         """Preempt for recompute; returns the victim's block need at step s (to deduct)."""
         need = 0
         if victim.state == DECODE:
-            need = 1 if (victim.s0 - victim.L0) % self.B == s % self.B else 0
+            if self.gains is not None:
+                G = self.gains.G
+                c = victim.L0 - G[victim.s0] + G[s]
+                g = G[s + 1] - G[s]
+                need = g // self.B + (1 if (-c) % self.B < g % self.B else 0)
+            else:
+                need = 1 if (victim.s0 - victim.L0) % self.B == s % self.B else 0
             self._stop_decoding(victim, s)
         self.prefilling.pop(victim.id, None)
         del self.running[victim.id]
@@ -329,15 +377,17 @@ class Engine:
         return (
             self.n_dec > 0
             and not self.prefilling
-            and not self._head_admissible(self.budget - self.n_dec)
+            and not self._head_admissible(self.budget - self.n_dec * self.verify)
         )
 
     def advance(self, t_limit: float = float("inf"), collect: bool = False) -> list[SimRequest]:
         """Run one general step, or a stretch of decode-only steps that ends before
         ``t_limit`` (the next arrival or sample). Returns the requests that received a token
         in a general step when ``collect`` (the real-time server streams them)."""
-        if not collect and self.can_stretch() and self._stretch(t_limit) > 0:
-            return []
+        if not collect and self.can_stretch():
+            ran = self._stretch(t_limit) if self.gains is None else self._stretch_spec(t_limit)
+            if ran > 0:
+                return []
         return self._general_step(collect)
 
     def _stretch(self, t_limit: float) -> int:
@@ -398,6 +448,72 @@ class Engine:
         self._finish_decoders(s + j - 1)
         return j
 
+    def _spec_need(self, s: int) -> int:
+        """Blocks the speculative decoders need at step ``s``: those whose computed count
+        ``c = c0 + G[s]`` crosses a multiple of the block size within the step's gain ``g``
+        (a multiple in [c, c + g)), i.e. ``c0 mod B`` among ``g`` residues."""
+        assert self.gains is not None
+        G = self.gains.G
+        B = self.B
+        u = (-G[s]) % B
+        g = G[s + 1] - G[s]
+        sphase = self.sphase
+        if g >= B:
+            return self.n_dec * (g // B) + sum(sphase[(u - i) % B] for i in range(g % B))
+        return sum(sphase[(u - i) % B] for i in range(g))
+
+    def _stretch_spec(self, t_limit: float) -> int:
+        """:meth:`_stretch` with speculative decoding: every step verifies ``k + 1`` tokens
+        per request (the coefficients say what it costs) and gives each the step's gain."""
+        gains = self.gains
+        assert gains is not None
+        s = self.step
+        n = self.n_dec
+        heap = self._heap
+        while heap:
+            top = self.running.get(heap[0][2])
+            if top is not None and top.ver == heap[0][1]:
+                break
+            heapq.heappop(heap)
+        if not heap:
+            return 0
+        k_max = min(self._heap[0][0] - s + 1, _STRETCH_MAX)
+        gains.ensure(s + k_max + 1)
+        G = gains.G
+        co = self._coeff(n)
+        free = self.pool.free
+        now = self.now
+        ends_ns = self.step_end_ns
+        itl = self.h_itl
+        prev = self.last_step_end if self.last_step_end is not None else now
+        need_total = 0
+        made = 0
+        j = 0
+        while j < k_max and now < t_limit:
+            need = self._spec_need(s + j)
+            if need_total + need > free:
+                break
+            need_total += need
+            now += co.time(self.sum_base + n * G[s + j])
+            ends_ns.append(int(now * 1e9))
+            itl.observe(now - prev, n)
+            prev = now
+            g = n * (G[s + j + 1] - G[s + j])
+            self.step_tokens.append(g)
+            made += g
+            j += 1
+        if j == 0:
+            return 0
+        self.last_step_end = now
+        self.busy_s += now - self.now
+        self.pool.allocate(need_total)
+        self.counters.generation_tokens += made
+        self.counters.steps += j
+        self.step = s + j
+        self.now = now
+        self._finish_decoders(s + j - 1)
+        return j
+
     def _finish_decoders(self, s: int) -> None:
         """Decoders whose last token was sampled at step ``s`` leave."""
         heap = self._heap
@@ -417,14 +533,20 @@ class Engine:
         B = self.B
         pool = self.pool
         preempted = False
-        # 1. every decoding request gets one token; find its blocks or preempt the newest
-        need = self.phase[s % B]
+        # 1. every decoding request gets one token (with speculation: the step's gain); find
+        # its blocks or preempt the newest
+        gains = self.gains
+        if gains is not None:
+            gains.ensure(s + 1)
+            need = self._spec_need(s)
+        else:
+            need = self.phase[s % B]
         while need > pool.free and self.running:
             victim = next(reversed(self.running.values()))
             need -= self._preempt(victim, s)
             preempted = True
         pool.allocate(need)
-        budget = self.budget - self.n_dec
+        budget = self.budget - self.n_dec * self.verify
         chunks: list[tuple[SimRequest, int, int]] = []
         # 2. prefills in progress, oldest first
         for req in list(self.prefilling.values()):
@@ -498,7 +620,8 @@ class Engine:
         if not chunks and n_dec == 0:
             return []
         # 4. how long the step takes
-        ntok = n_dec
+        verify = self.verify
+        ntok = n_dec * verify
         attn = 0.0
         kv_read = 0.0
         w_attn = 0.0
@@ -516,11 +639,18 @@ class Engine:
                 w_read += wr
             if o + c == req.prompt_len + req.out:
                 done.append(req)
+        if gains is None:
+            ctx = self.sum_base + n_dec * s
+            made = n_dec
+        else:
+            G = gains.G
+            ctx = self.sum_base + n_dec * G[s]
+            made = n_dec * (G[s + 1] - G[s])
         dt = model.step_time(
             ntok,
             n_dec + len(chunks),
-            n_dec + len(done),
-            self.sum_base + n_dec * s,
+            n_dec * verify + len(done),
+            ctx,
             attn,
             kv_read,
             w_attn,
@@ -535,12 +665,12 @@ class Engine:
         self.busy_s += dt
         self.last_step_end = self.now
         self.step_end_ns.append(int(self.now * 1e9))
-        self.step_tokens.append(n_dec + len(done))
+        self.step_tokens.append(made + len(done))
         if n_dec:
             self.h_itl.observe(self.now - prev, n_dec)
         self.step = s + 1
         self.counters.steps += 1
-        self.counters.generation_tokens += n_dec + len(done)
+        self.counters.generation_tokens += made + len(done)
         # 5. apply: chunks advance, completed prefills sample a token
         for req, c, _o in chunks:
             req.computed += c

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from servetune.arch.architecture import AttentionKind
 from servetune.arch.flops import ModelFlops, model_flops, peak_flops
 from servetune.arch.precision import linear_rate
-from servetune.arch.weights import rank_weights
+from servetune.arch.weights import mtp_layer_weights, rank_weights
 from servetune.errors import SimError
 from servetune.sim.config import ResolvedConfig
 from servetune.sim.efficiency import Efficiency, efficiency
@@ -165,6 +165,64 @@ class StepModel:
             layers = m.moe_layer_count
             self.comm_fixed_s += 2 * layers * self.eff.alltoall_latency_us / 1e6
             self.comm_per_token += 2 * layers * fan * m.hidden_size * 2.0 / link
+        self._speculative(r)
+
+    def _speculative(self, r: ResolvedConfig) -> None:
+        """Speculative decoding's terms (:mod:`servetune.sim.speculative`): a decoding request
+        computes ``verify = k + 1`` tokens a step (the caller counts them in the step's tokens
+        and samples), attends ``k + 1`` queries over its context (the KV read once), and an
+        MTP drafter runs one layer of the model's shape ``k`` times over one token per request
+        (:meth:`draft_time`), attending over the context and reading its KV each time; n-gram
+        drafting runs on the CPU and costs the GPU nothing."""
+        spec = r.speculation
+        self.verify = 1 if spec is None else spec.k + 1
+        self.draft_passes = spec.k if spec is not None and spec.drafts_with_mtp else 0
+        self._draft_memo: dict[int, float] = {}
+        if spec is None:
+            return
+        m = r.model
+        L = m.num_hidden_layers
+        per_layer = self.draft_passes / L
+        self.attn_flops_per_ctx *= self.verify + per_layer
+        self.w_attn_flops_per_ctx *= self.verify + per_layer
+        self.kv_bytes_per_token *= 1 + per_layer
+        self.w_kv_bytes_per_token *= 1 + per_layer
+        if not self.draft_passes:
+            return
+        dense, experts = mtp_layer_weights(m, r.quantization, r.parallelism)
+        self.draft_bytes = dense + self.weights.head  # the shared lm_head is read every pass
+        h = m.hidden_size
+        self.draft_flops_per_token = (
+            2.0 * (m.dense_linear_params / L + 2 * h * h)
+        ) / self.tp + self.head_flops_per_sample
+        self.draft_expert_bytes = experts
+        layers = m.moe_layer_count
+        self.draft_expert_flops_per_token = self.expert_flops_per_token / layers if layers else 0.0
+        self.draft_comm_fixed_s = self.comm_fixed_s / L
+        self.draft_comm_per_token = self.comm_per_token / L
+
+    def draft_time(self, n: int) -> float:
+        """The GPU time of an MTP drafter's ``k`` passes for ``n`` decoding requests (all
+        replicas): each pass one layer of the model's shape and the lm_head over one token per
+        request, a roofline of its own (memoized by ``n``)."""
+        if not self.draft_passes or n <= 0:
+            return 0.0
+        got = self._draft_memo.get(n)
+        if got is not None:
+            return got
+        dp = self.dp
+        per = -(-n // dp) if dp > 1 else n
+        dense = max(
+            self.draft_flops_per_token * per / self.flops_per_s, self.draft_bytes / self.bytes_per_s
+        )
+        experts = 0.0
+        if self.draft_expert_bytes:
+            flops = self.draft_expert_flops_per_token * n / self.expert_flops_per_s
+            read = self.draft_expert_bytes * self.weights.expert_coverage(n) / self.bytes_per_s
+            experts = max(flops, read)
+        one = dense + experts + self.draft_comm_fixed_s + self.draft_comm_per_token * per
+        got = self._draft_memo[n] = self.draft_passes * one
+        return got
 
     def padded(self, num_tokens: int) -> int:
         """Tokens the GPU computes: a captured CUDA-graph size when the step fits one."""
@@ -250,26 +308,32 @@ class StepModel:
         )
         if self.expert_bytes:
             gpu += self._moe(num_tokens)
+        if self.draft_passes and num_decodes:
+            gpu += self.draft_time(num_decodes)
         cpu = self.fixed_s + self.per_seq_s * num_seqs
         if self.overlap:
             return gpu if gpu > cpu else cpu
         return gpu + cpu
 
     def decode_coeffs(self, n: int) -> DecodeCoeffs:
-        """Coefficients of a decode-only step of ``n`` requests (see :class:`DecodeCoeffs`)."""
+        """Coefficients of a decode-only step of ``n`` requests (see :class:`DecodeCoeffs`);
+        with speculative decoding each verifies ``k + 1`` tokens and the drafter runs."""
         dp = self.dp
-        padded = self.padded(-(-n // dp) if dp > 1 else n)
-        lin_flops = self.linear_flops_per_token * padded + self.head_flops_per_sample * n / dp
+        t = n * self.verify  # tokens computed (and sampled)
+        padded = self.padded(-(-t // dp) if dp > 1 else t)
+        lin_flops = self.linear_flops_per_token * padded + self.head_flops_per_sample * t / dp
         dense = max(lin_flops / self.flops_per_s, self.weight_bytes / self.bytes_per_s)
-        gpu = dense + self.comm_fixed_s + self.comm_per_token * (padded if dp == 1 else n / dp)
+        gpu = dense + self.comm_fixed_s + self.comm_per_token * (padded if dp == 1 else t / dp)
         if self.expert_bytes:
-            gpu += self._moe(n)
+            gpu += self._moe(t)
+        if self.draft_passes:
+            gpu += self.draft_time(n)
         cpu = self.fixed_s + self.per_seq_s * n
         k, floor = (gpu, cpu) if self.overlap else (gpu + cpu, 0.0)
         a = self.attn_flops_per_s * dp
         b = self.bytes_per_s * dp
         f1 = self.attn_flops_per_ctx / a
-        m0 = self.kv_write_bytes * n / b
+        m0 = self.kv_write_bytes * t / b
         m1 = self.kv_bytes_per_token / b
         if self.window is None:
             return DecodeCoeffs(k, f1, k + m0, m1, 0.0, floor)

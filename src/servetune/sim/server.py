@@ -38,7 +38,7 @@ import threading
 import time
 
 from servetune.arch.memory import MemoryPlan
-from servetune.errors import ConfigError, ServetuneError
+from servetune.errors import ConfigError, ServetuneError, SimError
 from servetune.http import Exchange, HTTPServer, Limits, Router, ServerConnection
 from servetune.http.wire import vllm_error
 from servetune.sim.config import EngineConfig, ResolvedConfig
@@ -58,6 +58,13 @@ class SimServer:
     def __init__(self, cfg: EngineConfig, writer: WriterMode = "plain") -> None:
         self.cfg = cfg
         self.r: ResolvedConfig = cfg.resolve()
+        if self.r.speculation is not None:
+            raise SimError(
+                "sim serve does not stream speculative decoding's several tokens per step yet",
+                hint="simulate it offline (sim run, plan, tune --engine sim), or serve without "
+                "--speculative-method",
+                code="sim.config",
+            )
         self.mem: MemoryPlan = plan_memory(self.r)
         self.model = self.r.served_model_name
         self.writer_mode = writer_mode(writer)

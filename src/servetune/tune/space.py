@@ -5,7 +5,9 @@ Every knob the engine has that a tuner may turn (``knobs.tunable``) becomes a di
 discrete values — the registry's grid (powers of two for ``max_num_seqs`` and
 ``max_num_batched_tokens``, 0.80–0.95 for ``gpu_memory_utilization``, its choices
 otherwise) — with these exceptions: parallelism only when several GPUs are given (and tensor
-parallelism only up to their number), ``threads`` only when asked for.
+parallelism only up to their number), speculative decoding only for a model with its own
+drafter (``speculative``: the simulated engine's model has MTP layers), ``threads`` only when
+asked for.
 ``--knob NAME=a,b,c`` sets a knob's values (``--knob NAME`` takes the registry's grid); once
 one ``--knob`` is given, only the knobs given are searched. ``--fix NAME=VALUE`` pins one.
 A knob the engine lacks is a ConfigError naming the engine (``knobs.require``).
@@ -37,6 +39,9 @@ from servetune.results.tune_file import DEFAULT, Dim, Space
 PARALLEL = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
 MULTI_GPU = (*PARALLEL, "enable_expert_parallel", "expert_parallel_size", "enable_dp_attention")
 """Knobs that mean something only with more than one GPU (searched when --gpus > 1)."""
+SPECULATIVE = ("speculative_method", "num_speculative_tokens")
+"""Speculative decoding's knobs: searched by default only for a model that ships a drafter
+(its MTP layers), where the gain rests on the acceptance rate assumed (docs/tune.md)."""
 ASK_ONLY = ("threads",)
 GMU_POINTS = 4
 
@@ -82,6 +87,7 @@ def build_space(
     knob_items: Sequence[str] | None = None,
     fix_items: Sequence[str] | None = None,
     gpus: int = 1,
+    speculative: bool = False,
 ) -> Space:
     """The space for ENGINE (see the module docstring)."""
     tunables = {t.name: t for t in tunable(engine)}
@@ -110,7 +116,10 @@ def build_space(
         names = [
             n
             for n in tunables
-            if n not in fixed_raw and n not in ASK_ONLY and (n not in MULTI_GPU or gpus > 1)
+            if n not in fixed_raw
+            and n not in ASK_ONLY
+            and (n not in MULTI_GPU or gpus > 1)
+            and (n not in SPECULATIVE or speculative)
         ]
     dims: list[Dim] = []
     for name in names:
