@@ -82,3 +82,15 @@ def test_tune_spec_knows_its_engines_and_their_rules() -> None:
     with pytest.raises(ConfigError) as exc:
         validated(TuneSpec, _spec(engine="vllm", realtime=True))
     assert exc.value.message == "realtime applies to engine sim only"
+
+
+def test_plan_and_cost_requests_refuse_in_their_own_names() -> None:
+    from servetune.results.cost_file import CostRequest
+
+    with pytest.raises(ConfigError) as exc:
+        validated(CostRequest, {"path": "x", "r": math.nan})
+    assert exc.value.message == "r must be a finite number (got nan)"
+    with pytest.raises(ConfigError) as exc:
+        validated(CostRequest, {"path": "x", "gpus": 0})
+    assert exc.value.message == "gpus must be ≥ 1 (got 0)"
+    assert exc.value.hint == "e.g. gpus=8"

@@ -95,7 +95,7 @@ def test_real_run_needs_the_gpu(
         (["--gpu", "B9000"], "unknown GPU"),
         (["--price", "A100-80GB=free"], "not a number"),
         (["--pricing", "reserved-3y"], "no reserved-3y price"),
-        (["--r", "0"], "--r must be a positive"),
+        (["--r", "0"], "--r must be > 0 (got 0)"),
     ],
 )
 def test_bad_input_is_explained(

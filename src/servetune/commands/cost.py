@@ -78,11 +78,15 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             "nothing to price", hint="give a run or sweep directory (or --prices for the catalog)"
         )
+    from servetune.checks import validated
+    from servetune.commands._workload_args import flag_of
     from servetune.cost.analyze import cost_of
-    from servetune.results.cost_file import COST_FILE, write_cost_report
+    from servetune.results.cost_file import COST_FILE, CostRequest, write_cost_report
 
+    fields = {"path": str(args.path), "gpu": args.gpu, "gpus": args.gpus, "r": args.r}
+    req: CostRequest = validated(CostRequest, {**fields, "model": args.model}, name=flag_of)
     report = cost_of(
-        args.path, price_book(args), gpu=args.gpu, gpus=args.gpus, r=args.r, model=args.model
+        req.path, price_book(args), gpu=req.gpu, gpus=req.gpus, r=req.r, model=req.model
     )
     written = None
     if not args.no_write:

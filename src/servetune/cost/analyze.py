@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from servetune.checks import validated
 from servetune.cost.formula import FORMULA, token_cost
 from servetune.cost.prices import PriceBook, canonical_gpu
 from servetune.errors import ConfigError, ResultError, ServetuneError
-from servetune.results.cost_file import CostPoint, CostReport, PriceUsed
+from servetune.results.cost_file import CostPoint, CostReport, CostRequest, PriceUsed
 from servetune.results.io import RUN_FILE, detect_dir, read_run_result
 from servetune.results.schema import RunResult
 from servetune.results.sweep_schema import LevelRow, SweepResult, read_sweep_result
@@ -54,11 +55,6 @@ def _from_engine(engine: dict[str, Any] | None) -> tuple[str, int] | None:
 
 def deployment(recorded: dict[str, Any] | None, gpu: str | None, gpus: int | None) -> Deployment:
     """GPU type and count: flags win over what the result records; a real run needs --gpu."""
-    if gpus is not None and gpus < 1:
-        raise ConfigError(
-            f"--gpus must be ≥ 1 (got {gpus})",
-            hint="leave it out for the recorded tensor-parallel size",
-        )
     rec = _from_engine(recorded)
     if gpu is not None:
         if gpus is None and rec is None:
@@ -298,9 +294,9 @@ def cost_of(
     r: float = 4.0,
     model: str | None = None,
 ) -> CostReport:
-    """The CostReport of a RUN_DIR or a SWEEP_DIR."""
-    if not r > 0 or math.isinf(r):
-        raise ConfigError(f"--r must be a positive number (got {r:g})", hint="e.g. --r 4")
+    """The CostReport of a RUN_DIR or a SWEEP_DIR (the request checked as
+    :class:`~servetune.results.cost_file.CostRequest`)."""
+    validated(CostRequest, {"path": str(path), "gpu": gpu, "gpus": gpus, "r": r, "model": model})
     p = Path(path).expanduser()
     kind = detect_dir(p)
     warnings: list[str] = []

@@ -59,6 +59,19 @@ class CostPoint(BaseModel):
     """This point's blended $/Mtok ÷ the cheapest measured point's (1 = the cheapest)."""
 
 
+class CostRequest(BaseModel):
+    """What ``cost`` is asked: the run or sweep to price and how it was served."""
+
+    path: str
+    gpu: str | None = None
+    """The GPU type (a simulated run records it; a real run needs it)."""
+    gpus: int | None = Field(None, ge=1, examples=[8])
+    """GPUs serving it; None: the recorded tensor-parallel size, or 1."""
+    r: float = Field(4.0, gt=0, allow_inf_nan=False, examples=[4])
+    """Input tokens priced as 1/r of an output token (the formula's ratio)."""
+    model: str | None = None
+
+
 class CostReport(BaseModel):
     schema_version: int = COST_SCHEMA_VERSION
     kind: Literal["cost"] = "cost"
