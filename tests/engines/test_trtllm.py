@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from servetune.engines import EngineKnobs, build_command
+from servetune.engines import EngineKnobs, EngineOptions, build_command
 from servetune.engines.failures import recognise
 from servetune.errors import ConfigError
 from servetune.knobs import engine_knobs, knob, parse_command, render_command
@@ -108,12 +108,22 @@ def test_a_knob_trtllm_serve_lacks_is_refused_naming_it() -> None:
     assert err.value.code == "knob.absent" and "trtllm" in err.value.message
 
 
-def test_the_side_file_is_written_at_start(tmp_path: Path) -> None:
+def test_the_side_file_is_written_at_start_and_removed_when_done(tmp_path: Path) -> None:
+    from servetune.engines import start
+    from servetune.errors import EngineError
+
     spec = build_command("trtllm", "m", KNOBS, port=8124)
     spec.write_files()
     for path, text in spec.files.items():
         assert Path(path).read_text() == text
-        Path(path).unlink()
+    spec.remove_files()
+    assert not any(Path(p).exists() for p in spec.files)
+    missing = build_command(
+        "trtllm", "m", KNOBS, EngineOptions(executable=str(tmp_path / "nope")), port=8125
+    )
+    with pytest.raises(EngineError, match="not found"):
+        start(missing, tmp_path / "engine.log")
+    assert not any(Path(p).exists() for p in missing.files)  # a failed start leaves none
 
 
 def test_its_command_line_is_read_back_with_the_side_file(tmp_path: Path) -> None:

@@ -84,6 +84,11 @@ class LaunchSpec(BaseModel):
         )
         return heredocs + self.shell()
 
+    def remove_files(self) -> None:
+        """Remove the side files once the engine is gone (they are the launcher's, per port)."""
+        for path in self.files:
+            Path(path).unlink(missing_ok=True)
+
     def write_files(self) -> None:
         """Write the side files the command reads."""
         for path, text in self.files.items():

@@ -209,6 +209,7 @@ class EngineProcess:
         """SIGTERM the process group, SIGKILL what is left after GRACE_S; returns the exit
         status of the process we started. Idempotent."""
         terminate_group(self.pgid, grace_s, leader=self.proc)
+        self.spec.remove_files()
         return self.proc.poll()
 
     async def astop(self, grace_s: float = DEFAULT_STOP_GRACE_S) -> int | None:
@@ -303,12 +304,14 @@ def start(spec: LaunchSpec, log_path: Path | str, *, die_with_parent: bool = Tru
             preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None,
         )
     except FileNotFoundError as exc:
+        spec.remove_files()
         raise EngineError(
             f"{spec.engine}: cannot run {spec.argv[0]!r}: not found",
             hint="install the engine, or give its path (--executable); "
             "the test engines come from scripts/provision_engines.sh",
         ) from exc
     except PermissionError as exc:
+        spec.remove_files()
         raise EngineError(f"{spec.engine}: cannot run {spec.argv[0]!r}: {exc}") from exc
     finally:
         log.close()  # the child holds its own copy of the descriptor
