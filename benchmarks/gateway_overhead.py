@@ -77,6 +77,8 @@ VENVS = (
 )
 MODEL = "scripted-model"
 KEY = "st-bench-" + "k" * 40
+ADMIN_KEY = "st-bench-admin-key-0123456789abcdef"
+"""Reads the gateway's /metrics (which needs an admin or metrics key)."""
 ROUNDS = 3
 """Latency levels alternate the targets this many times; samples are pooled per target."""
 
@@ -521,6 +523,7 @@ def write_gateway_config(path: Path, up_port: int, **extra: Any) -> None:
             "tenants",
             [{"name": "bench", "keys": [hash_key(KEY)], "tpm": 10**9, "max_concurrency": 10000}],
         ),
+        "admin_keys": [hash_key(ADMIN_KEY)],
         "audit_log": str(path.parent / "audit.jsonl"),
         **extra,
     }
@@ -764,7 +767,7 @@ def queue_waits(port: int, tenant: str) -> tuple[float, float]:
     import http.client
 
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    conn.request("GET", "/metrics")
+    conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
     text = conn.getresponse().read().decode()
     count = total = 0.0
     for line in text.splitlines():

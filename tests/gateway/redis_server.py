@@ -36,11 +36,12 @@ class RedisServer:
                 self.proc.wait(10)
 
 
-def start_redis(tmp: Path) -> RedisServer:
+def start_redis(tmp: Path, port: int | None = None) -> RedisServer:
+    """A Redis without persistence (``port``: a given one, e.g. to restart on it)."""
     exe = shutil.which("redis-server")
     need("redis-server (Debian package)", exe, SYSTEM_DEPS)
     assert exe is not None
-    port = free_port()
+    port = port or free_port()
     proc = subprocess.Popen(
         [
             exe,

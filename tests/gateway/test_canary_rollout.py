@@ -43,6 +43,7 @@ def rollout(tmp: Path, candidate_knobs: dict[str, object]) -> tuple[RolloutState
             cfg = gateway_config(
                 tmp,
                 admin_keys=[hash_key(admin)],
+                auth="off",  # an open data path on purpose: the test drives the admin API
                 groups=[{"name": "baseline", "urls": [base.base_url]},
                         {"name": "candidate", "urls": [cand.base_url], "weight": 0}],
                 canary={"min_requests": 40, "min_batches": 8, "batch_size": 3,
@@ -125,6 +126,7 @@ def test_a_candidate_that_never_answers_is_not_promoted_on_timeout(
             cfg = gateway_config(
                 tmp_path,
                 admin_keys=[hash_key(admin)],
+                auth="off",  # an open data path on purpose: the test drives the admin API
                 retries=0,
                 breaker={"failures": breaker_failures, "cooldown_s": 30},
                 groups=[{"name": "baseline", "urls": [base.base_url]},

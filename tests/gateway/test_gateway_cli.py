@@ -147,6 +147,7 @@ def test_rollout_follow_does_not_report_another_rollouts_outcome(
         cfg = gateway_config(
             tmp_path,
             admin_keys=[hash_key(admin)],
+            auth="off",  # an open data path on purpose: the test drives the admin API
             groups=[{"name": "base", "urls": ["http://127.0.0.1:9/v1"]},
                     {"name": "cand", "urls": ["http://127.0.0.1:9/v1"], "weight": 0}],
         )  # fmt: skip

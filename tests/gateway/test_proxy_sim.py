@@ -45,7 +45,9 @@ def prompt_tokens(prompt: str = PROMPT) -> int:
 
 def test_streams_pass_through_with_usage_stripped(engine: EmbeddedServer, tmp_path: Path) -> None:
     async def main() -> None:
-        cfg = gateway_config(tmp_path, groups=[{"name": "g", "urls": [engine.base_url]}])
+        cfg = gateway_config(
+            tmp_path, groups=[{"name": "g", "urls": [engine.base_url]}], metrics_open=True
+        )
         async with running(cfg) as gw, client() as s:
             status, body, headers = await complete(s, gw, max_tokens=20)
             assert status == 200 and headers["X-Accel-Buffering"] == "no"

@@ -36,6 +36,7 @@ def test_rollout_shared_by_two_replicas(redis_server: RedisServer, tmp_path: Pat
                     redis=redis_server.url,
                     redis_prefix="rollout-test:",
                     admin_keys=[hash_key(admin)],
+                    auth="off",  # an open data path on purpose: the test drives the admin API
                     groups=[{"name": "baseline", "urls": [base.base_url]},
                             {"name": "candidate", "urls": [cand.base_url], "weight": 0}],
                     canary={"min_requests": 30, "min_batches": 6, "batch_size": 3,

@@ -92,6 +92,27 @@ def gateway_state(gw: Gateway) -> dict[str, Any]:
     }
 
 
+def _steps(given: Any) -> list[float]:
+    """The rollout's steps from a request body: a list of percentages (or ``"5,25,100"``);
+    anything else is a 400 that says what was expected (not a 500 from the parse)."""
+    if given is None:
+        return list(DEFAULT_STEPS)
+    ok = isinstance(given, str) or (
+        isinstance(given, list)
+        and all(isinstance(x, int | float) and not isinstance(x, bool) for x in given)
+    )
+    if not ok:
+        raise BadRequest(
+            f"'steps' must be a list of percentages such as [5, 25, 50, 100], got "
+            f"{orjson.dumps(given).decode()[:80]}",
+            param="steps",
+        )
+    try:
+        return parse_steps(given)
+    except ConfigError as exc:  # a range or order mistake of the request: 400, not 409
+        raise BadRequest(f"{exc.message} ({exc.hint})" if exc.hint else exc.message) from None
+
+
 class AdminAPI:
     """The admin endpoints of ``gw``."""
 
@@ -146,7 +167,7 @@ class AdminAPI:
             req = orjson.loads(ex.body or b"{}")
             if not isinstance(req, dict) or not isinstance(req.get("candidate"), str):
                 raise BadRequest('expected {"candidate": GROUP, "steps": [5, 25, 50, 100]}')
-            steps = parse_steps(req.get("steps") or DEFAULT_STEPS)
+            steps = _steps(req.get("steps"))
             state = rollouts.start(req["candidate"], steps, self.gw.pools, self.gw.cfg.canary)
         except (orjson.JSONDecodeError, BadRequest, ServetuneError) as exc:
             msg = getattr(exc, "message", None) or str(exc)

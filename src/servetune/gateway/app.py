@@ -70,7 +70,12 @@ from servetune.gateway.redis_state import RedisState, replica_id
 from servetune.gateway.refusals import quota_refused
 from servetune.gateway.requests import ENDPOINTS, error_body
 from servetune.gateway.rollout_control import RolloutControl
-from servetune.gateway.tenants import TenantRuntime, build_callers
+from servetune.gateway.tenants import (
+    TenantRuntime,
+    auth_changes,
+    build_callers,
+    describe_auth,
+)
 from servetune.gateway.upstream import ConnectionPool, fetch
 from servetune.http import Exchange, HTTPServer
 from servetune.http import Limits as HTTPLimits
@@ -119,6 +124,8 @@ class Gateway:
         self.observe: Callable[[Observation], None] = self.rollouts.observe
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping: set[asyncio.Future[None]] = set()
+        self.streams: set[Flight] = set()
+        """Streams being passed on (ended with an error event if still open at shutdown)."""
         self.server: HTTPServer | None = None
         self.port = 0
         self.head_deadlines = HeadDeadlines(cfg.timeouts.first_byte_s)
@@ -130,6 +137,13 @@ class Gateway:
         """Build keys, tenants, pools and routing from ``cfg`` (startup and reload)."""
         # what can fail (a key file, a sweep, a tokenizer), before anything changes
         callers = build_callers(cfg)
+        old = getattr(self, "callers", None)
+        if old is not None and old.auth and not callers.auth and cfg.auth != "off":
+            raise ConfigError(
+                "the new configuration has no tenant key: it would turn authentication off",
+                hint="keep at least one tenant key, or write `auth: off` to open the gateway "
+                "on purpose",
+            )
         limits, counters = check_groups(cfg)
         # from here on nothing fails: a refused reload has changed nothing that runs (the
         # upstreams are the live ones, shared with in-flight requests)
@@ -173,8 +187,10 @@ class Gateway:
             if (cfg.redis or None) != (self.cfg.redis or None):
                 raise ConfigError("redis cannot change on reload (restart the gateway)")
             old = dict(self.router.weights)
+            old_callers = self.callers
             self._apply(cfg)
             self._sync_signals()
+            changes = auth_changes(old_callers, self.callers)
         except ServetuneError as exc:
             log.error("reload refused, configuration kept: %s", exc)
             await asyncio.to_thread(
@@ -189,8 +205,20 @@ class Gateway:
             new_weights=dict(self.router.weights),
             config=self.config_id,
             routing=self.routing_policies(),
+            auth=changes,
         )
-        log.info("configuration reloaded (%s)", self.config_id)
+        log.info(
+            "configuration reloaded (%s): %s; tenants added %s, removed %s; tenant keys %d -> "
+            "%d, admin keys %d -> %d",
+            self.config_id,
+            describe_auth(self.callers),
+            changes["tenants_added"] or "none",
+            changes["tenants_removed"] or "none",
+            *changes["tenant_keys"],  # type: ignore[misc]
+            *changes["admin_keys"],  # type: ignore[misc]
+        )
+        if not self.callers.auth:
+            log.warning("gateway: %s", describe_auth(self.callers))
         return True
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -225,6 +253,7 @@ class Gateway:
         router.prefix("/v1/", self._not_found)
         self.server = HTTPServer(router, limits=self._http_limits(self.cfg))
         self.port = await self.server.start(host, port)
+        (log.info if self.callers.auth else log.warning)("gateway: %s", describe_auth(self.callers))
         with contextlib.suppress(NotImplementedError, RuntimeError):
             asyncio.get_running_loop().add_signal_handler(
                 signal.SIGHUP, lambda: asyncio.ensure_future(self.reload())
@@ -261,7 +290,14 @@ class Gateway:
     async def stop(self, drain_s: float = 10.0) -> None:
         await self.rollouts.stop(5.0)
         if self.server is not None:
-            await self.server.drain(drain_s)
+            # streams still open just before the drain's end are ended with an error event
+            # (the drain would cut them bare); their connections then close by themselves
+            drain = asyncio.ensure_future(self.server.drain(drain_s))
+            done, _ = await asyncio.wait({drain}, timeout=max(0.0, drain_s - min(1.0, drain_s / 4)))
+            if not done:
+                for f in list(self.streams):
+                    f.shutdown_cut()
+            await drain
         for t in self._tasks:
             if not await stop_task(t):
                 log.warning("gateway: task %s did not stop within 5 s", t.get_name())
@@ -406,12 +442,18 @@ class Gateway:
 
     # -- other endpoints ---------------------------------------------------------------------
     def _health(self, ex: Exchange) -> None:
+        if self.redis is not None and not self.redis.available:
+            # every quota'd request is refused (fail closed): not a healthy replica
+            ex.respond_json(503, {"status": "shared state (Redis) unavailable"})
+            return
         healthy = any(p.healthy() for p in self.pools.values())
         ex.respond_json(
             200 if healthy else 503, {"status": "ok" if healthy else "no healthy upstream"}
         )
 
     def _metrics(self, ex: Exchange) -> None:
+        if not self.callers.may_read_metrics(ex, self.cfg.metrics_open):
+            return
         ex.respond(200, self.metrics.render(), b"text/plain; version=0.0.4; charset=utf-8")
 
     def _not_found(self, ex: Exchange) -> None:

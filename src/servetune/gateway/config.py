@@ -31,8 +31,11 @@ A configuration names upstream *groups* (a baseline and, during a rollout, a can
         max_tokens: 1024                    # clamp (default) or refuse over it
         max_input_tokens: 8192
 
-Every limit left out is unlimited. Without any tenant that has keys, the gateway does not
-authenticate and everyone is the tenant ``default`` (its limits come from ``defaults``).
+Every limit left out is unlimited. Without any key configured (and with ``auth: off``) the
+gateway does not authenticate and everyone is the tenant ``default`` (its limits come from
+``defaults``), said in a warning at start and on every reload; admin keys without any tenant
+key are refused (``auth: off`` makes the open gateway explicit), and a reload cannot turn
+authentication off unless its configuration says ``auth: off``.
 Unknown fields are errors (a typo must not silently drop a limit).
 """
 
@@ -52,6 +55,12 @@ DEFAULT_PRIORITIES = ("interactive", "standard", "batch")
 inside a class tenants share by weighted tokens."""
 
 MaxTokensPolicy = Literal["clamp", "refuse"]
+AuthMode = Literal["auto", "keys", "off"]
+"""``keys``: every request needs a tenant key (a configuration without one is refused);
+``off``: nobody is authenticated — an explicit choice, logged as a warning at every start and
+reload (refused when tenant keys are configured); ``auto``: keys when tenant keys are
+configured, open (with the same warning) when no key at all is, refused when only admin keys
+are (a configuration that lost its tenant keys must not open the gateway)."""
 
 
 class _Strict(BaseModel):
@@ -233,7 +242,14 @@ class GatewayConfig(_Strict):
     tenants: list[Tenant] = Field(default_factory=list)
     defaults: TenantLimits = Field(default_factory=TenantLimits)
     """Limits of the tenant ``default`` (no keys configured) and of every tenant field left out."""
+    auth: AuthMode = "auto"
+    """Whether requests are authenticated (see :data:`AuthMode`)."""
     admin_keys: list[str] = Field(default_factory=list)
+    metrics_keys: list[str] = Field(default_factory=list)
+    """Hashed keys that may read ``/metrics`` (besides the admin keys), e.g. Prometheus'."""
+    metrics_open: bool = False
+    """Serve ``/metrics`` without a key. It names every tenant, its token use and every
+    upstream URL, so by default it needs an admin or metrics key (403 when none is configured)."""
     key_files: list[str] = Field(default_factory=list)
     """Files of ``KEY [TENANT]`` lines (a hashed ``sha256:`` key, or a plain one hashed on load)."""
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
@@ -252,6 +268,16 @@ class GatewayConfig(_Strict):
     audit_log: str = "gateway-audit.jsonl"
     metrics_interval_s: float = Field(default=1.0, gt=0)
     """How often each upstream's /metrics is read for adaptive admission."""
+
+    @field_validator("auth", mode="before")
+    @classmethod
+    def _auth(cls, v: object) -> object:
+        # YAML 1.1 reads a bare `off` as false and `on` as true
+        if v is False:
+            return "off"
+        if v is True:
+            return "keys"
+        return v
 
     @field_validator("listen")
     @classmethod

@@ -2,16 +2,20 @@
 tries another.
 
 A 500/502/503/504 head, a reset, a connect error or the first-byte deadline before the head
-count against the upstream (its circuit breaker and ``failures{upstream,kind}``) and, while
-``retries`` are left, send the request to another upstream of the group (one not tried yet
-when there is one; ``retries{upstream}``); never after the head, when the answer is the
-client's. A reused kept-alive connection that the server had closed is replaced once by a
-fresh one, which is no failure — when it had sat idle for :data:`RACE_IDLE_S` or more (the
-keep-alive race of a server timing out idle connections: no server's time-out is shorter). A
-connection lost before its head sooner after its last answer is the upstream's failure like
-any reset (an engine that crashed on the request must not hide behind the race). When the
-tries run out the client gets a 502 that names the last error; when no slot comes for a
-retry, the fair queue's 503 with it.
+count against the upstream (its circuit breaker and ``failures{upstream,kind}``, ``kind``
+``status``, ``reset``, ``connect`` or ``timeout``) and, while ``retries`` are left, send the
+request to another upstream of the group (one not tried yet when there is one;
+``retries{upstream}``); never after the head, when the answer is the client's. A timeout is
+retried only on an upstream not tried yet: the engine that timed out had the request and may
+still be generating it (a non-streamed answer's head comes with its end), so sending it there
+again doubles its work and cannot be faster; with no other upstream the client gets a 504.
+A reused kept-alive connection that the server had closed is replaced once by a fresh one,
+which is no failure — when it had sat idle for :data:`RACE_IDLE_S` or more (the keep-alive
+race of a server timing out idle connections: no server's time-out is shorter). A connection
+lost before its head sooner after its last answer is the upstream's failure like any reset
+(an engine that crashed on the request must not hide behind the race). When the tries run
+out the client gets a 502 (a 504 after a timeout) that names the last error; when no slot
+comes for a retry, the fair queue's 503 with it.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ RETRY_STATUSES = (500, 502, 503, 504)
 
 
 class Tries:
-    __slots__ = ("attempts", "fresh_retried", "last_error", "tried")
+    __slots__ = ("attempts", "fresh_retried", "last_error", "last_kind", "tried")
 
     def __init__(self) -> None:
         self.attempts = 0
@@ -39,6 +43,7 @@ class Tries:
         """The upstreams that failed this request (avoided by the next try)."""
         self.fresh_retried = False
         self.last_error = ""
+        self.last_kind = ""
 
     def fresh_once(self, reused: bool, idle_s: float) -> bool:
         """A lost connection: is this the one fresh retry of a reused connection (the server
@@ -48,11 +53,14 @@ class Tries:
             return True
         return False
 
-    def failed(self, u: Upstream, error: str, metrics: GatewayMetrics, retries: int) -> bool:
-        """``u`` failed the request with ``error``: counted against it; True when another
-        upstream is to be tried (counted as a retry), False when the tries are used up."""
+    def failed(
+        self, u: Upstream, error: str, metrics: GatewayMetrics, retries: int, kind: str
+    ) -> bool:
+        """``u`` failed the request with ``error`` (``kind``: ``connect``, ``reset``,
+        ``timeout``, ``status``): counted against it; True when another upstream is to be
+        tried (counted as a retry), False when the tries are used up."""
         self.last_error = error
-        kind = "status" if error.startswith("HTTP") else "connect"
+        self.last_kind = kind
         metrics.failures[(u.url, kind)] += 1
         u.breaker.failure()
         self.tried.append(u)
@@ -63,8 +71,12 @@ class Tries:
         self.fresh_retried = False
         return True
 
+    def timed_out(self, u: Upstream) -> bool:
+        """The last failure was a timeout and ``u`` already had this request."""
+        return self.last_kind == "timeout" and u in self.tried
+
     def exhausted(self) -> bytes:
-        """The 502 body when the tries are used up."""
+        """The 502 (504 after a timeout) body when the tries are used up."""
         return error_body(
             f"upstream failed before answering ({self.last_error}); tried {self.attempts} time(s)",
             "upstream_error",

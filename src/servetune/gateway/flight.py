@@ -73,6 +73,8 @@ class Host(Protocol):
     default_counter: InputCounter
     canary_step: Callable[[], int | None]
     observe: Callable[[Observation], None]
+    streams: set[Flight]
+    """Streams committed and not ended (cut with an error event at shutdown)."""
 
     def healthy_groups(self) -> dict[str, bool] | None: ...
 
@@ -83,6 +85,7 @@ class Flight:
     __slots__ = (
         "_finished",
         "_reused",
+        "_shut",
         "_task",
         "att",
         "ended",
@@ -131,6 +134,7 @@ class Flight:
         self._task: asyncio.Task[None] | None = None
         self._finished: asyncio.Future[None] | None = None
         self._reused = False
+        self._shut = False
 
     # -- starting ----------------------------------------------------------------------------
     def start(self) -> Awaitable[None] | None:
@@ -192,7 +196,7 @@ class Flight:
             conn, reused = await self.gw.conn_pool(u).get()
         except (OSError, TimeoutError) as exc:
             self.upstream = u
-            self._failed(f"connect to {u.host}:{u.port} failed ({exc or 'timeout'})")
+            self._failed(f"connect to {u.host}:{u.port} failed ({exc or 'timeout'})", "connect")
             return
         if self.ended:
             conn.abort()
@@ -243,7 +247,7 @@ class Flight:
             self.gw.head_deadlines.discard(relay)
             if relay.status in RETRY_STATUSES and self._tries().attempts < self.gw.cfg.retries:
                 relay.conn.abort()
-                self._failed(f"HTTP {relay.status}")
+                self._failed(f"HTTP {relay.status}", "status")
                 return
             # committed to this upstream's answer
             att = self.att
@@ -251,6 +255,7 @@ class Flight:
             att.code = relay.status
             if relay.sse:
                 head = self.gw.heads.stream(self.group)
+                self.gw.streams.add(self)  # told if the gateway stops before the stream ends
                 relay.commit_stream(head + self.prep.headers if self.prep.headers else head)
         except Exception:
             self._crash()
@@ -274,18 +279,27 @@ class Flight:
                     else:
                         self._spawn(self._connect_send(u))
                     return
-                self._failed(exc.detail)
+                self._failed(exc.detail, "reset")
             else:
-                self._failed(f"no response head within {self.gw.cfg.timeouts.first_byte_s:g} s")
+                self._failed(
+                    f"no response head within {self.gw.cfg.timeouts.first_byte_s:g} s", "timeout"
+                )
         except Exception:
             self._crash()
 
-    def _failed(self, error: str) -> None:
-        """Failed before the first byte: count it, free the slot, try another upstream."""
+    def _failed(self, error: str, kind: str) -> None:
+        """Failed before the first byte: count it, free the slot, try another upstream (after
+        a timeout only one that has not had the request: see
+        :mod:`~servetune.gateway.failover`)."""
         gw, u, tries = self.gw, self.upstream, self._tries()
         assert u is not None
         self.relay = None
-        again = tries.failed(u, error, gw.metrics, gw.cfg.retries)  # the breaker told first
+        retries = gw.cfg.retries
+        if kind == "timeout" and not any(
+            x is not u and x not in tries.tried for x in gw.pools[self.group].upstreams
+        ):
+            retries = tries.attempts  # no other engine to try: this failure is the last
+        again = tries.failed(u, error, gw.metrics, retries, kind)  # the breaker told first
         if self.step is not None:
             # the canary's error, charged to the group of the upstream that failed this try
             # (whatever happens on the next): a retried 5xx, reset or timeout is still the
@@ -293,12 +307,12 @@ class Flight:
             gw.observe(Observation(u.group, self.step, None, None, None, True))
         self.seat.release()
         if not again:
-            self.att.code = 502
-            self.att.error = True
-            self.ex.respond(502, tries.exhausted())
-            self._end()
+            self._give_up()
             return
         nxt = self.seat.retake(tries.tried)
+        if nxt is not None and tries.timed_out(nxt):
+            self.seat.release()
+            nxt = None  # the other upstreams are busy: wait for one of them, not this one
         if nxt is None:
             self._spawn(self._retry_slot())
             return
@@ -307,6 +321,14 @@ class Flight:
             self._spawn(self._connect_send(nxt))
         else:
             self._send(nxt, conn, True)
+
+    def _give_up(self) -> None:
+        tries = self._tries()
+        code = 504 if tries.last_kind == "timeout" else 502
+        self.att.code = code
+        self.att.error = True
+        self.ex.respond(code, tries.exhausted())
+        self._end()
 
     def _tries(self) -> Tries:
         t = self.tries
@@ -323,6 +345,10 @@ class Flight:
             self.att.error = True
             self.ex.respond(503, tries.no_slot(exc), headers=retry_after(exc.retry_after_s))
             self._end()
+            return
+        if tries.timed_out(u):
+            self.seat.release()
+            self._give_up()
             return
         await self._connect_send(u)
 
@@ -347,7 +373,9 @@ class Flight:
                 else:
                     att.code = 502
                     ex.respond(502, error_body(relay.end_reason, "upstream_error", "upstream_cut"))
-            if relay.status >= 500 or not ok:
+            if self._shut:
+                u.breaker.neutral()  # cut by the gateway's shutdown: nobody's failure
+            elif relay.status >= 500 or not ok:
                 u.breaker.failure()
                 att.error = True
             else:
@@ -365,6 +393,19 @@ class Flight:
             self._end()
         except Exception:
             self._crash()
+
+    def shutdown_cut(self) -> None:
+        """The gateway stops and this stream is still open past the drain: end it with an
+        error event the client can read (``gateway_shutdown``, 503), settled as it stands."""
+        relay = self.relay
+        if self.ended or relay is None or not relay.committed:
+            return
+        self._shut = True
+        relay.end_with_error(
+            "the gateway is shutting down: the stream was cut before its end; retry the request",
+            "gateway_shutdown",
+            503,
+        )
 
     # -- the client leaves, the end --------------------------------------------------------
     def client_left(self) -> None:
@@ -416,6 +457,7 @@ class Flight:
         if self.ended:
             return
         self.ended = True
+        self.gw.streams.discard(self)
         # no reference cycle left behind (flight <-> relay, flight <-> exchange): freed by
         # reference counting, not by the cyclic collector (a pause of ~10 ms every few
         # hundred requests when they were left)

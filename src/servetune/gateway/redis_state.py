@@ -13,6 +13,11 @@ clocks do not matter. Keys of one tenant share a hash tag (``{t:NAME}``) and so 
   slots free themselves within ``lease_s`` (expired members are dropped before each count).
   The tokens it reserved stay spent: nobody can tell what its requests used, and the full
   reservation is the upper bound.
+- ``…{t:NAME}:epoch`` — hash ``lost``: when Redis lost the tenant's state (0: never). A
+  missing bucket is full; after a Redis restart without persistence (every key gone) a
+  replica that had seen the tenant starts its buckets empty and refilling from that moment —
+  a lost minute's use is not handed out again (before: 1.30× the bound in the minute after a
+  restart).
 - ``…replicas`` — sorted set of live replicas (same lease rule): upstream admission limits
   are shared between them.
 - ``…weights`` — hash group → weight; ``…rollout`` — the rollout's state (JSON);
@@ -37,12 +42,35 @@ from servetune.gateway.quota import Limits, Refusal, Reservation, new_lease_id, 
 
 log = logging.getLogger(__name__)
 
-# KEYS: rpm, tpm, conc   ARGV: rpm, tpm, max_conc, tokens, lease_id, lease_ms
-_RESERVE = """
+# A missing bucket is full — unless Redis lost its data since this replica last saw the
+# tenant (a restart without persistence): then nobody knows what was used in the last minute,
+# and the tenant's buckets refill from empty since the loss. The tenant's epoch hash (same
+# hash tag, never expiring) holds that moment: 0 when made on a first sight, the time of the
+# loss when a replica that had seen it finds it gone (``seen``: ARGV from the replica).
+_MISSING = """
+local function lost_at(now, seen)
+  local v = redis.call('HGET', KEYS[4], 'lost')
+  if v then return tonumber(v) end
+  local at = 0
+  if seen then at = now end
+  redis.call('HSET', KEYS[4], 'lost', tostring(at))
+  return at
+end
+local function missing(cap, now, seen)
+  local l = (now - lost_at(now, seen)) * cap / 60
+  if l > cap then l = cap end
+  return l
+end
+"""
+
+# KEYS: rpm, tpm, conc, epoch   ARGV: rpm, tpm, max_conc, tokens, lease_id, lease_ms, seen
+_RESERVE = (
+    _MISSING
+    + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local rpm = tonumber(ARGV[1]); local tpm = tonumber(ARGV[2]); local maxc = tonumber(ARGV[3])
-local need = tonumber(ARGV[4]); local lease_ms = tonumber(ARGV[6])
+local need = tonumber(ARGV[4]); local lease_ms = tonumber(ARGV[6]); local seen = ARGV[7] == '1'
 if maxc > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now * 1000)
   if redis.call('ZCARD', KEYS[3]) >= maxc then return {'concurrency', '-1'} end
@@ -50,7 +78,7 @@ end
 local function level(key, cap)
   local v = redis.call('HMGET', key, 'l', 't')
   local l = tonumber(v[1]); local t0 = tonumber(v[2])
-  if l == nil or t0 == nil then return cap end
+  if l == nil or t0 == nil then return missing(cap, now, seen) end
   if now > t0 then l = l + (now - t0) * cap / 60 end
   if l > cap then l = cap end
   return l
@@ -80,9 +108,12 @@ if maxc > 0 then
 end
 return {'ok', '0'}
 """
+)
 
-# KEYS: tpm, conc   ARGV: tpm, give_back, lease_id
-_SETTLE = """
+# KEYS: tpm, conc, (unused), epoch   ARGV: tpm, give_back, lease_id, seen
+_SETTLE = (
+    _MISSING
+    + """
 local tpm = tonumber(ARGV[1]); local back = tonumber(ARGV[2])
 if ARGV[3] ~= '' then redis.call('ZREM', KEYS[2], ARGV[3]) end
 if tpm > 0 and back ~= 0 then
@@ -90,7 +121,7 @@ if tpm > 0 and back ~= 0 then
   local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
   local v = redis.call('HMGET', KEYS[1], 'l', 't')
   local l = tonumber(v[1]); local t0 = tonumber(v[2])
-  if l == nil or t0 == nil then l = tpm; t0 = now end
+  if l == nil or t0 == nil then l = missing(tpm, now, ARGV[4] == '1'); t0 = now end
   if now > t0 then l = l + (now - t0) * tpm / 60 end
   if l > tpm then l = tpm end
   l = l + back
@@ -100,6 +131,7 @@ if tpm > 0 and back ~= 0 then
 end
 return 1
 """
+)
 
 # KEYS: one sorted set   ARGV: lease_ms, member...   (renews members that still exist)
 _RENEW = """
@@ -176,6 +208,11 @@ class RedisState:
         """conc key → this replica's live leases (renewed by the heartbeat)."""
         self._replicas = 1
         self._task: asyncio.Task[None] | None = None
+        self._seen: set[str] = set()
+        """Tenants whose state this replica has seen in Redis (their state missing later
+        means Redis lost it)."""
+        self.available = True
+        """Redis answered the last call (False: admission fails closed; ``/health`` says so)."""
 
     # -- keys --------------------------------------------------------------------------------
     def _tkey(self, tenant: str, kind: str) -> str:
@@ -219,10 +256,12 @@ class RedisState:
             except Exception as exc:  # Redis away for a while: keep trying, say so once
                 if cancel_requested():
                     return  # a cancellation that came out as an error: stop
+                self.available = False
                 log.warning("gateway: cannot renew leases in Redis: %s", exc)
 
     async def _beat(self) -> None:
         n = await self._heartbeat(keys=[self.key("replicas")], args=[self.lease_ms, self.replica])
+        self.available = True
         self._replicas = max(1, int(n))
         for ckey, leases in list(self._leases.items()):
             if leases:
@@ -241,7 +280,12 @@ class RedisState:
         ckey = self._tkey(tenant, "conc")
         try:
             res = await self._reserve(
-                keys=[self._tkey(tenant, "rpm"), self._tkey(tenant, "tpm"), ckey],
+                keys=[
+                    self._tkey(tenant, "rpm"),
+                    self._tkey(tenant, "tpm"),
+                    ckey,
+                    self._tkey(tenant, "epoch"),
+                ],
                 args=[
                     limits.rpm,
                     limits.tpm,
@@ -249,10 +293,14 @@ class RedisState:
                     tokens,
                     lease,
                     self.lease_ms,
+                    "1" if tenant in self._seen else "0",
                 ],
             )
         except Exception as exc:
+            self.available = False
             return Refusal("state_unavailable", 1.0, f"the gateway's shared state is down: {exc}")
+        self.available = True
+        self._seen.add(tenant)
         verdict = res[0].decode() if isinstance(res[0], bytes) else str(res[0])
         if verdict == "ok":
             if lease:
@@ -287,7 +335,8 @@ class RedisState:
             self._leases[ckey].discard(res.lease)
         try:
             await self._settle(
-                keys=[self._tkey(res.tenant, "tpm"), ckey], args=[res.tpm, back, res.lease]
+                keys=[self._tkey(res.tenant, "tpm"), ckey, ckey, self._tkey(res.tenant, "epoch")],
+                args=[res.tpm, back, res.lease, "1" if res.tenant in self._seen else "0"],
             )
         except Exception as exc:  # the lease expires by itself; the tokens stay spent
             log.warning("gateway: settling a reservation in Redis failed: %s", exc)

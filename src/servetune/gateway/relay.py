@@ -354,7 +354,22 @@ class Relay:
         self.conn.abort()
         self._finish(False, f"the upstream sent nothing for {self.idle_s:g} s", idle=True)
 
-    def _finish(self, ok: bool, reason: str, idle: bool = False) -> None:
+    def end_with_error(self, reason: str, kind: str, code: int) -> None:
+        """End a committed stream now with a terminal error event (the gateway shutting
+        down): the client is told why the stream stopped, not just cut."""
+        if self.ended:
+            return
+        self.conn.abort()
+        self._finish(False, reason, kind=kind, code=code)
+
+    def _finish(
+        self,
+        ok: bool,
+        reason: str,
+        idle: bool = False,
+        kind: str = "upstream_error",
+        code: int = 502,
+    ) -> None:
         if self.ended:
             return
         self.end_reason = reason
@@ -367,8 +382,9 @@ class Relay:
             if ok and not self.failed_inside and not self._done_seen():
                 self.failed_inside = "truncated"
             if not ok:
-                kind = "upstream_idle_timeout" if idle else "upstream_error"
-                self._out.append(error_event(reason, kind, 504 if idle else 502))
+                if idle:
+                    kind, code = "upstream_idle_timeout", 504
+                self._out.append(error_event(reason, kind, code))
             elif self._rest and self.strip_usage:
                 self._out.append(self._rest)
                 self._rest = b""

@@ -52,20 +52,35 @@ def error_body(message: str, type_: str, code: str | int | None, param: str | No
     )
 
 
+AMBIGUOUS = b""
+"""What :func:`presented_key` returns for a request with more than one key (never a key)."""
+
+
 def presented_key(ex: Exchange) -> bytes | None:
     """The API key the client sent: ``Authorization: Bearer KEY``, else ``x-api-key`` or
-    ``api-key``; None when there is none (or the Authorization scheme is not Bearer)."""
-    auth = ex.header(b"authorization")
+    ``api-key``; None when there is none (or the Authorization scheme is not Bearer);
+    :data:`AMBIGUOUS` when it sent two ``Authorization`` headers, or two key headers with
+    different keys — which one a proxy in front or an engine behind reads is anyone's guess,
+    so the request is refused rather than the first one taken."""
+    auth: bytes | None = None
+    other: bytes | None = None
+    for k, v in ex.headers:
+        if k == b"authorization":
+            if auth is not None:
+                return AMBIGUOUS
+            auth = v
+        elif k == b"x-api-key" or k == b"api-key":
+            v = v.strip()
+            if other is not None and v != other:
+                return AMBIGUOUS
+            other = v
     if auth is not None:
         scheme, _, value = auth.partition(b" ")
-        if scheme.lower() == b"bearer" and value.strip():
-            return value.strip()
-        return None
-    for name in (b"x-api-key", b"api-key"):
-        v = ex.header(name)
-        if v:
-            return v.strip()
-    return None
+        if scheme.lower() != b"bearer" or not value.strip():
+            return None
+        key = value.strip()
+        return AMBIGUOUS if other and other != key else key
+    return other or None
 
 
 @dataclass
