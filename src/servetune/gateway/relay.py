@@ -14,9 +14,9 @@ While passing an event stream it also
   vLLM sends, so the client gets exactly the stream it asked for); a piece is only scanned
   when it holds ``"usage"`` (or an event split across reads is pending), and when the client
   asked for usage itself (nothing to remove) only after the piece has been written;
-- counts data events and their bytes, and keeps the stream's first 4 KB: when a stream ends
-  without usage (a client that hangs up mid-stream), its output tokens are estimated from
-  those once, on that path only (:mod:`servetune.gateway.output_estimate`) — an engine that
+- counts data events and their bytes, and keeps the stream's first 4 KB and pieces spread
+  evenly along it (at most ~8 KB): when a stream ends without usage (a client that hangs up
+  mid-stream), its output tokens are estimated from those once, on that path only (:mod:`servetune.gateway.output_estimate`) — an engine that
   sends several tokens per event (speculative decoding, a stream interval above 1) is not
   charged per event;
 - ends an idle stream (nothing for ``idle_s``) with a terminal error event inside the 200;
@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from servetune.gateway.output_estimate import SAMPLE_BYTES
+from servetune.gateway.output_estimate import PIECE_BYTES, SAMPLE_BYTES, SPREAD_BYTES
 from servetune.gateway.sse_frames import ends_event, event_end, last_event_end
 from servetune.gateway.upstream import UpstreamConnection
 from servetune.http import Exchange
@@ -89,11 +89,14 @@ class Relay:
     __slots__ = (
         "_ending",
         "_later",
+        "_nth",
         "_out",
         "_parts",
         "_rest",
         "_resume_task",
         "_room",
+        "_spread_bytes",
+        "_stride",
         "_timer",
         "committed",
         "conn",
@@ -107,10 +110,12 @@ class Relay:
         "headers",
         "idle_s",
         "last_ns",
+        "last_piece",
         "nbytes",
         "ok",
         "owner",
         "sample",
+        "spread",
         "sse",
         "status",
         "strip_usage",
@@ -160,6 +165,14 @@ class Relay:
         self.sample: list[bytes] = []
         """The stream's opening bytes (for the estimate without usage)."""
         self._room = SAMPLE_BYTES
+        self.last_piece = b""
+        """The last piece counted (where a stream's ``[DONE]`` is)."""
+        self.spread: list[bytes] = []
+        """Pieces kept evenly along the whole stream (for its tokens per byte)."""
+        self._nth = 0
+        self._stride = 0
+        """Keep the pieces whose number has none of these bits set (a power of two less 1)."""
+        self._spread_bytes = 0
         self.usage: dict[str, Any] | None = None
         self.failed_inside = ""
         """Why a stream that ended normally at the HTTP level failed inside its 200
@@ -294,7 +307,24 @@ class Relay:
                 if self._room > 0:  # the opening bytes (a copy of at most that many)
                     self.sample.append(data if len(data) <= self._room else data[: self._room])
                     self._room -= len(data)
+                self.last_piece = data
+                self._nth += 1
+                if not self._nth & self._stride:  # every stride-th piece, along the stream
+                    self._keep_spread(data)
             self._out.append(data)
+
+    def _keep_spread(self, data: bytes) -> None:
+        """Keep a reference to this piece (a copy of its first KB when longer); past the
+        budget drop every other kept piece and keep every other from now on: the pieces
+        stay evenly spread over the whole stream, at most ~:data:`SPREAD_BYTES`, with no
+        work per piece but a count."""
+        piece = data if len(data) <= PIECE_BYTES else data[:PIECE_BYTES]
+        self.spread.append(piece)
+        self._spread_bytes += len(piece)
+        if self._spread_bytes > SPREAD_BYTES:
+            del self.spread[0::2]
+            self._spread_bytes = sum(map(len, self.spread))
+            self._stride = self._stride * 2 + 1
 
     def _scan(self, data: bytes, at: int) -> bytes:
         """Read ``usage`` from whole events; with ``strip_usage`` hold back a split event and
