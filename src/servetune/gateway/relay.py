@@ -16,9 +16,9 @@ While passing an event stream it also
   asked for usage itself (nothing to remove) only after the piece has been written;
 - counts data events and their bytes, and keeps the stream's first 4 KB and pieces spread
   evenly along it (at most ~8 KB): when a stream ends without usage (a client that hangs up
-  mid-stream), its output tokens are estimated from those once, on that path only (:mod:`servetune.gateway.output_estimate`) — an engine that
-  sends several tokens per event (speculative decoding, a stream interval above 1) is not
-  charged per event;
+  mid-stream), its output tokens are estimated from those once, on that path only
+  (:mod:`servetune.gateway.output_estimate`) — an engine that sends several tokens per event
+  (speculative decoding, a stream interval above 1) is not charged per event;
 - ends an idle stream (nothing for ``idle_s``) with a terminal error event inside the 200;
 - notes a stream that *failed inside its 200* (:attr:`Relay.failed_inside`): an error event
   from the engine (``data: {"error"…`` — vLLM, SGLang, TGI and llama.cpp all open their
