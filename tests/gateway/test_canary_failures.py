@@ -107,6 +107,7 @@ def _rollout(tmp: Path, cand_script: dict[str, Any]) -> tuple[RolloutState, floa
         cfg = gateway_config(
             tmp,
             admin_keys=[hash_key(admin)],
+            auth="off",  # an open data path on purpose: the test drives the admin API
             retries=2,
             breaker={"failures": 1000},
             timeouts={"first_byte_s": 0.4},

@@ -87,6 +87,7 @@ def test_session_affinity_survives_its_upstreams_failure(tmp_path: Path) -> None
                 tmp_path,
                 groups=[{"name": "g", "urls": urls, "routing": {"policy": "session"}}],
                 breaker={"failures": 1, "cooldown_s": 60},
+                metrics_open=True,
             )
             async with running(cfg) as gw, client() as s:
                 for turn in range(3):

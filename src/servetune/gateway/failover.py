@@ -5,10 +5,12 @@ A 500/502/503/504 head, a reset, a connect error or the first-byte deadline befo
 count against the upstream (its circuit breaker and ``failures{upstream,kind}``, ``kind``
 ``status``, ``reset``, ``connect`` or ``timeout``) and, while ``retries`` are left, send the
 request to another upstream of the group (one not tried yet when there is one;
-``retries{upstream}``); never after the head, when the answer is the client's. A timeout is
-retried only on an upstream not tried yet: the engine that timed out had the request and may
-still be generating it (a non-streamed answer's head comes with its end), so sending it there
-again doubles its work and cannot be faster; with no other upstream the client gets a 504.
+``retries{upstream}``); never after the head, when the answer is the client's. A
+non-streamed request that timed out is retried only on an upstream not tried yet: its head
+comes with its end, so the engine that timed out is generating the answer, and sending it
+there again doubles its work and cannot be faster; with no other upstream the client gets a
+504. (A stream's head comes before its first token: no head in time means the engine has
+not started it, and it may be tried again there.)
 A reused kept-alive connection that the server had closed is replaced once by a fresh one,
 which is no failure — when it had sat idle for :data:`RACE_IDLE_S` or more (the keep-alive
 race of a server timing out idle connections: no server's time-out is shorter). A connection
@@ -72,7 +74,8 @@ class Tries:
         return True
 
     def timed_out(self, u: Upstream) -> bool:
-        """The last failure was a timeout and ``u`` already had this request."""
+        """The last failure was a timeout and ``u`` already had this request (a whole answer
+        is then not sent to ``u`` again)."""
         return self.last_kind == "timeout" and u in self.tried
 
     def exhausted(self) -> bytes:

@@ -295,10 +295,14 @@ class Flight:
         assert u is not None
         self.relay = None
         retries = gw.cfg.retries
-        if kind == "timeout" and not any(
-            x is not u and x not in tries.tried for x in gw.pools[self.group].upstreams
+        if (
+            kind == "timeout"
+            and not self.prep.stream
+            and not any(x is not u and x not in tries.tried for x in gw.pools[self.group].upstreams)
         ):
-            retries = tries.attempts  # no other engine to try: this failure is the last
+            # a whole answer's head comes with its end: the engine is generating it, and
+            # sending it there again doubles its work; only another engine may be tried
+            retries = tries.attempts
         again = tries.failed(u, error, gw.metrics, retries, kind)  # the breaker told first
         if self.step is not None:
             # the canary's error, charged to the group of the upstream that failed this try
@@ -310,7 +314,7 @@ class Flight:
             self._give_up()
             return
         nxt = self.seat.retake(tries.tried)
-        if nxt is not None and tries.timed_out(nxt):
+        if nxt is not None and not self.prep.stream and tries.timed_out(nxt):
             self.seat.release()
             nxt = None  # the other upstreams are busy: wait for one of them, not this one
         if nxt is None:
@@ -346,7 +350,7 @@ class Flight:
             self.ex.respond(503, tries.no_slot(exc), headers=retry_after(exc.retry_after_s))
             self._end()
             return
-        if tries.timed_out(u):
+        if not self.prep.stream and tries.timed_out(u):
             self.seat.release()
             self._give_up()
             return
