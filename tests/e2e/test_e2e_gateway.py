@@ -197,6 +197,7 @@ def test_fair_share_heavy_and_light_tenant(
                     {"name": "heavy", "keys": [hash_key(heavy)]},
                     {"name": "light", "keys": [hash_key(light)]},
                 ],
+                metrics_open=True,  # the test reads the gateway's queue gauge
             ) as url,
             aiohttp.ClientSession() as s,
         ):
