@@ -40,6 +40,10 @@ a specific one. The codes decided on today:
     sim.no_kv_memory               nothing left for the KV pool after weights + activations
     sim.model_len_above_pool       one max_model_len request does not fit the KV pool
     sim.graph_capture_oom          no room left outside the budget for CUDA graph capture
+    sim.replicas_sessions          multi-turn sessions on simulated replicas (not modelled)
+    workload.bad_turns             a session's turn range whose most is below its least
+    workload.bad_header            a session header that is not an HTTP header name
+    workload.bad_window            an empty trace window
 """
 
 from __future__ import annotations
