@@ -1,5 +1,7 @@
 """The hardware catalog: each accelerator's memory, peak dense throughput per precision,
-memory bandwidth and intra-node link (``data/gpus.json``, a source per entry)."""
+memory bandwidth and intra-node link (``data/gpus.json``, a source per entry). Prices are not
+a property of the hardware: they live in the price catalog (``servetune.cost``,
+``cost/data/prices.json``), one offer per provider with its source."""
 
 from __future__ import annotations
 
@@ -40,7 +42,6 @@ class GpuSpec(BaseModel):
     interconnect: str = ""
     interconnect_gb_s: float = Field(default=32.0, gt=0)
     """Per GPU, one direction: what an all-reduce or all-to-all moves through."""
-    price_usd_hr: float | None = None
     source: str = ""
     uncertain: list[str] = Field(default_factory=list)
 

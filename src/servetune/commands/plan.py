@@ -43,8 +43,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from servetune.plan.space import (
         DEFAULT_GPUS,
         DEFAULT_KNOB_SETS,
+        DEFAULT_MOE_TP,
         DEFAULT_QUANTIZATIONS,
         DEFAULT_TP,
+        ENGINES,
     )
 
     t = p.add_argument_group("traffic and SLOs")
@@ -91,14 +93,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--tp",
         type=_ints,
-        default=list(DEFAULT_TP),
-        help=f"tensor-parallel sizes (default: {','.join(map(str, DEFAULT_TP))})",
+        default=None,
+        help="GPUs per replica, tensor parallel (default: "
+        f"{','.join(map(str, DEFAULT_TP))}; {','.join(map(str, DEFAULT_MOE_TP))} for a "
+        "mixture-of-experts model, each also as tpN-ep and dpN-ep)",
+    )
+    s.add_argument(
+        "--layouts",
+        type=_list,
+        default=None,
+        help="replica layouts instead of --tp: tpN, tpN-ep (experts spread), dpN-ep "
+        "(data-parallel attention), tpT-dpD[-ep]; e.g. tp8,tp8-ep,dp8-ep",
     )
     s.add_argument(
         "--quantizations",
         type=_list,
-        default=list(DEFAULT_QUANTIZATIONS),
-        help=f"auto, fp8, awq, gptq (default: {','.join(DEFAULT_QUANTIZATIONS)})",
+        default=None,
+        help="auto (the checkpoint's own), fp8, awq, gptq, nvfp4 (default: "
+        f"{','.join(DEFAULT_QUANTIZATIONS)}; for a MoE model or a quantized checkpoint: "
+        "auto, and fp8 of a 16-bit one)",
+    )
+    s.add_argument(
+        "--engines",
+        type=_list,
+        default=list(ENGINES),
+        help=f"engines to plan (default: {','.join(ENGINES)}; the simulator has vLLM's semantics)",
     )
     s.add_argument(
         "--knob-set",
@@ -160,7 +179,15 @@ def _request(args: argparse.Namespace) -> PlanRequest:
     from servetune.metrics.slo_spec import p99_slo, parse_slos
     from servetune.plan import workload as wl
     from servetune.plan.request import PlanRequest
-    from servetune.plan.space import DEFAULT_KNOB_SETS, candidates, parse_quantizations
+    from servetune.plan.space import (
+        DEFAULT_KNOB_SETS,
+        DEFAULT_MOE_TP,
+        DEFAULT_QUANTIZATIONS,
+        DEFAULT_TP,
+        candidates,
+        parse_layout,
+        parse_quantizations,
+    )
 
     _check_numbers(args)
     n_specs = max(4 * args.requests_per_point, 4000)
@@ -191,14 +218,34 @@ def _request(args: argparse.Namespace) -> PlanRequest:
         peak = avg
     if model is None:
         model = "Qwen/Qwen2.5-7B-Instruct"
-    model = find_model(model).name if not model.endswith(".json") else model
-    quants = parse_quantizations(args.quantizations)
-    if any(tp < 1 for tp in args.tp):
+    arch = find_model(model)
+    if not model.endswith(".json") and not ("/" in model and model in arch.aliases):
+        model = arch.name  # an alias's Hugging Face id is served as asked (DeepSeek-R1)
+    moe = arch.moe is not None
+    if args.quantizations is not None:
+        quants = parse_quantizations(args.quantizations)
+    elif moe or arch.checkpoint_quantization is not None:
+        # the checkpoint as published, and FP8 where that is a 16-bit one (vLLM refuses to
+        # load a quantized checkpoint as another format)
+        quants = ["auto"] if arch.checkpoint_quantization else ["auto", "fp8"]
+    else:
+        quants = list(DEFAULT_QUANTIZATIONS)
+    tps = args.tp if args.tp is not None else list(DEFAULT_MOE_TP if moe else DEFAULT_TP)
+    if any(tp < 1 for tp in tps):
         raise ConfigError("--tp sizes must be ≥ 1", hint="e.g. --tp 1,2,4")
+    layouts = [parse_layout(x) for x in args.layouts] if args.layouts else None
     from servetune.cost.prices import canonical_gpu
 
     gpus = [canonical_gpu(g) for g in args.gpus]
-    cands = candidates(model, gpus, args.tp, quants, args.knob_sets or list(DEFAULT_KNOB_SETS))
+    cands = candidates(
+        model,
+        gpus,
+        tps,
+        quants,
+        args.knob_sets or list(DEFAULT_KNOB_SETS),
+        layouts=layouts,
+        engines=args.engines,
+    )
     fields: dict[str, Any] = dict(
         model=model,
         peak_rate=peak,

@@ -156,7 +156,7 @@ def _apply_confirmation(req: PlanRequest, c: PlannedCandidate, conf: Confirmatio
     c.concurrency_at_slo = at.running_mean
     assert c.usd_per_gpu_hour is not None
     c.slo_limit_output_usd_per_mtok = token_cost(
-        c.usd_per_gpu_hour * c.tensor_parallel_size, at.input_tok_s, at.output_tok_s, req.r
+        c.usd_per_gpu_hour * c.gpus_per_replica, at.input_tok_s, at.output_tok_s, req.r
     ).output_usd_per_mtok
     note = (
         f"SLO-max {conf.searched_rate:.3g} req/s per replica on the search's draw; on {what} "

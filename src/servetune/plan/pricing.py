@@ -12,7 +12,7 @@ from servetune.cost.prices import PriceBook
 from servetune.plan.notes import AWQ_NOTE
 from servetune.plan.request import PlanRequest
 from servetune.plan.simulate import Point
-from servetune.plan.space import Candidate
+from servetune.plan.space import PREQUANTIZED, Candidate
 from servetune.plan.workers import Outcome
 from servetune.plan.workload import Workload
 from servetune.results.plan_file import PlannedCandidate, PlannedPoint
@@ -42,6 +42,9 @@ def price(req: PlanRequest, prices: PriceBook, cand: Candidate, o: Outcome) -> P
         label=cand.label,
         gpu=cand.engine.resolve().gpu.name if o.refused is None else cand.gpu,
         tensor_parallel_size=cand.tensor_parallel_size,
+        data_parallel_size=cand.data_parallel_size,
+        enable_expert_parallel=cand.enable_expert_parallel,
+        engine=cand.engine_name,
         quantization=cand.quantization,
         knob_set=cand.knob_set,
         knobs=cand.knobs,
@@ -49,13 +52,14 @@ def price(req: PlanRequest, prices: PriceBook, cand: Candidate, o: Outcome) -> P
         reason=o.refused,
         vllm_serve=o.vllm_serve,
         kv_cache_tokens=o.kv_cache_tokens,
+        engine_kv_tokens=o.engine_kv_tokens,
         max_concurrency_at_max_len=o.max_concurrency,
     )
     if o.refused is not None or o.capacity is None:
         return base
     cap = o.capacity
     price = prices.price(base.gpu).usd_per_gpu_hour
-    tp = cand.tensor_parallel_size
+    tp = cand.gpus_per_replica
     w = req.workload
     base.usd_per_gpu_hour = price
     base.simulations = cap.evaluations
@@ -67,7 +71,7 @@ def price(req: PlanRequest, prices: PriceBook, cand: Candidate, o: Outcome) -> P
         base.saturation_output_usd_per_mtok = token_cost(
             price * tp, sat.input_tok_s, sat.output_tok_s, req.r
         ).output_usd_per_mtok
-    if cand.quantization in ("awq", "gptq"):
+    if cand.quantization in PREQUANTIZED:
         base.notes.append(AWQ_NOTE.format(q=cand.quantization.upper()))
     if cap.slo_max_rate is None or cap.at_slo is None:
         base.status = "misses_slo"
@@ -94,7 +98,7 @@ def price(req: PlanRequest, prices: PriceBook, cand: Candidate, o: Outcome) -> P
 def set_replicas(base: PlannedCandidate, req: PlanRequest, replicas: int, w: Workload) -> None:
     assert base.usd_per_gpu_hour is not None and base.slo_max_rate_per_replica is not None
     base.replicas = replicas
-    base.gpus_total = replicas * base.tensor_parallel_size
+    base.gpus_total = replicas * base.gpus_per_replica
     base.usd_per_hour = base.gpus_total * base.usd_per_gpu_hour
     base.headroom = replicas * base.slo_max_rate_per_replica / req.peak_rate - 1
     avg = req.average_rate if req.average_rate is not None else req.peak_rate

@@ -35,6 +35,7 @@ from servetune.cost.prices import PriceBook
 from servetune.errors import ConfigError, SimError
 from servetune.plan.capacity import DRAWS
 from servetune.plan.confirmation import confirm_ranking
+from servetune.plan.layouts import layout_notes
 from servetune.plan.notes import quality_note
 from servetune.plan.pricing import price, rank
 from servetune.plan.request import PlanRequest
@@ -104,6 +105,7 @@ def make_plan(
     sims += confirms
     if winner is not None:
         quality_note(result, winner)
+        winner.notes += layout_notes(result, winner)
     result.winner = winner
     result.simulations = sims
     result.elapsed_s = time.perf_counter() - t0

@@ -1,7 +1,13 @@
-"""The candidate deployments: GPU type × tensor-parallel size × quantization × knob set.
+"""The candidate deployments: engine × GPU type × layout × quantization × knob set.
 
 Each candidate is one replica's engine configuration (vLLM's names; unset = vLLM's default
-for that GPU); the planner decides how many replicas. Quantization names: ``auto`` (the
+for that GPU); the planner decides how many replicas. A *layout* is how one replica spreads
+over its GPUs (:class:`Layout`): tensor parallel ``tpN``; for a mixture-of-experts model also
+``tpN-ep`` (the experts spread whole over the N GPUs: ``--enable-expert-parallel``) and
+``dpN-ep`` (data-parallel attention, each GPU its own requests and KV cache, the experts spread
+over all N: ``--data-parallel-size N --enable-expert-parallel``), or any ``tpT-dpD[-ep]``
+asked for. By default every ``--tp`` size gives ``tpN`` and, for a MoE model, ``tpN-ep`` and
+``dpN-ep`` (:func:`default_layouts`). Quantization names: ``auto`` (the
 model's own dtype, bf16/fp16), ``fp8`` (vLLM quantizes the weights to FP8 at load), ``awq``
 and ``gptq`` (int4: a pre-quantized checkpoint of the model). Knob sets are ``default`` or
 ``key=value,…`` over EngineConfig's fields (``max_num_seqs=64``,
@@ -11,17 +17,34 @@ same configuration (a knob set equal to the GPU's default) are planned once.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from servetune.arch.models import find_model
 from servetune.errors import ConfigError
 from servetune.sim.config import EngineConfig
 
-QUANTIZATIONS = {"auto": None, "fp8": "fp8", "awq": "awq", "gptq": "gptq"}
+QUANTIZATIONS = {
+    "auto": None,
+    "fp8": "fp8",
+    "awq": "awq",
+    "gptq": "gptq",
+    "mxfp4": "mxfp4",
+    "nvfp4": "nvfp4",
+}
+PREQUANTIZED = ("awq", "gptq", "nvfp4")
+"""Formats vLLM cannot quantize to at load time: a pre-quantized checkpoint of the model."""
 DEFAULT_GPUS = ("A100-80GB", "H100-SXM", "L40S", "L4")
 DEFAULT_TP = (1, 2, 4)
+DEFAULT_MOE_TP = (1, 2, 4, 8)
+"""A mixture-of-experts model's default GPU counts per replica (one 8-GPU node at most)."""
 DEFAULT_QUANTIZATIONS = ("auto", "fp8", "awq")
+ENGINES = ("vllm",)
+"""Engines the planner simulates (the simulated engine's semantics: vLLM V1's). SGLang's
+scheduler and memory planner join when the simulated engine has them (issue 22 item 3):
+:func:`engine_config` is the one place a candidate's engine is turned into a configuration."""
 DEFAULT_KNOB_SETS = (
     "default",
     "max_num_batched_tokens=8192",
@@ -41,18 +64,83 @@ _KNOB_KEYS = {
 }
 
 
+class Layout(BaseModel):
+    """How one replica spreads over its GPUs: ``tp × dp`` GPUs, the experts split or spread."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tp: int = Field(ge=1)
+    dp: int = Field(1, ge=1)
+    ep: bool = False
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.dp
+
+    @property
+    def name(self) -> str:
+        """``tp8``, ``tp8-ep``, ``dp8-ep``, ``tp4-dp2-ep``."""
+        parts = [f"tp{self.tp}"] if self.tp > 1 or self.dp == 1 else []
+        if self.dp > 1:
+            parts.append(f"dp{self.dp}")
+        if self.ep:
+            parts.append("ep")
+        return "-".join(parts)
+
+
+_LAYOUT = re.compile(r"^(?:tp(\d+))?(?:[-+]?dp(\d+))?([-+]?ep)?$")
+
+
+def parse_layout(spec: str) -> Layout:
+    """``tp8`` / ``tp8-ep`` / ``dp8-ep`` / ``tp4-dp2-ep`` → a :class:`Layout`."""
+    m = _LAYOUT.match(spec.strip().lower())
+    if m is None or not (m.group(1) or m.group(2)):
+        raise ConfigError(
+            f"--layouts {spec!r} is not a layout",
+            hint="tpN (tensor parallel), tpN-ep (experts spread), dpN-ep (data-parallel "
+            "attention, experts spread), tpT-dpD[-ep]; e.g. --layouts tp8,dp8-ep",
+        )
+    tp, dp = int(m.group(1) or 1), int(m.group(2) or 1)
+    if tp < 1 or dp < 1:
+        raise ConfigError(f"--layouts {spec!r}: sizes must be ≥ 1", hint="e.g. tp8, dp8-ep")
+    return Layout(tp=tp, dp=dp, ep=bool(m.group(3)))
+
+
+def default_layouts(tps: list[int], moe: bool) -> list[Layout]:
+    """``tpN`` for every size; for a MoE model also ``tpN-ep`` and ``dpN-ep`` (N > 1)."""
+    out: list[Layout] = []
+    for n in tps:
+        out.append(Layout(tp=n))
+        if moe and n > 1:
+            out += [Layout(tp=n, ep=True), Layout(tp=1, dp=n, ep=True)]
+    return out
+
+
 class Candidate(BaseModel):
     gpu: str
     tensor_parallel_size: int
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
     quantization: str
-    """auto / fp8 / awq / gptq."""
+    """auto / fp8 / awq / gptq / mxfp4 / nvfp4."""
     knobs: dict[str, Any]
     knob_set: str
+    engine_name: str = "vllm"
     engine: EngineConfig
 
     @property
+    def layout(self) -> Layout:
+        return Layout(
+            tp=self.tensor_parallel_size, dp=self.data_parallel_size, ep=self.enable_expert_parallel
+        )
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tensor_parallel_size * self.data_parallel_size
+
+    @property
     def label(self) -> str:
-        return f"{self.gpu} tp{self.tensor_parallel_size} {self.quantization} {self.knob_set}"
+        return f"{self.gpu} {self.layout.name} {self.quantization} {self.knob_set}"
 
 
 def _bool(text: str) -> bool:
@@ -94,6 +182,8 @@ def parse_quantizations(items: list[str]) -> list[str]:
         q = q.strip().lower()
         if q in ("none", "bf16", "fp16", "default"):
             q = "auto"
+        if q == "modelopt_fp4":
+            q = "nvfp4"
         if q not in QUANTIZATIONS:
             raise ConfigError(
                 f"unknown quantization {q!r}", hint=f"use some of: {', '.join(QUANTIZATIONS)}"
@@ -102,39 +192,72 @@ def parse_quantizations(items: list[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def check_engines(items: list[str]) -> list[str]:
+    out = list(dict.fromkeys(e.strip().lower() for e in items if e.strip()))
+    for e in out:
+        if e not in ENGINES:
+            raise ConfigError(
+                f"the planner does not simulate engine {e!r} yet",
+                hint=f"plan with: {', '.join(ENGINES)} (the simulated engine has vLLM V1's "
+                "scheduler and memory planner; SGLang's are not in it yet)",
+            )
+    return out
+
+
+def engine_config(
+    engine: str, gpu: str, model: str, layout: Layout, quantization: str, knobs: dict[str, Any]
+) -> EngineConfig:
+    """One candidate's simulated configuration (the seam where another engine's semantics
+    plug in: today every engine the planner has is vLLM V1's)."""
+    assert engine in ENGINES, engine
+    return EngineConfig(
+        gpu=gpu,
+        model=model,
+        tensor_parallel_size=layout.tp,
+        data_parallel_size=layout.dp,
+        enable_expert_parallel=layout.ep,
+        quantization=QUANTIZATIONS[quantization],
+        **knobs,
+    )
+
+
 def candidates(
     model: str,
     gpus: list[str],
     tps: list[int],
     quantizations: list[str],
     knob_sets: list[str],
+    layouts: list[Layout] | None = None,
+    engines: list[str] | None = None,
 ) -> list[Candidate]:
+    """Every engine × GPU × layout × quantization × knob set (``layouts``: the default ones
+    of ``tps``, :func:`default_layouts`)."""
+    if layouts is None:
+        layouts = default_layouts(tps, find_model(model).moe is not None)
     out: list[Candidate] = []
-    for gpu in gpus:
-        for tp in tps:
-            for q in quantizations:
-                for spec in knob_sets:
-                    knobs = parse_knob_set(spec)
-                    try:
-                        engine = EngineConfig(
-                            gpu=gpu,
-                            model=model,
-                            tensor_parallel_size=tp,
-                            quantization=QUANTIZATIONS[q],  # type: ignore[arg-type]
-                            **knobs,
+    for engine in check_engines(list(engines or ENGINES)):
+        for gpu in gpus:
+            for lay in dict.fromkeys(layouts):
+                for q in quantizations:
+                    for spec in knob_sets:
+                        knobs = parse_knob_set(spec)
+                        try:
+                            cfg = engine_config(engine, gpu, model, lay, q, knobs)
+                        except ValidationError as exc:
+                            raise ConfigError(
+                                f"--knob-set {spec!r}: {exc.errors()[0]['msg']}"
+                            ) from None
+                        out.append(
+                            Candidate(
+                                gpu=gpu,
+                                tensor_parallel_size=lay.tp,
+                                data_parallel_size=lay.dp,
+                                enable_expert_parallel=lay.ep,
+                                quantization=q,
+                                knobs=knobs,
+                                knob_set=spec.strip() or "default",
+                                engine_name=engine,
+                                engine=cfg,
+                            )
                         )
-                    except ValidationError as exc:
-                        raise ConfigError(
-                            f"--knob-set {spec!r}: {exc.errors()[0]['msg']}"
-                        ) from None
-                    out.append(
-                        Candidate(
-                            gpu=gpu,
-                            tensor_parallel_size=tp,
-                            quantization=q,
-                            knobs=knobs,
-                            knob_set=spec.strip() or "default",
-                            engine=engine,
-                        )
-                    )
     return out

@@ -26,6 +26,8 @@ class Outcome(BaseModel):
     refused: str | None = None
     vllm_serve: str | None = None
     kv_cache_tokens: int | None = None
+    engine_kv_tokens: int | None = None
+    """The KV pool of the whole engine (every data-parallel rank's), tokens."""
     max_concurrency: float | None = None
     capacity: Capacity | None = None
 
@@ -49,6 +51,7 @@ def evaluate(index: int, cand: Candidate) -> Outcome:
         index=index,
         vllm_serve=serve,
         kv_cache_tokens=mem.kv_cache_tokens,
+        engine_kv_tokens=(mem.engine_blocks or mem.num_gpu_blocks) * r.block_size,
         max_concurrency=mem.max_concurrency,
         capacity=cap,
     )

@@ -43,6 +43,9 @@ class PlannedCandidate(BaseModel):
     label: str
     gpu: str
     tensor_parallel_size: int
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
+    engine: str = "vllm"
     quantization: str
     knob_set: str
     knobs: dict[str, Any] = Field(default_factory=dict)
@@ -51,6 +54,8 @@ class PlannedCandidate(BaseModel):
     """Why it cannot start (the memory planner's words) or misses the SLO."""
     vllm_serve: str | None = None
     kv_cache_tokens: int | None = None
+    engine_kv_tokens: int | None = None
+    """The KV pool of the whole engine, tokens (every data-parallel rank's)."""
     max_concurrency_at_max_len: float | None = None
     replicas: int | None = None
     gpus_total: int | None = None
@@ -83,6 +88,10 @@ class PlannedCandidate(BaseModel):
     at_slo: PlannedPoint | None = None
     simulations: int = 0
     notes: list[str] = Field(default_factory=list)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tensor_parallel_size * self.data_parallel_size
 
 
 class PlanResult(BaseModel):
