@@ -12,6 +12,11 @@ TP 1, 2, 4 × quantization auto, fp8, awq × 4 knob sets (144; duplicates planne
 the candidates, the simulations, the wall seconds, candidates per second and the ratio to the
 60-second target, with the load average (a shared machine's figure means little without it).
 ``--serial`` also runs it in one process, side by side, for the parallel speed-up.
+``--moe`` also plans a mixture-of-experts scenario after it, side by side: DeepSeek-R1 (FP8)
+at 4 req/s peak, random 2048 in / 1024 out, P99 TTFT ≤ 3 s and TPOT ≤ 80 ms, over H100,
+H200, B200, MI300X and MI355X × the MoE layouts of 8 GPUs (tp8, tp8-ep, dp8-ep) × the default
+knob set (15 candidates; H100's three refused), MI355X priced at --mi355x-price (the catalog
+has no published offer for it).
 """
 
 from __future__ import annotations
@@ -34,6 +39,25 @@ from servetune.plan.workload import synthetic
 from servetune.results.schema import Slo
 
 TARGET_S = 60.0
+MOE_GPUS = ("H100-SXM", "H200", "B200", "MI300X", "MI355X")
+
+
+def moe(workers: int, n: int, mi355x_price: float) -> tuple[int, int, float, str]:
+    model = "deepseek-ai/DeepSeek-R1"
+    req = PlanRequest(
+        model=model,
+        peak_rate=4.0,
+        slo=Slo(ttft=3000, tpot=80),
+        candidates=candidates(model, list(MOE_GPUS), [8], ["auto"], ["default"]),
+        workload=synthetic(2048, 1024, 0.0, max(4 * n, 4000), 0, 1.0),
+        requests_per_point=n,
+        workers=workers,
+    )
+    t0 = time.perf_counter()
+    res = make_plan(req, PriceBook(overrides={"MI355X": mi355x_price}))
+    wall = time.perf_counter() - t0
+    win = res.winner.label if res.winner else "none"
+    return len(res.candidates), res.simulations, wall, win
 
 
 def one(workers: int, n: int) -> tuple[int, int, float, str]:
@@ -65,6 +89,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--requests-per-point", type=int, default=1000)
     ap.add_argument("--serial", action="store_true", help="also run in one process")
+    ap.add_argument("--moe", action="store_true", help="also plan the MoE scenario")
+    ap.add_argument("--mi355x-price", type=float, default=3.5, help="USD per MI355X-hour")
     args = ap.parse_args()
     runs = [args.workers] + ([1] if args.serial and args.workers != 1 else [])
     walls = {}
@@ -81,6 +107,16 @@ def main() -> int:
         )
     if len(walls) == 2:
         print(f"parallel speed-up: {walls[1] / walls[args.workers]:.2f}× with {args.workers}")
+    if args.moe:
+        load = os.getloadavg()[0]
+        n_c, sims, wall, win = moe(args.workers, args.requests_per_point, args.mi355x_price)
+        print(
+            f"MoE (DeepSeek-R1, 5 GPU types x tp8/tp8-ep/dp8-ep), workers={args.workers}: "
+            f"{n_c} candidates, {sims} simulations in {wall:.1f} s ({wall / TARGET_S:.2f}× the "
+            f"{TARGET_S:.0f} s of the default space, beside it: {walls[args.workers]:.1f} s); "
+            f"winner {win}; load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at "
+            "the end"
+        )
     return 0
 
 
