@@ -74,12 +74,22 @@ def increase(snapshots: Sequence[Histogram]) -> Histogram | None:
         return snapshots[0]
     # :func:`window` of every pair, each snapshot's buckets read once (a run's server summary
     # reads hundreds of snapshots of seven histograms): the same values in the same order
-    read = [_finite_buckets(h) for h in snapshots]
+    # a server that observed nothing between two scrapes hands the same snapshot object
+    # again: read once, and the empty step it makes skipped (it adds zeros)
+    memo: dict[int, tuple[list[tuple[float, float]], float]] = {}
+    read = []
+    for h in snapshots:
+        got = memo.get(id(h))
+        if got is None:
+            got = memo[id(h)] = _finite_buckets(h)
+        read.append(got)
     bounds: list[float] | None = None
     counts: list[float] = []
     total = 0.0
     total_sum = 0.0
     for i in range(1, len(snapshots)):
+        if bounds is not None and snapshots[i] is snapshots[i - 1]:
+            continue
         (b1, n1), (b2, n2) = read[i - 1], read[i]
         les = [le for le, _ in b2]
         if (
