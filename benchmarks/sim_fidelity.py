@@ -5,6 +5,7 @@ Usage::
     .venv/bin/python benchmarks/sim_fidelity.py                 # in sample and unseen
     .venv/bin/python benchmarks/sim_fidelity.py --no-held-out   # in sample only (~15 s)
     .venv/bin/python benchmarks/sim_fidelity.py --calibrate     # refit, print efficiency.json
+    .venv/bin/python benchmarks/sim_fidelity.py --moe           # the MoE runs (sim_fidelity_moe.py)
 
 Prints, per case and metric, the simulated value, the measured one and the error, then the
 median absolute error per metric over the cases in scope — in sample (the constants of
@@ -1396,6 +1397,10 @@ def print_unseen(
 
 
 def main() -> int:
+    if "--moe" in sys.argv[1:]:  # the MoE runs: benchmarks/sim_fidelity_moe.py
+        from sim_fidelity_moe import main as moe_main
+
+        return moe_main([a for a in sys.argv[1:] if a != "--moe"])
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--cases", default=str(DEFAULT_CASES))
     ap.add_argument("--json", help="write the per-case rows and medians to this file")
