@@ -293,3 +293,63 @@ def test_a_waiting_higher_class_goes_before_a_headroom_held_lower_one() -> None:
         assert pool.running == [0, 0, 1]
 
     run(main())
+
+
+def _share_pool(window_s: float) -> Pool:
+    return Pool(
+        "g",
+        [Upstream("http://127.0.0.1:9000/v1", "g", 4, Breaker())],
+        3,
+        0,
+        share_window_s=window_s,
+    )
+
+
+def test_fair_share_keeps_a_slot_for_an_active_tenant_below_its_share() -> None:
+    """A flood at equal priority and without a cap of its own holds every slot (it is alone:
+    nothing is held back); once a light tenant is active, each slot the flood frees goes to
+    the light tenant's waiting request, then stays free for its next one — the flood's own
+    waiters do not get it. Before (no share rule) the flood's waiters took every freed slot
+    and light's second request waited."""
+
+    async def main(window_s: float) -> tuple[bool, int, bool]:
+        pool = _share_pool(window_s)
+        u = pool.upstreams[0]
+        flood = [await pool.acquire("flood", 1.0, STANDARD, 1.0, 5.0, 100, 100) for _ in range(4)]
+        waiting = [_acq(pool, "flood", STANDARD) for _ in range(3)]
+        await asyncio.sleep(0.01)
+        light1 = _acq(pool, "light", STANDARD)
+        await asyncio.sleep(0.01)
+        pool.release(flood[0].upstream, STANDARD, None, "flood")
+        await asyncio.sleep(0.01)
+        got_first = light1.done() and not any(w.done() for w in waiting)
+        pool.release(flood[1].upstream, STANDARD, None, "flood")
+        await asyncio.sleep(0.01)
+        inflight = u.inflight  # 3 with the share rule: the freed slot is kept for light
+        second = pool.try_acquire(STANDARD, tenant="light")
+        for w in waiting:
+            w.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+        return got_first, inflight, second is not None
+
+    assert run(main(10.0)) == (True, 3, True)
+    _first, inflight, second = run(main(0.0))  # the rule off: as before
+    assert inflight == 4 and not second
+
+
+def test_fair_share_is_work_conserving() -> None:
+    """Alone, a tenant uses every slot; a tenant quiet for the window stops holding any back;
+    a tenant below its share takes a slot ahead of those above theirs waiting."""
+
+    async def main() -> None:
+        pool = _share_pool(10.0)
+        u = pool.upstreams[0]
+        for _ in range(4):  # alone: all four
+            await pool.acquire("flood", 1.0, STANDARD, 1.0, 5.0, 100, 100)
+        assert u.inflight == 4
+        pool.shares.arrived("light", 1.0, 0.0)  # light's last request long ago
+        pool.release(u, STANDARD, None, "flood")
+        s = await asyncio.wait_for(pool.acquire("flood", 1.0, STANDARD, 1.0, 5.0, 100, 100), 5)
+        assert s.queued_s == 0.0 and u.inflight == 4 and "light" not in pool.shares.seen
+
+    run(main())

@@ -161,6 +161,17 @@ class QueuePolicy(_Strict):
     """Free slots of each upstream that a request may not take while a request of a higher
     priority class is running or waiting in its group (kept for that class; 0: none). With no
     higher-class request active, every slot is open to all (see :mod:`servetune.gateway.pool`)."""
+    fair_share_s: float = Field(default=10.0, ge=0, le=3600)
+    """Fair share of each group's slots among its active tenants, without per-tenant caps: a
+    tenant at its share leaves one slot free for each other tenant below its share that sent a
+    request within this many seconds (0: off; see :mod:`servetune.gateway.shares`)."""
+    fair_share_ahead: int = Field(default=2, ge=1, le=1024)
+    """Slots kept free for each active tenant below its share (at most its share minus what it
+    holds): its requests that arrive while it has fewer than this running never wait for a
+    slot; more cost the other tenants more idle slots."""
+    fair_share_burst: int = Field(default=1, ge=0, le=64)
+    """Slots over an upstream's admission limit that a tenant below its share may take when
+    none is free to it (0: the limit is never passed)."""
     output_weight: float = Field(default=1.0, ge=0)
     """Fair-queueing cost of an output token relative to an input token."""
 

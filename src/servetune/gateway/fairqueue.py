@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 
@@ -77,13 +78,20 @@ class FairQueue:
         self._len += 1
         self._per_tenant[w.tenant] = self._per_tenant.get(w.tenant, 0) + 1
 
-    def pop(self) -> Waiter | None:
-        """The next request to send, charged to its tenant's counter; None when empty."""
+    def pop(self, held_back: Callable[[str], bool] | None = None) -> Waiter | None:
+        """The next request to send, charged to its tenant's counter; None when empty (or
+        when every tenant of the highest class waiting is ``held_back``: strict priority)."""
         for cls in self._classes:
             if not cls:
                 continue
             counters = self.counters
-            tenant = min(cls, key=counters.__getitem__)
+            if held_back is None:
+                tenant = min(cls, key=counters.__getitem__)
+            else:
+                free = [t for t in cls if not held_back(t)]
+                if not free:
+                    return None
+                tenant = min(free, key=counters.__getitem__)
             q = cls[tenant]
             w = q.popleft()
             if not q:

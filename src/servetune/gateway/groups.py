@@ -75,7 +75,17 @@ def rebuild_pools(
                     u.recompute()
             ups.append(u)
         old = old_pools.get(g.name)
-        pool = Pool(g.name, ups, classes, cfg.queue.priority_headroom, g.routing)
+        q = cfg.queue
+        pool = Pool(
+            g.name,
+            ups,
+            classes,
+            q.priority_headroom,
+            g.routing,
+            q.fair_share_s,
+            q.fair_share_ahead,
+            q.fair_share_burst,
+        )
         if old is not None:  # keep the waiters and the fairness counters
             pool.queue = old.queue
             pool.service_ewma_s = old.service_ewma_s
@@ -86,6 +96,9 @@ def rebuild_pools(
             # in-flight requests release into the pool they started on: one count for both
             old.running.extend([0] * (classes - len(old.running)))
             pool.running = old.running
+            old.shares.window_s, old.shares.ahead = q.fair_share_s, q.fair_share_ahead
+            old.shares.burst = q.fair_share_burst
+            pool.shares = old.shares  # the slots each tenant holds, released into either
         pools[g.name] = pool
     live = {(g.name, url) for g in cfg.groups for url in g.urls}
     for gone in [k for k in upstreams if k not in live]:

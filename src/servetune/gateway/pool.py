@@ -33,14 +33,17 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 from urllib.parse import urlsplit
 
 from servetune.gateway.breaker import Breaker
 from servetune.gateway.fairqueue import FairQueue, Waiter
 from servetune.gateway.route_key import RequestRoute
+from servetune.gateway.shares import TenantShares
 from servetune.results import server_series as ss
 from servetune.routing.config import RoutingConfig
 from servetune.routing.policies import Balancer, load_share
@@ -104,6 +107,9 @@ class Pool:
         classes: int,
         headroom: int = 0,
         routing: RoutingConfig | None = None,
+        share_window_s: float = 0.0,
+        share_ahead: int = 1,
+        share_burst: int = 0,
     ) -> None:
         self.name = name
         self.upstreams = upstreams
@@ -119,6 +125,8 @@ class Pool:
         """Slots of each upstream kept for the higher priority classes while one is active."""
         self.running = [0] * max(1, classes)
         """Requests holding a slot in this group, per priority class."""
+        self.shares = TenantShares(share_window_s, share_ahead, share_burst)
+        """Each active tenant's share of the slots (:mod:`servetune.gateway.shares`)."""
         self.service_ewma_s = 1.0
         self._wake: asyncio.TimerHandle | None = None
 
@@ -210,17 +218,47 @@ class Pool:
         return 0
 
     def try_acquire(
-        self, priority: int, avoid: Iterable[Upstream] = (), route: RequestRoute | None = None
+        self,
+        priority: int,
+        avoid: Iterable[Upstream] = (),
+        route: RequestRoute | None = None,
+        tenant: str = "",
     ) -> Upstream | None:
-        """A slot now for a request of class ``priority``, if one is free to it (see the
-        headroom above) and no request of its class or a higher one waits (they go first)."""
-        if len(self.queue) and self.queue.head_class() <= priority:
+        """A slot now for a request of ``tenant`` in class ``priority``, if one is free to it
+        (the headroom above; the slots kept for active tenants below their share,
+        :mod:`~servetune.gateway.shares`) and no request of its class or a higher one waits
+        (they go first — unless the tenant is below its share and has none of its own
+        waiting: those waiting are then tenants the share rule holds back)."""
+        queue = self.queue
+        shares = self.shares
+        if len(queue) and queue.head_class() <= priority:
+            if not (
+                shares.window_s
+                and queue.head_class() == priority
+                and not queue.waiting(tenant)
+                and shares.under_share(tenant, self.capacity(), time.monotonic())
+            ):
+                return None
+        elif shares.window_s and shares.blocked(
+            tenant, self.capacity() - self.inflight(), self.capacity(), time.monotonic()
+        ):
             return None
         u = self._free(avoid, self._keep(priority), route)
+        if (
+            u is None
+            and shares.burst
+            and shares.window_s
+            and shares.under_share(tenant, self.capacity(), time.monotonic())
+        ):
+            # a tenant below its share finds no slot (its kept ones in use): up to ``burst``
+            # over an upstream's limit rather than a wait for another tenant's request to end
+            u = self._free(avoid, -shares.burst, route)
         if u is None or not u.breaker.allows():
             return None
         u.inflight += 1
         self.running[priority] += 1
+        if shares.window_s:
+            shares.took(tenant)
         return u
 
     async def acquire(
@@ -238,7 +276,9 @@ class Pool:
         """A slot on one upstream, at once or after waiting in fair order; raises
         :class:`QueueRefusal` when the queue is full, the deadline passes or no upstream is
         healthy."""
-        u = self.try_acquire(priority, avoid, route)
+        if self.shares.window_s:
+            self.shares.arrived(tenant, weight, time.monotonic())
+        u = self.try_acquire(priority, avoid, route, tenant)
         if u is not None:
             self.queue.charge(tenant, weight, cost)
             return Slot(u, 0.0)
@@ -267,7 +307,7 @@ class Pool:
             up: Upstream = await w.fut
         except asyncio.CancelledError:
             if w.fut.done() and not w.fut.cancelled() and w.fut.exception() is None:
-                self.release(w.fut.result(), priority)
+                self.release(w.fut.result(), priority, None, tenant)
             elif self.queue.remove(w) and len(self.queue):
                 self.dispatch()  # a higher class may have gone idle: lower ones may go
             raise
@@ -323,9 +363,13 @@ class Pool:
         return max(1.0, math.ceil((len(self.queue) + 1) / slots * self.service_ewma_s))
 
     # -- releasing ---------------------------------------------------------------------------
-    def release(self, u: Upstream, priority: int, service_s: float | None = None) -> None:
+    def release(
+        self, u: Upstream, priority: int, service_s: float | None = None, tenant: str = ""
+    ) -> None:
         u.inflight -= 1
         self.running[priority] -= 1
+        if self.shares.window_s:
+            self.shares.gave(tenant)
         if service_s is not None:
             self.service_ewma_s += 0.05 * (service_s - self.service_ewma_s)
         if len(self.queue):
@@ -340,7 +384,18 @@ class Pool:
             if self._free_count(keep) == 0:
                 self._arm_wake()
                 return
-            w = queue.pop()
+            shares = self.shares
+            if shares.window_s and len(shares.seen) > 1:
+                # the tenants at their share wait while the free slots are those kept for
+                # active tenants below theirs (a free slot stays free for them)
+                free, cap, now = (
+                    self.capacity() - self.inflight(),
+                    self.capacity(),
+                    time.monotonic(),
+                )
+                w = queue.pop(partial(_held_back, shares, free, cap, now))
+            else:
+                w = queue.pop()
             if w is None:
                 return
             if w.fut.done():
@@ -360,6 +415,8 @@ class Pool:
                 tried.append(u)
             u.inflight += 1
             self.running[w.priority] += 1
+            if shares.window_s:
+                shares.took(w.tenant)
             w.fut.set_result(u)
 
     def _free_count(self, keep: int) -> int:
@@ -369,6 +426,10 @@ class Pool:
             for u in self.upstreams
             if (u.limit is None or u.inflight + keep < u.limit) and u.breaker.would_allow()
         )
+
+
+def _held_back(shares: TenantShares, free: float, cap: float, now: float, tenant: str) -> bool:
+    return shares.blocked(tenant, free, cap, now)
 
 
 class RoutedWaiter(Waiter):

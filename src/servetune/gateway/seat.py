@@ -44,7 +44,10 @@ class Seat:
         """The first slot in ``pool`` if one is free now (charged to the fair queue)."""
         self.pool = pool
         t = self.tenant
-        u = pool.try_acquire(t.priority, route=self.route)
+        shares = pool.shares
+        if shares.window_s:
+            shares.arrived(t.name, t.weight, time.monotonic())
+        u = pool.try_acquire(t.priority, route=self.route, tenant=t.name)
         if u is not None:
             pool.queue.charge(t.name, t.weight, self.cost)
             self.held = u
@@ -63,7 +66,7 @@ class Seat:
     def retake(self, avoid: Sequence[Upstream]) -> Upstream | None:
         """Another slot for a retry if one is free now (one not in ``avoid`` if possible)."""
         assert self.pool is not None
-        u = self.pool.try_acquire(self.tenant.priority, avoid, self.route)
+        u = self.pool.try_acquire(self.tenant.priority, avoid, self.route, self.tenant.name)
         if u is not None:
             self.held = u
         return u
@@ -94,7 +97,7 @@ class Seat:
         u, self.held = self.held, None
         if u is not None and self.pool is not None:
             service_s = time.perf_counter() - self.t_start if served else None
-            self.pool.release(u, self.tenant.priority, service_s)
+            self.pool.release(u, self.tenant.priority, service_s, self.tenant.name)
 
     def settle(self, used: int) -> None:
         """Charge the fair queue what the request used beyond (or below) its reservation."""
