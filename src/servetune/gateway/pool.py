@@ -243,9 +243,11 @@ class Pool:
             tenant, self.capacity() - self.inflight(), self.capacity(), time.monotonic()
         ):
             return None
-        u = self._free(avoid, self._keep(priority), route)
+        keep = self._keep(priority)
+        u = self._free(avoid, keep, route)
         if (
             u is None
+            and not keep  # never past the headroom kept for a higher class
             and shares.burst
             and shares.window_s
             and shares.under_share(tenant, self.capacity(), time.monotonic())
