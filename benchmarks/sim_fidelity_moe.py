@@ -78,7 +78,11 @@ PARAMS = (
     *(
         (f"{g}_{k}", lo, hi)
         for g in FIT_GPUS
-        for k, lo, hi in (("mfu", 0.1, 0.8), ("mbu", 0.4, 0.95))
+        for k, lo, hi in (
+            ("mfu", 0.1, 0.8),
+            ("mbu", 0.4, 0.95),
+            ("allreduce_us", 5.0, 300.0),
+        )
     ),
 )
 PARAM_NAMES = tuple(p[0] for p in PARAMS)
@@ -87,6 +91,7 @@ NEUTRAL: dict[str, float] = {
     "alltoall_latency_us": 30.0,
     **{f"{g}_mfu": 0.5 for g in FIT_GPUS},
     **{f"{g}_mbu": 0.75 for g in FIT_GPUS},
+    **{f"{g}_allreduce_us": 20.0 for g in FIT_GPUS},
 }
 """Where every fit starts: round figures, none taken from a fit."""
 METRICS = (
@@ -212,6 +217,7 @@ def efficiency_for(case: dict[str, Any], p: dict[str, float]) -> Efficiency:
     if gpu in FIT_GPUS:
         upd["mfu"] = p[f"{gpu}_mfu"]
         upd["mbu"] = p[f"{gpu}_mbu"]
+        upd["allreduce_latency_us"] = p[f"{gpu}_allreduce_us"]
     return base.model_copy(update=upd)
 
 
@@ -222,6 +228,8 @@ def relevant(case: dict[str, Any]) -> tuple[str, ...]:
     gpu = GPU_MAP.get(case["gpu"], "")
     if gpu in FIT_GPUS:
         names += [f"{gpu}_mfu", f"{gpu}_mbu"]
+        if (case.get("tensor_parallel") or 1) > 1:
+            names.append(f"{gpu}_allreduce_us")
     return tuple(names)
 
 
@@ -328,6 +336,7 @@ def catalog_params() -> dict[str, float]:
     for g in FIT_GPUS:
         e = efficiency(find_gpu(g))
         p[f"{g}_mfu"], p[f"{g}_mbu"] = e.mfu, e.mbu
+        p[f"{g}_allreduce_us"] = e.allreduce_latency_us
     return p
 
 
@@ -452,6 +461,8 @@ def loso(
                 start[n] = default["mfu"]
             elif n.endswith("_mbu"):
                 start[n] = default["mbu"]
+            elif n.endswith("_allreduce_us"):
+                start[n] = default["allreduce_latency_us"]
             else:
                 start[n] = float(Efficiency.model_fields[n].default)
         q = fit(train, start, tuple(free), pool, max_nfev) if free else start
@@ -502,9 +513,10 @@ def write_params(p: dict[str, float], n_cases: int, sources: list[str], how: str
         entry = table["gpus"].setdefault(g, dict(table["default"]))
         entry["mfu"] = round(p[f"{g}_mfu"], 4)
         entry["mbu"] = round(p[f"{g}_mbu"], 4)
+        entry["allreduce_latency_us"] = round(p[f"{g}_allreduce_us"], 2)
         entry["source"] = (
-            f"mfu and mbu {where}; the CPU costs and all-reduce latency are the dense fit's "
-            "(see A100-80GB-PCIe)"
+            f"mfu, mbu and the TP all-reduce latency {where}; the CPU costs are the dense "
+            "fit's (see A100-80GB-PCIe)"
         )
     EFFICIENCY_JSON.write_text(json.dumps(table, indent=2, ensure_ascii=False) + "\n")
 
