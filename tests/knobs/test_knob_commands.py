@@ -183,6 +183,7 @@ def test_tgi_environment_is_part_of_the_command() -> None:
                 "tensor_parallel_size": 2,
                 "gpu_memory_utilization": 0.8,
                 "enable_chunked_prefill": True,
+                "chunked_prefill_size": 4096,
                 "enable_prefix_caching": False,
             },
         ),
@@ -257,6 +258,7 @@ def test_every_knob_names_what_the_planner_does() -> None:
             "long_prefill_token_threshold",
             "enable_prefix_caching",
             "async_scheduling",
+            "schedule_conservativeness",
         )
 
 

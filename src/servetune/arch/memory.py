@@ -347,9 +347,14 @@ def forward_peak_bytes(r: Deployment) -> float:
     """The profiling forward pass: the widest MLP's activations plus the residual stream per
     token. A MoE layer's fused kernel holds, per token and chosen expert, the gate/up output
     and its activation (3 × the expert width on this GPU) and the expert's output."""
+    return forward_peak_for(r, profile_shape(r)[0])
+
+
+def forward_peak_for(r: Deployment, tokens: int) -> float:
+    """The activation peak of a forward pass of ``tokens`` tokens (see
+    :func:`forward_peak_bytes`; SGLang's is a prefill chunk)."""
     m = r.model
     par = r.parallelism
-    tokens, _ = profile_shape(r)
     mlp = _FWD_BYTES_PER_INTERMEDIATE * m.intermediate_size / par.attn_tp
     if m.moe is not None:
         width = m.moe.expert_intermediate_size / par.moe_tp

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from typing import TYPE_CHECKING
 
@@ -36,7 +37,10 @@ def _engine_group(p: argparse.ArgumentParser) -> None:
     from servetune.sim.cli_args import add_engine_arguments
 
     add_engine_arguments(
-        p.add_argument_group("engine (vLLM's flag names; unset = vLLM V1 default)")
+        p.add_argument_group(
+            "engine (vLLM's flag names, SGLang's too with --engine sglang; unset = the "
+            "engine's default)"
+        )
     )
 
 
@@ -206,7 +210,7 @@ def _plan(args: argparse.Namespace) -> int:
     if args.json:
         print(mem.model_dump_json(indent=2))
         return 0
-    print("vllm serve " + " ".join(cfg.vllm_args()))
+    print(shlex.join(cfg.launch_command()))
     for k, v in r.defaults_applied.items():
         print(f"  default {k} = {v}")
     for line in mem.log_lines():
@@ -246,7 +250,7 @@ def _run(args: argparse.Namespace) -> int:
     out = result_dir(args, "sim")
     free_run_dir(out, args.overwrite)
     say = print if not args.no_progress else (lambda *a, **k: None)
-    say("vllm serve " + " ".join(engine_cfg.vllm_args()), file=sys.stderr)
+    say(shlex.join(engine_cfg.launch_command()), file=sys.stderr)
     for line in mem.log_lines()[1:5]:
         say("  " + line, file=sys.stderr)
     routing = None

@@ -86,6 +86,21 @@ def _table(engine: str) -> dict[str, tuple[str, Spelling]]:
     return out
 
 
+def _shared(engine: str) -> dict[str, list[tuple[str, Spelling]]]:
+    """Flags that set a second knob too (SGLang's --chunked-prefill-size N: chunked prefill
+    on, and its chunk N), the later knobs of the table by flag."""
+    first: dict[str, str] = {}
+    out: dict[str, list[tuple[str, Spelling]]] = {}
+    for k in KNOBS:
+        for s in k.spellings.get(engine, ()):
+            if not isinstance(s, Spelling) or s.env:
+                continue
+            owner = first.setdefault(s.flag, k.name)
+            if owner != k.name:
+                out.setdefault(s.flag, []).append((k.name, s))
+    return out
+
+
 def _norm(engine: str, tok: str) -> tuple[str, str | None]:
     name, eq, value = tok.partition("=")
     if profile(engine).entry.flag_form == "dash" and name.startswith("--"):
@@ -137,6 +152,7 @@ def parse_command(line: str | list[str], engine: str | None = None) -> ParsedCom
     out = ParsedCommand(engine=name, entry=entry or "flags", model=model)
     table = _table(name)
     side_flag = profile(name).launch.side_file_flag
+    shared = _shared(name)
     for var, raw in env.items():
         hit = table.get("env:" + var)
         value = None if hit is None else _read(hit[0], hit[1], raw, out)
@@ -218,6 +234,13 @@ def parse_command(line: str | list[str], engine: str | None = None) -> ParsedCom
             value = _read(kname, s, arg, out)
         if value is not None:
             out.values[kname] = value
+        if s.style == "off_value" and value:
+            given = inline if inline is not None else nxt
+            for k2, s2 in shared.get(flag, ()):
+                if given is not None:
+                    v2 = _read(k2, s2, given, out)
+                    if v2 is not None:
+                        out.values[k2] = v2
         i += used
     _finish(out, table)
     return out

@@ -285,9 +285,26 @@ def _llama_batch(cfg: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _sglang_chunk(cfg: Mapping[str, Any]) -> list[str]:
+    """SGLang spells chunked prefill and its chunk with one flag (--chunked-prefill-size N,
+    -1 for off): the two knobs must agree."""
+    out: list[str] = []
+    chunk = cfg.get("chunked_prefill_size")
+    on = cfg.get("enable_chunked_prefill")
+    if on is False and chunk is not None and chunk > 0:
+        out.append(
+            f"chunked prefill is off but chunked_prefill_size is {chunk} (SGLang spells "
+            "both --chunked-prefill-size: give one)"
+        )
+    if on is True and chunk is not None and chunk <= 0:
+        out.append(f"chunked prefill is on but chunked_prefill_size is {chunk}")
+    return out
+
+
 RULES: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
     "vllm_batch": _vllm_batch,
     "llama_batch": _llama_batch,
+    "sglang_chunk": _sglang_chunk,
 }
 """Cross-knob rules by name; an engine's profile says which hold on it (``knob_rules``)."""
 

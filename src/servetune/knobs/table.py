@@ -34,6 +34,11 @@ LLAMA_FA_VALUE_SINCE = "b6325"
 VLLM_LIKE = ("vllm", "vllm-cpu", "sim")
 ENGINES = ENGINE_IDS
 """The engines, as their profiles register them (:mod:`servetune.profiles`)."""
+SGLANG_GRAPH_FLAGS_SPLIT = "0.5.23"
+"""SGLang's --cuda-graph-max-bs became --cuda-graph-max-bs-decode / -prefill (a cuda-graph
+config per phase): present in 0.5.23's parser, absent in 0.5.x server_args of late 2025; the
+release that made the change is not pinned (0.5.23 is the first checked)."""
+SIM_SGLANG_ONLY = "the simulated engine honours it with SGLang's semantics (--engine sglang)"
 
 
 def _vllm(*spellings: Spelling | Absent) -> dict[str, tuple[Spelling | Absent, ...]]:
@@ -679,6 +684,7 @@ KNOBS: tuple[Knob, ...] = (
                     "--enable-expert-parallel"
                 )
             ),
+            "sim": (Spelling("--expert-parallel-size", note=SIM_SGLANG_ONLY),),
             "sglang": (Spelling("--ep-size", aliases=("--expert-parallel-size",)),),
             "tgi": (Absent("TGI shards experts with the tensors (--num-shard)"),),
             "llama.cpp": (Absent("llama.cpp has no expert parallelism"),),
@@ -705,6 +711,7 @@ KNOBS: tuple[Knob, ...] = (
             **_vllm(
                 Absent("vLLM's data-parallel attention is --data-parallel-size with a MoE model")
             ),
+            "sim": (Spelling("--enable-dp-attention", style="switch", note=SIM_SGLANG_ONLY),),
             "sglang": (Spelling("--enable-dp-attention", style="switch"),),
             "tgi": (Absent("TGI has no data-parallel attention"),),
             "llama.cpp": (Absent("llama.cpp has no data-parallel attention"),),
@@ -1011,8 +1018,21 @@ KNOBS: tuple[Knob, ...] = (
                 Spelling("--max-cudagraph-capture-size", since=GRAPH_SIZES_RENAMED),
             ),
             "vllm-cpu": (Absent("the CPU build captures no CUDA graphs"),),
-            "sim": (Absent("the simulated engine captures up to min(2 × max-num-seqs, 512)"),),
-            "sglang": (Spelling("--cuda-graph-max-bs"),),
+            "sim": (
+                Spelling(
+                    "--max-cudagraph-capture-size",
+                    note="vLLM semantics: graphs of vLLM's sizes up to it (default min(2 × "
+                    "max-num-seqs, 512)); SGLang semantics: --cuda-graph-max-bs",
+                ),
+            ),
+            "sglang": (
+                Spelling("--cuda-graph-max-bs", until=SGLANG_GRAPH_FLAGS_SPLIT),
+                Spelling(
+                    "--cuda-graph-max-bs-decode",
+                    since=SGLANG_GRAPH_FLAGS_SPLIT,
+                    note="decode graphs; prefill graphs have --cuda-graph-max-bs-prefill",
+                ),
+            ),
             "tgi": (Absent("TGI: the largest of --cuda-graphs"),),
             "llama.cpp": (Absent("llama.cpp captures its graphs itself"),),
         },
@@ -1137,5 +1157,69 @@ KNOBS: tuple[Knob, ...] = (
             )
         },
         search=SearchRange(choices=(True, False)),
+    ),
+    Knob(
+        name="chunked_prefill_size",
+        type="int",
+        low=-1,
+        summary="tokens of one prefill chunk (SGLang; -1 turns chunked prefill off)",
+        planner=("activation_peak",),
+        planner_note="SGLang's default mem_fraction_static reserves activation memory for "
+        "one chunk (1.5 MB a token); a prompt longer than it is prefilled over several steps",
+        spellings={
+            **_vllm(
+                Absent(
+                    "vLLM's prefill chunk is the step's token budget, --max-num-batched-tokens "
+                    "(--long-prefill-token-threshold caps one request's share)"
+                )
+            ),
+            "sim": (Spelling("--chunked-prefill-size", note=SIM_SGLANG_ONLY),),
+            "sglang": (Spelling("--chunked-prefill-size"),),
+            "tgi": (Absent("TGI chunks prefills itself; there is no chunk size flag"),),
+            "trtllm": (
+                Absent(
+                    "TensorRT-LLM chunks within --max_num_tokens (enable_chunked_prefill in "
+                    "the side file); there is no separate chunk size"
+                ),
+            ),
+            "llama.cpp": (Absent("llama.cpp prefills in -ub micro-batches"),),
+        },
+        defaults={
+            "sglang": (
+                Default(
+                    rule="by GPU memory: 2048 below 25 GB (0.4) / 35 GB (0.5), 4096 below 60 GB, "
+                    "8192 to 160 GB, 16384 above; divided by --dp with DP attention "
+                    "(servetune.arch.memory_sglang)"
+                ),
+            ),
+        },
+        search=None,
+        requires="a multiple of --page-size (SGLang)",
+    ),
+    Knob(
+        name="schedule_conservativeness",
+        type="float",
+        low=0.0,
+        summary="SGLang's admission margin: the share of each running request's remaining "
+        "output reserved in the pool (× the decaying new-token ratio)",
+        planner=("none",),
+        planner_note="scheduling only: higher admits fewer requests at once and retracts less",
+        spellings={
+            **_vllm(
+                Absent(
+                    "vLLM admits a request when its prompt's blocks fit and preempts when a "
+                    "decode needs a block; it reserves nothing for future tokens"
+                )
+            ),
+            "sim": (Spelling("--schedule-conservativeness", note=SIM_SGLANG_ONLY),),
+            "sglang": (Spelling("--schedule-conservativeness"),),
+            "tgi": (Absent("TGI's router admits by --max-batch-total-tokens"),),
+            "trtllm": (
+                Absent("TensorRT-LLM's capacity scheduler admits by its own policy (side file)"),
+            ),
+            "llama.cpp": (Absent("llama.cpp gives each slot its own -c / -np context"),),
+        },
+        defaults={"sglang": _const(1.0), "sim": _const(1.0)},
+        search=None,
     ),
 )

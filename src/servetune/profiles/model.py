@@ -146,6 +146,9 @@ class EngineProfile:
     """The simulated engine's start-up memory plan is this engine's (vLLM's planner)."""
     simulated: bool = False
     """servetune's own simulated engine: it can run on a virtual clock, in-process."""
+    sim_semantics: str | None = None
+    """The simulated engine's model of this engine (``sim … --engine ID``): ``vllm-v1`` or
+    ``sglang-srt`` (:mod:`servetune.sim.config`); None: the simulator does not model it."""
     diagnose_flags: bool = False
     """Diagnose spells its actions for this engine too (each user-facing engine)."""
     provisioned_model: Literal["hf", "gguf"] = "hf"

@@ -78,6 +78,8 @@ PROFILE = EngineProfile(
     ),
     launch=Launch(executable=("python3",), always=("--enable-metrics",)),
     metrics=Metrics(maps=(SGLANG_2024, SGLANG)),
+    sim_semantics="sglang-srt",
+    knob_rules=("sglang_chunk",),
     sim_screens=frozenset({"memory"}),
     diagnose_flags=True,
 )

@@ -134,6 +134,7 @@ PROFILE = EngineProfile(
     ),
     launch=Launch(),
     metrics=Metrics(maps=VLLM_MAPS),
+    sim_semantics="vllm-v1",
     knob_rules=("vllm_batch",),
     sim_screens=frozenset({"memory", "vllm_defaults"}),
     memory_model=True,

@@ -10,11 +10,55 @@ import argparse
 from collections.abc import Iterable
 from typing import Any
 
-from servetune.knobs.cli import add_knob_arguments, knob_values
-from servetune.sim.config import SIM_KNOBS, EngineConfig
+from servetune.knobs.cli import add_knob_arguments, knob_flag_name, knob_values
+from servetune.knobs.model import Spelling
+from servetune.knobs.registry import knob, spelling
+from servetune.sim.config import (
+    SGLANG_SRT,
+    SIM_KNOBS,
+    EngineConfig,
+    semantics_of,
+    simulated_engines,
+)
 
 DEFAULT_GPU = "A100-80GB"
 DEFAULT_MODEL = "Qwen/Qwen2.5-7B-Instruct"
+SGLANG_DEST = "sglang__"
+"""Prefix of the parsed destinations of SGLang's spellings (``--mem-fraction-static`` →
+``sglang__gpu_memory_utilization``): kept apart so that a spelling of the other engine is an
+error, not a silent change of meaning."""
+SGLANG_SHORT = {"tensor_parallel_size": ("--tp",), "data_parallel_size": ("--dp",)}
+"""The short forms SGLang's documentation uses (``--tp 8 --dp 8``)."""
+
+
+def _sglang_spellings(p: argparse._ActionsContainer, names: Iterable[str]) -> None:
+    """SGLang's flag for each knob whose SGLang spelling differs from the knob's own (read
+    with --engine sglang): value flags take the knob's type, ``--disable-…`` switches set it
+    off."""
+    taken = set(getattr(p, "_option_string_actions", {}))
+    for name in names:
+        s = spelling("sglang", name)
+        if not isinstance(s, Spelling) or s.env:
+            continue
+        flags = [
+            f
+            for f in (s.flag, *s.aliases, *SGLANG_SHORT.get(name, ()))
+            if f != knob_flag_name(name) and f not in taken
+        ]
+        if not flags:
+            continue
+        k = knob(name)
+        dest = SGLANG_DEST + name
+        text = f"SGLang's spelling of --{name.replace('_', '-')} (with --engine sglang)"
+        if s.style == "switch":
+            p.add_argument(*flags, dest=dest, action="store_const", const=s.on, help=text)
+        elif s.style == "value" and k.type in ("int", "float", "choice"):
+            kind: type = int if k.type == "int" else float if k.type == "float" else str
+            meta = "N" if k.type == "int" else "X" if k.type == "float" else "V"
+            p.add_argument(*flags, dest=dest, type=kind, default=None, metavar=meta, help=text)
+        else:
+            continue
+        taken.update(flags)
 
 
 def add_engine_arguments(p: argparse._ActionsContainer, shared: Iterable[str] = ()) -> None:
@@ -22,6 +66,19 @@ def add_engine_arguments(p: argparse._ActionsContainer, shared: Iterable[str] = 
     defines itself and the engine reads too (``bench`` owns ``--model``); they are not added
     again, and a clash with any other flag is an error, never silently skipped."""
     skip = set(shared)
+    p.add_argument(
+        "--engine",
+        choices=simulated_engines(),
+        default=None,
+        help="whose semantics the simulated engine follows: vLLM V1's scheduler, memory "
+        "planner, defaults and /metrics, or SGLang's (default: vllm)",
+    )
+    p.add_argument(
+        "--sglang-version",
+        default=None,
+        help="(--engine sglang) the SGLang release whose defaults and memory rules are "
+        "simulated, e.g. 0.4.6 (default: the newest rules)",
+    )
     p.add_argument(
         "--gpu",
         default=None,
@@ -35,6 +92,7 @@ def add_engine_arguments(p: argparse._ActionsContainer, shared: Iterable[str] = 
             f"(default: {DEFAULT_MODEL})",
         )
     add_knob_arguments(p, [k for k in SIM_KNOBS if k not in skip], engine="sim")
+    _sglang_spellings(p, [k for k in SIM_KNOBS if k not in skip])
     if "served_model_name" not in skip:
         p.add_argument(
             "--served-model-name", default=None, help="the name it serves (default: the model)"
@@ -61,12 +119,19 @@ def engine_flags_given(args: argparse.Namespace) -> list[str]:
     --served-model-name, which name the target too): with --base-url they configure
     nothing, and taking them silently would let a user believe the server runs with them."""
     dests = [
+        "engine",
+        "sglang_version",
         "gpu",
         "interconnect_gb_s",
         "spec_acceptance_rate",
         *(k for k in SIM_KNOBS if k != "served_model_name"),
     ]
-    return ["--" + d.replace("_", "-") for d in dests if getattr(args, d, None) is not None]
+    out = ["--" + d.replace("_", "-") for d in dests if getattr(args, d, None) is not None]
+    for k in SIM_KNOBS:
+        if getattr(args, SGLANG_DEST + k, None) is not None:
+            s = spelling("sglang", k)
+            out.append(s.flag if isinstance(s, Spelling) else knob_flag_name(k))
+    return out
 
 
 def refuse_engine_flags_with_base_url(args: argparse.Namespace) -> None:
@@ -84,8 +149,14 @@ def refuse_engine_flags_with_base_url(args: argparse.Namespace) -> None:
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
-    """An EngineConfig from parsed flags (absent flags keep vLLM's defaults)."""
+    """An EngineConfig from parsed flags (absent flags keep the engine's defaults). SGLang's
+    spellings (``--mem-fraction-static``) need ``--engine sglang`` and may not be given beside
+    the same knob's own flag."""
+    from servetune.errors import ConfigError
+
+    engine = getattr(args, "engine", None) or "vllm"
     fields: dict[str, Any] = {
+        "engine": engine,
         "gpu": getattr(args, "gpu", None) or DEFAULT_GPU,
         "model": getattr(args, "model", None) or DEFAULT_MODEL,
         "served_model_name": getattr(args, "served_model_name", None),
@@ -93,4 +164,27 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         "spec_acceptance_rate": getattr(args, "spec_acceptance_rate", None),
         **knob_values(args, SIM_KNOBS),
     }
+    if getattr(args, "sglang_version", None):
+        fields["sglang_version"] = args.sglang_version
+    for k in SIM_KNOBS:
+        value = getattr(args, SGLANG_DEST + k, None)
+        if value is None:
+            continue
+        s = spelling("sglang", k)
+        flag = s.flag if isinstance(s, Spelling) else k
+        if semantics_of(engine) != SGLANG_SRT:
+            raise ConfigError(
+                f"{flag} is SGLang's flag; the simulated engine follows vLLM unless told",
+                hint=f"add --engine sglang, or use {knob_flag_name(k)} (vLLM's meaning)",
+            )
+        if fields.get(k) is not None:
+            raise ConfigError(
+                f"{flag} and {knob_flag_name(k)} set the same knob",
+                hint="give one of them",
+            )
+        fields[k] = value
+    if semantics_of(engine) != SGLANG_SRT and fields.get("sglang_version"):
+        raise ConfigError(
+            "--sglang-version needs --engine sglang", hint="add --engine sglang or drop it"
+        )
     return EngineConfig(**fields)

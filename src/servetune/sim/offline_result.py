@@ -17,7 +17,12 @@ from servetune.results import server_series as ss
 from servetune.results.record import RequestRecord
 from servetune.results.schema import BenchConfig, Environment, RunResult, ServerInfo, TargetInfo
 from servetune.results.server_series import ServerSample
-from servetune.sim.config import EngineConfig, ResolvedConfig
+from servetune.sim.config import (
+    SGLANG_SRT,
+    EngineConfig,
+    ResolvedConfig,
+    sglang_command,
+)
 from servetune.sim.engine import Engine
 from servetune.sim.exposition import cache_config_labels
 from servetune.sim.scrape import NAMES_FOUND
@@ -28,6 +33,31 @@ def simulated_info(r: ResolvedConfig, mem: MemoryPlan) -> dict[str, Any]:
     info["memory"] = mem.model_dump()
     info["vllm_serve_args"] = None
     return info
+
+
+def launch_argv(r: ResolvedConfig) -> list[str]:
+    """The simulated engine's command line: ``vllm serve …`` or SGLang's launch line."""
+    if r.semantics == SGLANG_SRT:
+        return sglang_command(r, r.model.name)
+    return [
+        "vllm",
+        "serve",
+        *EngineConfig(
+            gpu=r.gpu.name,
+            model=r.model.name,
+            tensor_parallel_size=r.tensor_parallel_size,
+            max_num_seqs=r.max_num_seqs,
+            max_num_batched_tokens=r.max_num_batched_tokens,
+            gpu_memory_utilization=r.gpu_memory_utilization,
+            max_model_len=r.max_model_len,
+            enable_chunked_prefill=r.enable_chunked_prefill,
+            enable_prefix_caching=r.enable_prefix_caching,
+            quantization=r.quantization,  # type: ignore[arg-type]
+            kv_cache_dtype=r.kv_cache_dtype,  # type: ignore[arg-type]
+            block_size=r.block_size,
+            long_prefill_token_threshold=r.long_prefill_token_threshold,
+        ).vllm_args(),
+    ]
 
 
 def build_result(
@@ -48,25 +78,7 @@ def build_result(
     # The modelled client is perfect (sends on schedule), judged as a real one is.
     health = client_health(records, cfg.request_rate, cfg.max_concurrency, workers=1)
     info = simulated_info(r, mem)
-    info["vllm_serve_args"] = [
-        "vllm",
-        "serve",
-        *EngineConfig(
-            gpu=r.gpu.name,
-            model=r.model.name,
-            tensor_parallel_size=r.tensor_parallel_size,
-            max_num_seqs=r.max_num_seqs,
-            max_num_batched_tokens=r.max_num_batched_tokens,
-            gpu_memory_utilization=r.gpu_memory_utilization,
-            max_model_len=r.max_model_len,
-            enable_chunked_prefill=r.enable_chunked_prefill,
-            enable_prefix_caching=r.enable_prefix_caching,
-            quantization=r.quantization,  # type: ignore[arg-type]
-            kv_cache_dtype=r.kv_cache_dtype,  # type: ignore[arg-type]
-            block_size=r.block_size,
-            long_prefill_token_threshold=r.long_prefill_token_threshold,
-        ).vllm_args(),
-    ]
+    info["launch_args" if r.semantics == SGLANG_SRT else "vllm_serve_args"] = launch_argv(r)
     info["virtual_duration_s"] = eng.now
     info["engine_busy_share"] = eng.busy_s / eng.now if eng.now > 0 else 0.0
     info["steps"] = eng.counters.steps
