@@ -276,7 +276,8 @@ class ResolvedConfig(BaseModel):
         """The configuration for TargetInfo.simulated and run.json."""
         out: dict[str, Any] = {
             "engine": "servetune-sim",
-            "semantics": self.engine,
+            "simulates": self.engine,
+            "semantics": self.semantics,
             "gpu": self.gpu.name,
             "model": self.model.name,
             "tensor_parallel_size": self.tensor_parallel_size,

@@ -32,7 +32,7 @@ def _fmt(v: float) -> str:
     return repr(float(v)) if isinstance(v, float) else str(v)
 
 
-def _hist(out: list[str], name: str, help_: str, h: Hist, labels: str) -> None:
+def hist_lines(out: list[str], name: str, help_: str, h: Hist, labels: str) -> None:
     out.append(f"# HELP {name} {help_}")
     out.append(f"# TYPE {name} histogram")
     for le, c in h.cumulative():
@@ -94,56 +94,56 @@ def render(eng: Engine, r: ResolvedConfig, mem: MemoryPlan, emission_lag: Hist) 
         )
     counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in tokens.", pool.queries)
     counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in tokens.", pool.hits)
-    _hist(
+    hist_lines(
         out,
         "vllm:time_to_first_token_seconds",
         "Histogram of time to first token in seconds.",
         eng.h_ttft,
         lab,
     )
-    _hist(
+    hist_lines(
         out,
         "vllm:request_time_per_output_token_seconds",
         "Histogram of time_per_output_token_seconds per request.",
         eng.h_tpot,
         lab,
     )
-    _hist(
+    hist_lines(
         out,
         "vllm:time_per_output_token_seconds",
         "Histogram of time per output token in seconds (vLLM 0.8-0.9 name: per-token gaps).",
         eng.h_itl,
         lab,
     )
-    _hist(
+    hist_lines(
         out,
         "vllm:inter_token_latency_seconds",
         "Histogram of inter-token latency in seconds.",
         eng.h_itl,
         lab,
     )
-    _hist(
+    hist_lines(
         out,
         "vllm:e2e_request_latency_seconds",
         "Histogram of e2e request latency in seconds.",
         eng.h_e2e,
         lab,
     )
-    _hist(
+    hist_lines(
         out,
         "vllm:request_queue_time_seconds",
         "Histogram of time spent in WAITING phase for request.",
         eng.h_queue,
         lab,
     )
-    _hist(
+    hist_lines(
         out,
         "vllm:request_prefill_time_seconds",
         "Histogram of time spent in PREFILL phase for request.",
         eng.h_prefill,
         lab,
     )
-    _hist(
+    hist_lines(
         out,
         "vllm:request_decode_time_seconds",
         "Histogram of time spent in DECODE phase for request.",
@@ -154,7 +154,7 @@ def render(eng: Engine, r: ResolvedConfig, mem: MemoryPlan, emission_lag: Hist) 
     out.append("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig")
     out.append("# TYPE vllm:cache_config_info gauge")
     out.append(f"vllm:cache_config_info{{{info}}} 1.0")
-    _hist(
+    hist_lines(
         out,
         "servetune_sim:emission_lag_seconds",
         "Token write time minus the simulated step end (the simulator's own lateness).",

@@ -9,7 +9,7 @@ from typing import Any
 
 from servetune.arch.memory import MemoryPlan
 from servetune.loadgen.health import client_health
-from servetune.metrics.engine_maps import VLLM_V1
+from servetune.metrics.engine_maps import SGLANG, VLLM_V1
 from servetune.metrics.run_result import run_result, run_summary
 from servetune.metrics.server_summary import cache_config, summarize_server
 from servetune.metrics.summary import ItlSource, assess_failures, empty_window, run_status
@@ -25,7 +25,7 @@ from servetune.sim.config import (
 )
 from servetune.sim.engine import Engine
 from servetune.sim.exposition import cache_config_labels
-from servetune.sim.scrape import NAMES_FOUND
+from servetune.sim.scrape import NAMES_FOUND, SGLANG_NAMES_FOUND
 
 
 def simulated_info(r: ResolvedConfig, mem: MemoryPlan) -> dict[str, Any]:
@@ -89,7 +89,9 @@ def build_result(
         summarize_server(series, summary.window_start_s, summary.window_end_s) if series else {}
     )
     server_summary.update(cache_config([cache_config_labels(r, mem)]))
-    server_summary["engine_version"] = VLLM_V1.version
+    server_summary["engine_version"] = (
+        SGLANG.version if r.semantics == SGLANG_SRT else VLLM_V1.version
+    )
     server_summary["sim"] = {
         "preemptions_total": eng.counters.preemptions,
         "num_gpu_blocks": mem.num_gpu_blocks,
@@ -101,7 +103,7 @@ def build_result(
     server = ServerInfo(
         engine="servetune-sim",
         metrics_url=None,
-        names_found=dict(NAMES_FOUND),
+        names_found=dict(SGLANG_NAMES_FOUND if r.semantics == SGLANG_SRT else NAMES_FOUND),
         names_missing=[ss.GPU_UTILIZATION, ss.GPU_MEMORY_USED_BYTES, ss.GPU_MEMORY_TOTAL_BYTES],
         samples=samples,
         summary=server_summary,

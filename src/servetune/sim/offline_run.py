@@ -36,6 +36,7 @@ from servetune.sim.construct import _ok_record
 from servetune.sim.engine import Engine, SimRequest
 from servetune.sim.frontend import ApiServer, SharedIntake
 from servetune.sim.intake import block_hashes, too_long_message
+from servetune.sim.policies import make_engine
 from servetune.sim.scrape import as_server_sample, server_sample
 from servetune.workload.plan import Plan
 from servetune.workload.spec import RequestSpec
@@ -189,7 +190,7 @@ class OfflineRun:
         """False: records keep the first and last token times only (no chunk_ns)."""
         self.cfg = cfg
         self.r = r
-        self.eng = engine if engine is not None else Engine(r, mem)
+        self.eng = engine if engine is not None else make_engine(r, mem)
         self.t0 = self.eng.now
         self.id_base = self.eng.next_id
         self.requests_out = requests_out

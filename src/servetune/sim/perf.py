@@ -50,17 +50,33 @@ from servetune.arch.flops import ModelFlops, model_flops, peak_flops
 from servetune.arch.precision import linear_rate
 from servetune.arch.weights import mtp_layer_weights, rank_weights
 from servetune.errors import SimError
-from servetune.sim.config import ResolvedConfig
+from servetune.sim.config import SGLANG_SRT, ResolvedConfig
 from servetune.sim.efficiency import Efficiency, efficiency
 
 __all__ = ["DecodeCoeffs", "ModelFlops", "StepModel", "capture_sizes", "model_flops", "peak_flops"]
 
 
-def capture_sizes(max_num_seqs: int) -> tuple[int, ...]:
-    """The batch sizes vLLM V1 captures CUDA graphs for (its default rule)."""
-    top = min(2 * max_num_seqs, 512)
+def capture_sizes(max_num_seqs: int, top: int | None = None) -> tuple[int, ...]:
+    """The batch sizes vLLM V1 captures CUDA graphs for (its default rule; ``top``: the
+    largest, ``--max-cudagraph-capture-size``)."""
+    top = min(2 * max_num_seqs, 512) if top is None else top
     sizes = [1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16)]
     return tuple(s for s in sizes if s <= top) or (1,)
+
+
+def sglang_capture_sizes(max_bs: int) -> tuple[int, ...]:
+    """The decode batch sizes SGLang captures (``ServerArgs._generate_cuda_graph_batch_sizes``
+    without speculation): 1, 2, 4, 8, 12, multiples of 8 to 256, of 16 below 512, then of 32
+    up to ``--cuda-graph-max-bs``."""
+    sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, max_bs + 1, 32)]
+    return tuple(s for s in sizes if s <= max_bs) or (1,)
+
+
+def graph_sizes_for(r: ResolvedConfig) -> tuple[int, ...]:
+    """The captured sizes of the engine simulated (SGLang's list, or vLLM's rule)."""
+    if r.semantics == SGLANG_SRT:
+        return sglang_capture_sizes(r.cuda_graph_max_bs)
+    return capture_sizes(r.max_num_seqs, r.max_cudagraph_capture_size)
 
 
 @dataclass(frozen=True)
@@ -142,7 +158,7 @@ class StepModel:
         self.w_prefill_flops_per_ctx = prefill[wk] / self.tp if windowed else 0.0
         self.w_kv_bytes_per_token = kv[wk] * dt if windowed else 0.0
         self.kv_write_bytes = (kv["full"] + (kv[wk] if windowed else 0)) * dt
-        self.graph_sizes = capture_sizes(r.max_num_seqs)
+        self.graph_sizes = graph_sizes_for(r)
         self._moe_memo: dict[float, float] = {}
         self.fixed_s = self.eff.step_overhead_ms / 1e3
         self.per_seq_s = self.eff.per_seq_overhead_us / 1e6

@@ -50,10 +50,11 @@ from typing import Any
 from servetune.arch.memory import MemoryPlan
 from servetune.http import Exchange
 from servetune.sim.config import ResolvedConfig
-from servetune.sim.engine import DONE, Engine, SimRequest
+from servetune.sim.engine import DONE, SimRequest
 from servetune.sim.frontend import ApiServer, SharedIntake
 from servetune.sim.intake import Refusal, block_hashes, json_object, read_request
 from servetune.sim.loop_stats import LoopStats
+from servetune.sim.policies import make_engine
 from servetune.sim.step_writer import CHUNK, LAST, WHOLE, StepWriter, Write, WriterMode
 from servetune.sim.streams import TOKEN_WORDS, Stream
 
@@ -98,7 +99,7 @@ class RealtimeEngine:
         self.r = r
         self.model = r.served_model_name
         self.names = {self.model, r.model.name, r.model.name.split("/")[-1]}
-        self.eng = Engine(r, mem)
+        self.eng = make_engine(r, mem)
         self.stats = LoopStats()
         self.writer = StepWriter(writer)
         self.intake: deque[tuple[Exchange, bool]] = deque()

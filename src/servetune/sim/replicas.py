@@ -39,9 +39,10 @@ from servetune.routing.config import RoutingConfig
 from servetune.routing.keys import prompt_blocks, stable_hash
 from servetune.routing.policies import Balancer
 from servetune.sim.config import ResolvedConfig
-from servetune.sim.engine import Engine, SimRequest
+from servetune.sim.engine import SimRequest
 from servetune.sim.intake import block_hashes
 from servetune.sim.offline_run import OfflineRun, prefix_hashes, shared_prefix_blocks
+from servetune.sim.policies import make_engine
 from servetune.workload.plan import Plan
 from servetune.workload.spec import RequestSpec
 from servetune.workload.tokens import word_pieces
@@ -90,7 +91,7 @@ def route_plan(
 ) -> Routed:
     """Pass 1: the replica of every request of ``plan`` (see the module docstring)."""
     n = replicas
-    engines = [Engine(r, mem) for _ in range(n)]
+    engines = [make_engine(r, mem) for _ in range(n)]
     bal = Balancer(
         routing, [f"replica-{i}" for i in range(n)], [mem.num_gpu_blocks * r.block_size] * n
     )

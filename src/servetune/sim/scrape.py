@@ -34,6 +34,22 @@ NAMES_FOUND = {
     ss.DECODE_SECONDS: "vllm:request_decode_time_seconds",
 }
 
+SGLANG_NAMES_FOUND = {
+    ss.KV_CACHE_USAGE: "sglang:token_usage",
+    ss.RUNNING: "sglang:num_running_reqs",
+    ss.WAITING: "sglang:num_queue_reqs",
+    ss.PREEMPTIONS_TOTAL: "sglang:num_retracted_requests_total",
+    ss.PROMPT_TOKENS_TOTAL: "sglang:prompt_tokens_total",
+    ss.GENERATION_TOKENS_TOTAL: "sglang:generation_tokens_total",
+    ss.REQUESTS_FINISHED_TOTAL: "sglang:num_requests_total",
+    ss.REQUESTS_ABORTED_TOTAL: "sglang:num_aborted_requests_total",
+    ss.TTFT_SECONDS: "sglang:time_to_first_token_seconds",
+    ss.ITL_SECONDS: "sglang:inter_token_latency_seconds",
+    ss.E2E_SECONDS: "sglang:e2e_request_latency_seconds",
+    ss.QUEUE_SECONDS: "sglang:queue_time_seconds",
+}
+"""The same under SGLang's semantics (what :mod:`servetune.sim.exposition_sglang` serves)."""
+
 
 def as_server_sample(
     sample: dict[str, Any], last: dict[str, tuple[dict[str, Any], Histogram]] | None = None

@@ -42,9 +42,9 @@ from servetune.errors import ConfigError, ServetuneError, SimError
 from servetune.http import Exchange, HTTPServer, Limits, Router, ServerConnection
 from servetune.http.wire import vllm_error
 from servetune.sim.config import EngineConfig, ResolvedConfig
-from servetune.sim.exposition import render
 from servetune.sim.intake import Refusal, json_object, prompt_pieces
 from servetune.sim.memory import plan_memory
+from servetune.sim.policies import metrics_page
 from servetune.sim.realtime import RealtimeEngine
 from servetune.sim.step_writer import WRITER_MODES, WriterMode, writer_mode
 from servetune.workload.tokens import ApproxTokenizer
@@ -138,7 +138,9 @@ class SimServer:
 
     def _metrics(self, ex: Exchange) -> None:
         assert self.rt is not None
-        ex.respond(200, render(self.rt.eng, self.r, self.mem, self.rt.stats.lag), _PROM)
+        ex.respond(
+            200, metrics_page(self.r)(self.rt.eng, self.r, self.mem, self.rt.stats.lag), _PROM
+        )
 
     def _stats(self, ex: Exchange) -> None:
         assert self.rt is not None
