@@ -187,3 +187,17 @@ def test_radix_cache_matches_token_by_token(radix: bool) -> None:
     eng.add(b)
     eng.advance()
     assert b.cached == (700 if radix else 0)
+
+
+def test_an_aborted_chunked_request_leaves_the_chunk() -> None:
+    eng = engine(100_000, chunked_prefill_size=1024)
+    big = SimRequest(0, 5000, 5, 0.0)
+    small = SimRequest(1, 100, 3, 0.0)
+    eng.add(big)
+    eng.advance()
+    assert eng.chunk_req is big
+    eng.abort(big)
+    assert eng.chunk_req is None and big.finish_reason == "abort"
+    eng.add(small)
+    run_until(eng, lambda: small.state == 3)
+    assert small.out == 3

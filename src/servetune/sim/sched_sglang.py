@@ -137,6 +137,15 @@ class SglangEngine(Engine):
         if self.n_dec < before:
             self.batch_is_full = False
 
+    def abort(self, req: SimRequest) -> None:
+        """The client went away: as the base engine, and a request being chunked stops
+        being the chunked one; a running request leaving lets admission try again."""
+        if req is self.chunk_req:
+            self.chunk_req = None
+        if req.state != WAITING:
+            self.batch_is_full = False
+        super().abort(req)
+
     # --- the loop -----------------------------------------------------------------------------
     def can_stretch(self) -> bool:
         """Decode only, nothing to admit: no request being chunked, and none waiting or the
