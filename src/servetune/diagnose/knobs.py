@@ -65,8 +65,10 @@ class KnownConfig(BaseModel):
         return bool(self.values)
 
 
-def _engine_from_values(gpu: str, model: str, values: dict[str, Any]) -> EngineConfig | None:
-    fields: dict[str, Any] = {"gpu": gpu, "model": model}
+def _engine_from_values(
+    gpu: str, model: str, values: dict[str, Any], engine: str = "vllm"
+) -> EngineConfig | None:
+    fields: dict[str, Any] = {"gpu": gpu, "model": model, "engine": engine}
     fields.update({k: values[k] for k in SIM_KNOBS if values.get(k) is not None})
     try:
         return EngineConfig(**fields)
@@ -80,7 +82,8 @@ def from_simulated(info: dict[str, Any]) -> KnownConfig:
     memory = info.get("memory") or {}
     pool = memory.get("kv_cache_tokens")
     gpu, model = info.get("gpu"), info.get("model")
-    ec = _engine_from_values(gpu, model, values) if gpu and model else None
+    engine = str(info.get("simulates") or "vllm")  # the engine whose semantics it ran
+    ec = _engine_from_values(gpu, model, values, engine) if gpu and model else None
     return KnownConfig(
         source="the simulated engine's record (run.json)",
         engine="sim",
