@@ -75,6 +75,8 @@ and bandwidth efficiency are fitted here."""
 PARAMS = (
     ("grouped_gemm_efficiency", 0.15, 1.0),
     ("alltoall_latency_us", 5.0, 300.0),
+    ("v0_step_overhead_ms", 0.3, 80.0),
+    ("v0_per_seq_overhead_us", 2.0, 400.0),
     *(
         (f"{g}_{k}", lo, hi)
         for g in FIT_GPUS
@@ -89,6 +91,8 @@ PARAM_NAMES = tuple(p[0] for p in PARAMS)
 NEUTRAL: dict[str, float] = {
     "grouped_gemm_efficiency": 0.6,
     "alltoall_latency_us": 30.0,
+    "v0_step_overhead_ms": 2.0,
+    "v0_per_seq_overhead_us": 30.0,
     **{f"{g}_mfu": 0.5 for g in FIT_GPUS},
     **{f"{g}_mbu": 0.75 for g in FIT_GPUS},
     **{f"{g}_allreduce_us": 20.0 for g in FIT_GPUS},
@@ -218,11 +222,16 @@ def efficiency_for(case: dict[str, Any], p: dict[str, float]) -> Efficiency:
         upd["mfu"] = p[f"{gpu}_mfu"]
         upd["mbu"] = p[f"{gpu}_mbu"]
         upd["allreduce_latency_us"] = p[f"{gpu}_allreduce_us"]
+    if v0_engine(case):  # the V0 engine's step: its own CPU costs (no overlap)
+        upd["step_overhead_ms"] = p["v0_step_overhead_ms"]
+        upd["per_seq_overhead_us"] = p["v0_per_seq_overhead_us"]
     return base.model_copy(update=upd)
 
 
 def relevant(case: dict[str, Any]) -> tuple[str, ...]:
     names = ["grouped_gemm_efficiency"]
+    if v0_engine(case):
+        names += ["v0_step_overhead_ms", "v0_per_seq_overhead_us"]
     if (case.get("data_parallel") or 1) > 1:
         names.append("alltoall_latency_us")
     gpu = GPU_MAP.get(case["gpu"], "")
@@ -333,6 +342,8 @@ def catalog_params() -> dict[str, float]:
     any_gpu = efficiency(find_gpu("H200"))
     p["grouped_gemm_efficiency"] = any_gpu.grouped_gemm_efficiency
     p["alltoall_latency_us"] = any_gpu.alltoall_latency_us
+    p["v0_step_overhead_ms"] = any_gpu.step_overhead_ms  # the dense fit's (V1 releases)
+    p["v0_per_seq_overhead_us"] = any_gpu.per_seq_overhead_us
     for g in FIT_GPUS:
         e = efficiency(find_gpu(g))
         p[f"{g}_mfu"], p[f"{g}_mbu"] = e.mfu, e.mbu
@@ -463,6 +474,8 @@ def loso(
                 start[n] = default["mbu"]
             elif n.endswith("_allreduce_us"):
                 start[n] = default["allreduce_latency_us"]
+            elif n.startswith("v0_"):  # the dense fit's CPU costs (V1 releases)
+                start[n] = default[n[3:]]
             else:
                 start[n] = float(Efficiency.model_fields[n].default)
         q = fit(train, start, tuple(free), pool, max_nfev) if free else start
