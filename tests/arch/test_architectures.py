@@ -173,3 +173,14 @@ def test_serving_a_checkpoint_in_its_own_format_is_not_a_requantization() -> Non
     assert requantized(None, "fp8")
     assert requantized(None, "awq_marlin")
     assert not requantized("nvfp4", "modelopt_fp4")
+
+
+def test_an_alias_naming_a_quantized_checkpoint_loads_in_its_format() -> None:
+    """Qwen/Qwen3-30B-A3B-FP8 is the 16-bit entry's architecture published in FP8: served
+    as FP8 without --quantization, as vLLM reads it from the checkpoint."""
+    assert find_model("Qwen/Qwen3-30B-A3B").checkpoint_quantization is None
+    assert find_model("Qwen/Qwen3-30B-A3B-FP8").checkpoint_quantization == "fp8"
+    assert find_model("RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic").checkpoint_quantization == (
+        "fp8"
+    )
+    assert find_model("openai/gpt-oss-120b").checkpoint_quantization == "mxfp4"

@@ -93,7 +93,7 @@ def test_every_knob_off_its_default() -> None:
     cfg = EngineConfig(
         engine="sglang",
         gpu="H100-SXM",
-        model="Qwen/Qwen3-235B-A22B-FP8",
+        model="Qwen/Qwen3-235B-A22B",  # 16-bit, quantized online: the flag is rendered
         quantization="fp8",
         tensor_parallel_size=4,
         gpu_memory_utilization=0.9,

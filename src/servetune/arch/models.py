@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servetune.arch.architecture import Architecture
 from servetune.arch.families import read_config
-from servetune.arch.lookup import match
+from servetune.arch.lookup import match, norm
 from servetune.errors import SimError
 
 
@@ -104,9 +104,36 @@ def model_from_hf_config(path: str | Path) -> Architecture:
     return read_config(cfg, name, str(file))
 
 
+NAME_FORMATS: tuple[tuple[str, str], ...] = (
+    ("-fp8", "fp8"),
+    ("-nvfp4", "nvfp4"),
+    ("-fp4", "nvfp4"),
+    ("-mxfp4", "mxfp4"),
+    ("-awq", "awq"),
+    ("-gptq", "gptq"),
+)
+"""A checkpoint's name part → the format its weights are published in (the Hugging Face
+convention: Qwen/Qwen3-30B-A3B-FP8, nvidia/...-FP4, RedHatAI/...-FP8-dynamic)."""
+
+
+def published_format(name: str) -> str | None:
+    """The weights' format a checkpoint's name says (None: the name says nothing)."""
+    last = norm(name).split("/")[-1]
+    for part, fmt in NAME_FORMATS:
+        if part + "-" in last + "-":
+            return fmt
+    return None
+
+
 def find_model(name: str) -> Architecture:
-    """A catalog model by name or alias, or a local config.json path."""
+    """A catalog model by name or alias, or a local config.json path. An alias naming a
+    quantized checkpoint of a 16-bit entry (``-FP8``, ``-AWQ``, ...) is that architecture in
+    the checkpoint's format, as the engine would load it."""
     p = Path(name).expanduser()
     if name.endswith(".json") or (p.is_dir() and (p / "config.json").is_file()):
         return model_from_hf_config(p)
-    return match(name, models(), "model", "--model")
+    arch = match(name, models(), "model", "--model")
+    fmt = published_format(name)
+    if fmt is not None and arch.checkpoint_quantization is None:
+        return arch.model_copy(update={"checkpoint_quantization": fmt})
+    return arch
