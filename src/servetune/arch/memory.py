@@ -42,11 +42,18 @@ How it changed across versions (:data:`RULES`; a plan names the rules it used):
   profile, so the CUDA context and NCCL buffers are charged too (~0.5 GiB); FlashInfer sampler
   where installed. No published log with a complete configuration was found to calibrate it:
   the constants are the 0.10 ones plus the context, and marked so.
-* **V1 0.9–0.10.1**: ``memory_profiling`` against a snapshot taken after the CUDA context
+* **V1 0.9–0.10.x**: ``memory_profiling`` against a snapshot taken after the CUDA context
   exists: ``kv = requested − (weights + torch peak increase + non-torch increase)``; the
   context is outside the budget. FlashInfer top-k/top-p sampling ("Using FlashInfer for top-p
-  & top-k sampling" in the logs). Calibrated on the vLLM 0.10.1.1 A100 logs.
-* **V1 0.10.2–0.16**: same accounting, but top-k/top-p falls back to PyTorch's sort
+  & top-k sampling" in the logs). Calibrated on the vLLM 0.10.1.1 A100 logs. 0.10.2 belongs
+  here: gpustack's vLLM 0.10.2 served gpt-oss-120b on one H100 at the default 0.9 with
+  ``--max-model-len 32768``, which leaves at most 3.96 GiB for the profiling peak (71.26 GiB
+  budget − 65.97 GiB of weights − the 1.2 GiB one request needs − 0.13 GiB non-torch) — the
+  PyTorch sampler's 7.4 GiB over 1,024 × 201,088 logits would have refused it (a 0.10.1-era
+  log, vLLM issue #23278, shows that 7.4 GiB peak: where FlashInfer is not installed the
+  sampler falls back in these releases too; the planner takes the installed-FlashInfer case,
+  so that a configuration these releases started is not refused).
+* **V1 0.11–0.16**: same accounting, but top-k/top-p falls back to PyTorch's sort
   ("Falling back to the PyTorch-native implementation of top-p & top-k sampling"), which
   makes the sampler the profile's peak on large-vocabulary models at 1,024 sequences: 5.6
   GiB for Qwen3 on an H100, where the forward pass of 8,192 tokens needs 1.4. NCCL buffers are
@@ -170,7 +177,7 @@ RULES: dict[str, VllmMemoryRules] = {
         ),
         VllmMemoryRules(
             name="0.10",
-            versions="V1 0.9 - 0.10.1 (FlashInfer top-k/top-p sampling)",
+            versions="V1 0.9 - 0.10.x (FlashInfer top-k/top-p sampling)",
             engine="v1",
             sampler_bytes=10.6,
             non_torch_gib=0.15,
@@ -183,7 +190,7 @@ RULES: dict[str, VllmMemoryRules] = {
         ),
         VllmMemoryRules(
             name="0.11",
-            versions="V1 0.10.2 - 0.16 (PyTorch top-k/top-p fallback)",
+            versions="V1 0.11 - 0.16 (PyTorch top-k/top-p fallback)",
             engine="v1",
             sampler_bytes=38.3,
             non_torch_gib=0.13,
@@ -253,7 +260,7 @@ def rules_for(version: str | None) -> VllmMemoryRules:
         return RULES["v0.7"]
     if minor == 8:
         return RULES["0.8"]
-    if minor == 9 or (minor == 10 and patch <= 1):
+    if minor in (9, 10):
         return RULES["0.10"]
     if minor < 17:
         return RULES["0.11"]
@@ -604,6 +611,6 @@ def plan_for(r: Deployment, vllm_version: str | VllmMemoryRules | None = None) -
     """vLLM's start-up memory plan for ``r``; raises SimError where vLLM refuses to start.
 
     ``vllm_version``: the vLLM release being planned for ("0.11.0", "0.10.1", "0.8.5",
-    "0.7.2", "v0", or a :class:`VllmMemoryRules`); default: the 0.10.2-0.16 rules."""
+    "0.7.2", "v0", or a :class:`VllmMemoryRules`); default: the 0.11-0.16 rules."""
     rules = vllm_version if isinstance(vllm_version, VllmMemoryRules) else rules_for(vllm_version)
     return plan_resolved(r, rules)

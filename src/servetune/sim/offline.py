@@ -73,7 +73,7 @@ def simulate(
     of wall time per simulated second on one core.
 
     ``vllm_version``: the vLLM release whose memory planner sizes the KV pool (default: the
-    0.10.2–0.16 rules, :mod:`servetune.sim.memory`). ``server_metrics=False`` skips the 0.5 s
+    0.11–0.16 rules, :mod:`servetune.sim.memory`). ``server_metrics=False`` skips the 0.5 s
     scrapes (and the server summary) when only the client-side figures are wanted.
     ``replicas`` > 1 (or a ``routing`` given): that many engines of ``engine_cfg`` behind
     ``routing``'s policy on one clock (:mod:`servetune.sim.replicas`); the result's
