@@ -19,25 +19,32 @@ So a percentile is only as fine as the buckets: vLLM's TTFT buckets jump 0.1 →
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 
 from servetune.results.server_series import Histogram
 
+_INF = math.inf
+
 
 def _finite_buckets(h: Histogram) -> tuple[list[tuple[float, float]], float]:
     """(sorted finite buckets, total count) — an in-memory +Inf bucket folds into the count."""
-    finite: list[tuple[float, float]] = []
+    buckets = h.buckets
     total = h.count
-    for le, c in h.buckets:
-        if math.isnan(le) or math.isnan(c):
-            continue
-        if math.isinf(le):
-            if le > 0:
+    # a NaN bound fails both comparisons and a NaN count is not equal to itself: both dropped
+    finite = [b for b in buckets if -_INF < b[0] < _INF and b[1] == b[1]]
+    if len(finite) != len(buckets):
+        for le, c in buckets:
+            if le == _INF and c == c:
                 total = max(total, c)
-            continue
-        finite.append((le, c))
     finite.sort()
     return finite, total
+
+
+def _read(h: Histogram) -> tuple[tuple[float, ...], list[float], float]:
+    """(bounds, counts, total) of a snapshot's finite buckets (:func:`_finite_buckets`)."""
+    finite, total = _finite_buckets(h)
+    return tuple(le for le, _ in finite), [c for _, c in finite], total
 
 
 def window(first: Histogram | None, last: Histogram) -> Histogram:
@@ -76,35 +83,30 @@ def increase(snapshots: Sequence[Histogram]) -> Histogram | None:
     # reads hundreds of snapshots of seven histograms): the same values in the same order
     # a server that observed nothing between two scrapes hands the same snapshot object
     # again: read once, and the empty step it makes skipped (it adds zeros)
-    memo: dict[int, tuple[list[tuple[float, float]], float]] = {}
+    memo: dict[int, tuple[tuple[float, ...], list[float], float]] = {}
     read = []
     for h in snapshots:
         got = memo.get(id(h))
         if got is None:
-            got = memo[id(h)] = _finite_buckets(h)
+            got = memo[id(h)] = _read(h)
         read.append(got)
-    bounds: list[float] | None = None
+    bounds: tuple[float, ...] | None = None
     counts: list[float] = []
     total = 0.0
     total_sum = 0.0
     for i in range(1, len(snapshots)):
         if bounds is not None and snapshots[i] is snapshots[i - 1]:
             continue
-        (b1, n1), (b2, n2) = read[i - 1], read[i]
-        les = [le for le, _ in b2]
-        if (
-            n2 < n1
-            or [le for le, _ in b1] != les
-            or any(c2 < c1 for (_, c1), (_, c2) in zip(b1, b2, strict=True))
-        ):
-            finite, n, step_sum = b2, n2, snapshots[i].sum  # a reset: the later snapshot
+        (les1, c1, n1), (les, c2, n2) = read[i - 1], read[i]
+        if n2 < n1 or les1 != les or any(map(operator.lt, c2, c1)):
+            step, n, step_sum = c2, n2, snapshots[i].sum  # a reset: the later snapshot
         else:
-            finite = [(le, c2 - c1) for (le, c1), (_, c2) in zip(b1, b2, strict=True)]
+            step = list(map(operator.sub, c2, c1))
             n = n2 - n1
             step_sum = max(0.0, snapshots[i].sum - snapshots[i - 1].sum)
         if bounds is None or les != bounds:
             bounds, counts, total, total_sum = les, [0.0] * len(les), 0.0, 0.0
-        counts = [a + c for a, (_, c) in zip(counts, finite, strict=True)]
+        counts = list(map(operator.add, counts, step))
         total += n
         total_sum += step_sum
     assert bounds is not None

@@ -528,6 +528,42 @@ class Engine:
             req.seg_start = -1
             self._finish(req)
 
+    def _apply_prefills(
+        self,
+        chunks: list[tuple[SimRequest, int, int]],
+        done: list[SimRequest],
+        s: int,
+        emitted: list[SimRequest] | None,
+    ) -> bool:
+        """After step ``s``: the chunks advance, the prefills that completed sample their
+        token (TTFT, prompt blocks published to the prefix cache) and finish or start
+        decoding at ``s + 1``; those that sampled are added to ``emitted`` (when given).
+        True when a request finished."""
+        pool = self.pool
+        finished = False
+        for req, c, _o in chunks:
+            req.computed += c
+        for req in done:
+            del self.prefilling[req.id]
+            req.out += 1
+            req.seg_start = s
+            if req.first_token is None:
+                req.first_token = self.now
+                self.h_ttft.observe(self.now - req.arrival)
+                self.counters.prompt_tokens += req.prompt_len
+            if req.hashes and pool.caching and len(req.held) < len(req.hashes):
+                req.held.extend(pool.publish(req.hashes[len(req.held) :]))
+            if emitted is not None:
+                emitted.append(req)
+            if req.out >= req.max_tokens:
+                req.segments.append((s, s + 1))
+                req.seg_start = -1
+                self._finish(req)
+                finished = True
+            else:
+                self._start_decoding(req, s + 1)
+        return finished
+
     def _general_step(self, collect: bool) -> list[SimRequest]:
         s = self.step
         B = self.B
@@ -672,26 +708,7 @@ class Engine:
         self.counters.steps += 1
         self.counters.generation_tokens += made + len(done)
         # 5. apply: chunks advance, completed prefills sample a token
-        for req, c, _o in chunks:
-            req.computed += c
-        for req in done:
-            del self.prefilling[req.id]
-            req.out += 1
-            req.seg_start = s
-            if req.first_token is None:
-                req.first_token = self.now
-                self.h_ttft.observe(self.now - req.arrival)
-                self.counters.prompt_tokens += req.prompt_len
-            if req.hashes and pool.caching and len(req.held) < len(req.hashes):
-                req.held.extend(pool.publish(req.hashes[len(req.held) :]))
-            if collect:
-                emitted.append(req)
-            if req.out >= req.max_tokens:
-                req.segments.append((s, s + 1))
-                req.seg_start = -1
-                self._finish(req)
-            else:
-                self._start_decoding(req, s + 1)
+        self._apply_prefills(chunks, done, s, emitted if collect else None)
         self._finish_decoders(s)
         return emitted
 

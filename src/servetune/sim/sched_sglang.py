@@ -304,28 +304,8 @@ class SglangEngine(Engine):
             self._start_decoding(req, s + 1)
             req.seg_start = s + 1
         emitted: list[SimRequest] = []
-        pool = self.pool
-        for req, c, _o in chunks:
-            req.computed += c
-        for req in done:
-            del self.prefilling[req.id]
-            req.out += 1
-            req.seg_start = s
-            if req.first_token is None:
-                req.first_token = self.now
-                self.h_ttft.observe(self.now - req.arrival)
-                self.counters.prompt_tokens += req.prompt_len
-            if req.hashes and pool.caching and len(req.held) < len(req.hashes):
-                req.held.extend(pool.publish(req.hashes[len(req.held) :]))
-            if collect:
-                emitted.append(req)
-            if req.out >= req.max_tokens:
-                req.segments.append((s, s + 1))
-                req.seg_start = -1
-                self._finish(req)
-                self.batch_is_full = False
-            else:
-                self._start_decoding(req, s + 1)
+        if self._apply_prefills(chunks, done, s, emitted if collect else None):
+            self.batch_is_full = False
         return emitted
 
     # --- decode -------------------------------------------------------------------------------
