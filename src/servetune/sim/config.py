@@ -329,6 +329,18 @@ def _given_or_default(
     return value
 
 
+def _interconnect(cfg: EngineConfig, gpu: GpuSpec) -> float:
+    """The all-reduce link's GB/s: the override (not an engine flag, either engine) or the
+    catalog's."""
+    if cfg.interconnect_gb_s is not None and not cfg.interconnect_gb_s > 0:
+        raise SimError(
+            f"--interconnect-gb-s must be > 0 (got {cfg.interconnect_gb_s})",
+            hint="e.g. --interconnect-gb-s 300, or leave it out for the catalog's bandwidth",
+            code="sim.config",
+        )
+    return cfg.interconnect_gb_s or gpu.interconnect_gb_s
+
+
 def _at_least_one(value: int, flag: str) -> int:
     if value < 1:
         raise SimError(
@@ -493,12 +505,6 @@ def _resolve_vllm(cfg: EngineConfig) -> ResolvedConfig:
             hint="e.g. --long-prefill-token-threshold 512, or 0 for no cap",
             code="sim.config",
         )
-    if cfg.interconnect_gb_s is not None and not cfg.interconnect_gb_s > 0:
-        raise SimError(
-            f"--interconnect-gb-s must be > 0 (got {cfg.interconnect_gb_s})",
-            hint="e.g. --interconnect-gb-s 300, or leave it out for the catalog's bandwidth",
-            code="sim.config",
-        )
     speculation = _speculation(cfg, model, applied)
     return ResolvedConfig(
         gpu=gpu,
@@ -519,7 +525,7 @@ def _resolve_vllm(cfg: EngineConfig) -> ResolvedConfig:
         block_size=cfg.block_size,
         long_prefill_token_threshold=cfg.long_prefill_token_threshold,
         seed=cfg.seed,
-        interconnect_gb_s=cfg.interconnect_gb_s or gpu.interconnect_gb_s,
+        interconnect_gb_s=_interconnect(cfg, gpu),
         speculative_method=speculation.method if speculation else None,
         num_speculative_tokens=speculation.k if speculation else None,
         speculation=speculation,
@@ -720,12 +726,6 @@ def _resolve_sglang(cfg: EngineConfig) -> ResolvedConfig:
             hint="1.0 is SGLang's default; lower admits more requests at once",
             code="sim.config",
         )
-    if cfg.interconnect_gb_s is not None and not cfg.interconnect_gb_s > 0:
-        raise SimError(
-            f"--interconnect-gb-s must be > 0 (got {cfg.interconnect_gb_s})",
-            hint="e.g. --interconnect-gb-s 300, or leave it out for the catalog's bandwidth",
-            code="sim.config",
-        )
     seqs_given = cfg.max_num_seqs
     if seqs_given is not None:
         _at_least_one(seqs_given, "--max-running-requests")
@@ -749,7 +749,7 @@ def _resolve_sglang(cfg: EngineConfig) -> ResolvedConfig:
         block_size=page,
         long_prefill_token_threshold=0,
         seed=cfg.seed,
-        interconnect_gb_s=cfg.interconnect_gb_s or gpu.interconnect_gb_s,
+        interconnect_gb_s=_interconnect(cfg, gpu),
         defaults_applied=applied,
         chunked_prefill_size=chunk,
         schedule_conservativeness=cfg.schedule_conservativeness,

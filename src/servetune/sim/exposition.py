@@ -41,6 +41,21 @@ def hist_lines(out: list[str], name: str, help_: str, h: Hist, labels: str) -> N
     out.append(f"{name}_sum{{{labels}}} {h.sum!r}")
 
 
+def own_lines(out: list[str], eng: Engine, emission_lag: Hist, lab: str) -> None:
+    """The simulator's own series, whatever engine it emulates: its emission lag and the
+    simulated GPU busy time."""
+    hist_lines(
+        out,
+        "servetune_sim:emission_lag_seconds",
+        "Token write time minus the simulated step end (the simulator's own lateness).",
+        emission_lag,
+        lab,
+    )
+    out.append("# HELP servetune_sim:engine_busy_seconds Simulated GPU busy time.")
+    out.append("# TYPE servetune_sim:engine_busy_seconds counter")
+    out.append(f"servetune_sim:engine_busy_seconds{{{lab}}} {eng.busy_s!r}")
+
+
 def render(eng: Engine, r: ResolvedConfig, mem: MemoryPlan, emission_lag: Hist) -> bytes:
     """The page: the engine's gauges, counters and histograms, the cache config, and the
     simulator's own emission lag."""
@@ -154,14 +169,5 @@ def render(eng: Engine, r: ResolvedConfig, mem: MemoryPlan, emission_lag: Hist) 
     out.append("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig")
     out.append("# TYPE vllm:cache_config_info gauge")
     out.append(f"vllm:cache_config_info{{{info}}} 1.0")
-    hist_lines(
-        out,
-        "servetune_sim:emission_lag_seconds",
-        "Token write time minus the simulated step end (the simulator's own lateness).",
-        emission_lag,
-        lab,
-    )
-    out.append("# HELP servetune_sim:engine_busy_seconds Simulated GPU busy time.")
-    out.append("# TYPE servetune_sim:engine_busy_seconds counter")
-    out.append(f"servetune_sim:engine_busy_seconds{{{lab}}} {eng.busy_s!r}")
+    own_lines(out, eng, emission_lag, lab)
     return ("\n".join(out) + "\n").encode()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from servetune.arch.memory import MemoryPlan
 from servetune.sim.config import ResolvedConfig
 from servetune.sim.engine import Engine
-from servetune.sim.exposition import hist_lines
+from servetune.sim.exposition import hist_lines, own_lines
 from servetune.sim.hist import Hist
 
 
@@ -86,14 +86,5 @@ def render(eng: Engine, r: ResolvedConfig, mem: MemoryPlan, emission_lag: Hist) 
         ("sglang:queue_time_seconds", "Histogram of queueing time in seconds.", eng.h_queue),
     ):
         hist_lines(out, name, help_, h, lab)
-    hist_lines(
-        out,
-        "servetune_sim:emission_lag_seconds",
-        "Token write time minus the simulated step end (the simulator's own lateness).",
-        emission_lag,
-        lab,
-    )
-    out.append("# HELP servetune_sim:engine_busy_seconds Simulated GPU busy time.")
-    out.append("# TYPE servetune_sim:engine_busy_seconds counter")
-    out.append(f"servetune_sim:engine_busy_seconds{{{lab}}} {eng.busy_s!r}")
+    own_lines(out, eng, emission_lag, lab)
     return ("\n".join(out) + "\n").encode()
