@@ -197,6 +197,47 @@ def test_no_import_cycle_between_modules() -> None:
             raise AssertionError("modules import each other: " + " <- ".join(cycle))
 
 
+# Nevers: pairs the layer order allows that must still not happen. The readers of result
+# directories take a run as the files hold it (servetune.results, servetune.metrics.run_finish
+# for a run cut short), never through the load generator that wrote it.
+
+NEVER: tuple[tuple[str, str, str], ...] = (
+    ("diagnose", "loadgen", "diagnose reads result directories (results/, metrics/run_finish)"),
+    ("report", "loadgen", "report reads result directories (results/, metrics/run_finish)"),
+)
+
+
+def never_imports(paths: list[Path], src: Path = SRC) -> list[str]:
+    """Each import that one of :data:`NEVER`'s pairs forbids, with the file and line."""
+    bad = []
+    for path in paths:
+        unit = unit_of(module_name(path, src))
+        for line, target in imports_of(path, src):
+            for a, b, why in NEVER:
+                if unit == a and unit_of(target) == b:
+                    bad.append(f"{path.relative_to(src.parent)}:{line} imports {target}: {why}")
+    return bad
+
+
+def test_no_never_import() -> None:
+    bad = never_imports(sources())
+    assert not bad, "imports the layers allow but a NEVER forbids:\n" + "\n".join(bad)
+
+
+def test_the_never_check_sees_a_forbidden_import(tmp_path: Path) -> None:
+    src = tmp_path / "servetune"
+    for pkg in ("diagnose", "report", "loadgen", "metrics"):
+        (src / pkg).mkdir(parents=True)
+        (src / pkg / "__init__.py").write_text("")
+    (src / "loadgen" / "bench.py").write_text("")
+    (src / "diagnose" / "probe.py").write_text(
+        "def f():\n    from servetune.loadgen.bench import bench\n"
+    )
+    (src / "report" / "probe.py").write_text("from servetune.metrics import run_finish\n")
+    bad = never_imports(sorted(src.rglob("*.py")), src)
+    assert len(bad) == 1 and "diagnose/probe.py:2" in bad[0]
+
+
 # Engines are asked, not named: only the profiles (and the knob registry's table, whose rows
 # are keyed by profile id) may say which engine is which.
 

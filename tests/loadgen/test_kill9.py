@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from tests.conftest import run_cli
 
-from servetune.loadgen.runfile import open_run
+from servetune.metrics.run_finish import open_run
 from servetune.results.io import read_records
 from servetune.sweep.reading import open_sweep
 

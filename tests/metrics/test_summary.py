@@ -113,7 +113,7 @@ def test_p99_ci_brackets_the_estimate() -> None:
 
 
 def test_vllm_keys_are_flat_and_named_like_vllm() -> None:
-    from servetune.loadgen.health import client_health
+    from servetune.metrics.client_health import client_health
     from servetune.metrics.run_result import run_result, run_summary
     from servetune.results.environment import this_machine
     from servetune.results.schema import TargetInfo

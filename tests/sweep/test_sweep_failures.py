@@ -12,7 +12,7 @@ from typing import Any
 from tests.conftest import run_cli
 
 from servetune.diagnose import diagnose_path
-from servetune.loadgen.runfile import finish
+from servetune.metrics.run_finish import finish
 from servetune.results.io import LineAppender, read_records, record_line, write_run_result
 from servetune.results.schema import BenchConfig, RunResult, Slo
 from servetune.results.sweep_schema import SweepConfig, read_sweep_result

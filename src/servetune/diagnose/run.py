@@ -15,7 +15,7 @@ from servetune.diagnose.figures.table import Figures
 from servetune.diagnose.knobs import KnownConfig, known_config
 from servetune.diagnose.model import Diagnosis, Finding
 from servetune.errors import ServetuneError
-from servetune.loadgen.runfile import open_run
+from servetune.metrics.run_finish import open_run
 from servetune.results.io import REQUESTS_FILE, read_records
 from servetune.results.record import RequestRecord
 from servetune.results.schema import RunResult

@@ -4,7 +4,7 @@
 tune, the e2e tests); the CLI's ``servetune bench`` is a thin layer over it.
 
 The run directory: checked writable first; ``run.json`` written when the load starts (status
-``running``, kept current, see :mod:`servetune.loadgen.runfile`) and finished at the end with
+``running``, kept current, see :mod:`servetune.results.run_dir`) and finished at the end with
 the verdict (complete, degraded, failed, interrupted). A run that fails before its first
 request leaves nothing behind: whatever it created is removed.
 """
@@ -24,12 +24,12 @@ from servetune.client.transports import make_session
 from servetune.errors import ConfigError
 from servetune.loadgen.capacity import choose_workers
 from servetune.loadgen.driver import PlannedRequest
-from servetune.loadgen.health import note_stamps
 from servetune.loadgen.progress import ProgressLine
-from servetune.loadgen.runfile import RunFile, finish
 from servetune.loadgen.runner import LoadItem, LoopSetup, run_load
 from servetune.loadgen.session_driver import PlannedSession, SessionStyle
+from servetune.loadgen.stamps import note_stamps
 from servetune.metrics.prefix_check import check_prefix_cache
+from servetune.metrics.run_finish import finish
 from servetune.metrics.run_result import run_result
 from servetune.metrics.scraper import MetricsScraper, describe_info, metrics_url_for
 from servetune.results.environment import this_machine
@@ -42,6 +42,7 @@ from servetune.results.io import (
     read_records,
     write_run_result,
 )
+from servetune.results.run_dir import RunFile
 from servetune.results.schema import (
     BenchConfig,
     ClientHealth,

@@ -12,22 +12,9 @@ from rich.live import Live
 from rich.text import Text
 
 from servetune.loadgen.live import Snapshot
+from servetune.metrics.client_health import behind_reason
 
-LAG_LIMIT_MS = 5.0
-RATE_FLOOR = 0.97
 _PLAIN_EVERY_S = 5.0
-
-
-def behind_reason(lag_p99_ms: float, achieved: float | None, planned: float | None) -> str | None:
-    """Why the client cannot keep its plan, or None when it can."""
-    if lag_p99_ms > LAG_LIMIT_MS:
-        return f"CLIENT BEHIND: p99 send lag {lag_p99_ms:.1f} ms > {LAG_LIMIT_MS:g} ms"
-    if achieved is not None and planned and achieved < RATE_FLOOR * planned:
-        return (
-            f"CLIENT BEHIND: achieved {achieved:.1f} req/s < {RATE_FLOOR:.0%} of planned "
-            f"{planned:.1f} req/s"
-        )
-    return None
 
 
 class ProgressLine:

@@ -10,7 +10,7 @@ from typing import Literal
 import numpy as np
 
 from servetune.errors import ResultError
-from servetune.loadgen.runfile import open_run
+from servetune.metrics.run_finish import open_run
 from servetune.results.io import (
     REQUESTS_FILE,
     RUN_FILE,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from servetune.arch.memory import MemoryPlan
-from servetune.loadgen.health import client_health
+from servetune.metrics.client_health import client_health
 from servetune.metrics.engine_maps import SGLANG, VLLM_V1
 from servetune.metrics.run_result import run_result, run_summary
 from servetune.metrics.server_summary import cache_config, summarize_server

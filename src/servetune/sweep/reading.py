@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servetune.loadgen.runfile import open_run, process_gone
+from servetune.metrics.run_finish import open_run
 from servetune.results.io import RUN_FILE
+from servetune.results.run_dir import process_gone
 from servetune.results.sweep_schema import SweepResult, read_sweep_result
 from servetune.sweep.analysis import analyse
 from servetune.sweep.curve import row_from_run

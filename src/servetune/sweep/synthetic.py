@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from servetune.loadgen.health import client_health
+from servetune.metrics.client_health import client_health
 from servetune.metrics.run_result import run_result, run_summary
 from servetune.results import server_series as ss
 from servetune.results.environment import this_machine

@@ -38,7 +38,7 @@ class Workload:
 
 def workload_from_run(run_dir: str | Path) -> Workload:
     """The lengths a run actually used (mean prompt/output, longest prompt and request)."""
-    from servetune.loadgen.runfile import open_run
+    from servetune.metrics.run_finish import open_run
     from servetune.results.io import read_records
 
     d = Path(run_dir).expanduser()

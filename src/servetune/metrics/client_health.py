@@ -1,15 +1,32 @@
-"""Could the client keep the rate it claims? Send lag and achieved vs planned rate."""
+"""Could the client keep the rate it claimed? Send lag and achieved vs planned rate, judged
+from the records (the end of a run, a run rebuilt from its records, a simulated run) and,
+live, from the workers' counters (:mod:`servetune.loadgen.progress`)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
-from servetune.loadgen.live import Snapshot
-from servetune.loadgen.progress import RATE_FLOOR, behind_reason
 from servetune.metrics.stats import describe
 from servetune.results.record import RequestRecord
 from servetune.results.schema import ClientHealth
+
+LAG_LIMIT_MS = 5.0
+"""A p99 send lag above this means the client fell behind its schedule."""
+RATE_FLOOR = 0.97
+"""An achieved rate below this share of the planned one means the client fell behind."""
+
+
+def behind_reason(lag_p99_ms: float, achieved: float | None, planned: float | None) -> str | None:
+    """Why the client cannot keep its plan, or None when it can."""
+    if lag_p99_ms > LAG_LIMIT_MS:
+        return f"CLIENT BEHIND: p99 send lag {lag_p99_ms:.1f} ms > {LAG_LIMIT_MS:g} ms"
+    if achieved is not None and planned and achieved < RATE_FLOOR * planned:
+        return (
+            f"CLIENT BEHIND: achieved {achieved:.1f} req/s < {RATE_FLOOR:.0%} of planned "
+            f"{planned:.1f} req/s"
+        )
+    return None
 
 
 def client_health(
@@ -57,19 +74,3 @@ def client_health(
             f"{health.achieved_rate:.1f} req/s of the {planned:.1f} planned"
         )
     return health
-
-
-def note_stamps(health: ClientHealth, finals: Sequence[Snapshot]) -> None:
-    """Record who stamped the arrivals: the kernel, the client's loop, or both."""
-    kernel = sum(s.kernel_stamped_reads for s in finals)
-    user = sum(s.user_stamped_reads for s in finals)
-    if kernel + user == 0:
-        return
-    health.kernel_stamped_share = kernel / (kernel + user)
-    # A handful of user-stamped reads (the kernel turning stamping on) is still "kernel".
-    if user <= max(2, 0.001 * (kernel + user)):
-        health.arrival_stamps = "kernel"
-    elif kernel == 0:
-        health.arrival_stamps = "user"
-    else:
-        health.arrival_stamps = "mixed"
