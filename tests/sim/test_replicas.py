@@ -8,7 +8,16 @@ from pathlib import Path
 import pytest
 
 from servetune.cli import main
+from servetune.results.conversation import MultiturnConfig
 from servetune.results.io import read_records, read_run_result
+from servetune.results.schema import BenchConfig
+from servetune.routing.config import RoutingConfig
+from servetune.sim.config import EngineConfig
+from servetune.sim.memory import plan_memory
+from servetune.sim.offline import simulate
+from servetune.sim.offline_plan import workload_plan
+from servetune.sim.offline_run import OfflineRun
+from servetune.sim.replicas import ReplicaRuns, run_replicas
 
 # 64 long shared prefixes, more than one L4 replica's KV pool holds: spread over all four
 # (round-robin) each replica must hold all 64 and evicts; kept together (prefix, score) each
@@ -66,10 +75,116 @@ def test_replicas_with_a_shared_client_cap_are_refused(
     assert "--replicas must be ≥ 1" in capsys.readouterr().err
 
 
-def test_sessions_on_replicas_are_refused_not_approximated(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def _sessions(sessions: int, rate: float, think: float = 2.0) -> BenchConfig:
+    return BenchConfig(
+        dataset_name="multiturn",
+        random_input_len=200,
+        random_output_len=120,
+        num_prompts=sessions,
+        request_rate=rate,
+        seed=5,
+        multiturn=MultiturnConfig(
+            turns_min=6,
+            turns_max=6,
+            system_prompt_len=1024,
+            system_prompts=8,
+            think_time_s=think,
+            think_dist="constant",
+        ),
+    )
+
+
+def _replicas(cfg: BenchConfig, engine: EngineConfig, n: int, policy: str) -> ReplicaRuns:
+    r = engine.resolve()
+    plan, _tok, _exact = workload_plan(cfg)
+    return run_replicas(plan, cfg, r, plan_memory(r), n, RoutingConfig(policy=policy))  # type: ignore[arg-type]
+
+
+def test_sessions_run_closed_loop_across_replicas() -> None:
+    """Round-robin moves a session's every turn to another replica; each turn is still sent
+    when the answer before it reached the client (on the other replica) plus the think time,
+    and hits only on what that replica holds: the shared system prompt, and the conversation
+    as far as the session's last turn there had it."""
+    cfg = _sessions(24, 2.0)
+    done = _replicas(cfg, EngineConfig(max_model_len=8192), 3, "round-robin")
+    recs = done.records
+    assert len(recs) == 24 * 6 and all(r.ok for r in recs)
+    by = {(r.session, r.turn): r for r in recs}
+    hops = 0
+    for (sid, turn), rec in by.items():
+        if turn == 1:
+            continue
+        prev = by[(sid, turn - 1)]
+        assert prev.end_ns is not None
+        assert rec.scheduled_ns == prev.end_ns + 2 * 10**9  # closed loop, across replicas
+        assert rec.send_ns >= rec.scheduled_ns
+        here = done.routed.replica[rec.id]
+        if here != done.routed.replica[prev.id]:
+            hops += 1
+            held = 1024  # the system prompt (64 full blocks)
+            for k in range(turn - 2, 0, -1):
+                old = by[(sid, k)]
+                if done.routed.replica[old.id] == here:
+                    assert old.prompt_tokens is not None and old.output_tokens is not None
+                    held = max(held, (old.prompt_tokens + old.output_tokens - 1) // 16 * 16)
+                    break
+            assert (rec.cached_tokens or 0) <= held
+    assert hops >= 24 * 5 // 3  # many turns moved (each has a 2 in 3 chance)
+    # session affinity: the whole conversation hits, turn after turn
+    aff = _replicas(cfg, EngineConfig(max_model_len=8192), 3, "session")
+    homes: dict[str, set[int]] = {}
+    for rec in aff.records:
+        homes.setdefault(rec.session or "", set()).add(aff.routed.replica[rec.id])
+        if rec.turn and rec.turn > 1:
+            prev = {(r.session, r.turn): r for r in aff.records}[(rec.session, rec.turn - 1)]
+            assert prev.prompt_tokens is not None and prev.output_tokens is not None
+            held = (prev.prompt_tokens + prev.output_tokens - 1) // 16 * 16
+            assert rec.cached_tokens == held
+    assert all(len(h) == 1 for h in homes.values())
+    assert len({next(iter(h)) for h in homes.values()}) == 3
+
+
+def test_one_replica_behind_a_router_runs_sessions_as_the_single_engine() -> None:
+    cfg = _sessions(10, 1.0, think=0.5)
+    engine = EngineConfig(max_model_len=8192)
+    alone = simulate(cfg, engine)
+    done = _replicas(cfg, engine, 1, "score")
+    plan, _tok, _exact = workload_plan(cfg)
+    r = engine.resolve()
+    single = OfflineRun(plan, cfg, r, plan_memory(r))
+    single.run()
+    a = sorted(single.records, key=lambda rec: rec.id)
+    assert [(x.id, x.send_ns, x.first_ns, x.end_ns, x.cached_tokens) for x in a] == [
+        (x.id, x.send_ns, x.first_ns, x.end_ns, x.cached_tokens) for x in done.records
+    ]
+    assert alone.summary.completed == len(done.records) == 60
+
+
+def test_session_aware_routing_buys_hits_and_ttft_on_sessions_under_kv_pressure(
+    tmp_path: Path,
 ) -> None:
-    flags = ["--dataset-name", "multiturn", "--replicas", "2", "--router", "session"]
-    assert main(["sim", "run", "--num-prompts", "5", "--no-progress", *flags,
-                 "--result-dir", str(tmp_path / "s")]) == 2  # fmt: skip
-    assert "closed-loop" in capsys.readouterr().err
+    """Sessions with shared system prompts on four L4 replicas: spread round-robin, every
+    replica holds every live conversation and evicts; session, prefix and score keep a
+    conversation where it is cached."""
+    flags = ["--gpu", "L4", "--dataset-name", "multiturn", "--multiturn-turns", "8",
+             "--multiturn-system-len", "1024", "--multiturn-system-prompts", "8",
+             "--multiturn-think-time", "5", "--random-input-len", "200",
+             "--random-output-len", "150", "--num-prompts", "120", "--request-rate", "1.5",
+             "--replicas", "4", "--no-progress"]  # fmt: skip
+    got = {}
+    for policy in ("round-robin", "session", "prefix", "score"):
+        out = tmp_path / policy
+        assert main(["sim", "run", *flags, "--router", policy, "--result-dir", str(out)]) == 0
+        result = read_run_result(out)
+        assert result.summary.completed == 960
+        routing = (result.target.simulated or {})["routing"]
+        assert result.workload is not None and result.summary.sessions is not None
+        later = result.summary.sessions.later_turns
+        assert later is not None
+        got[policy] = (routing["prefix_cache_hit_rate"], later.ttft_p50, routing)
+    rr_hit, rr_ttft, rr = got["round-robin"]
+    assert rr["per_replica"][0]["prefix_cache_query_tokens"] > 0
+    for policy in ("session", "prefix", "score"):
+        hit, ttft, _ = got[policy]
+        assert hit > rr_hit + 0.15, (policy, hit, rr_hit)
+        assert ttft < 0.6 * rr_ttft, (policy, ttft, rr_ttft)

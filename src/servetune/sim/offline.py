@@ -130,6 +130,10 @@ def _simulate_replicas(
         tok_name,
         tok_exact,
     )
+    if plan.sessions is not None or bench_cfg.dataset_name == "trace":
+        result.workload = workload_facts(
+            plan.requests, bench_cfg.seed, bench_cfg.endpoint == "chat", plan.sessions
+        )
     info = result.target.simulated
     assert info is not None
     info.update(merged_engine_facts(runs))

@@ -19,7 +19,7 @@ import time
 from array import array
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -158,6 +158,29 @@ class _Sessions:
         return due, idx + 1
 
 
+class Feed:
+    """What drives a run from outside (:mod:`servetune.sim.replicas`: several runs, each on its
+    own engine, on one clock behind a router). The run's requests are those routed to it:
+    ``due`` (run ns, plan index), soonest first, pushed by the router; a session's next turn
+    goes to the router's queue ``sink`` (the same (due, index) pairs), not to this run's own;
+    ``ends`` gets when each request ended for its client (in order of finishing, the router
+    counts its in-flight requests from them). The run hands back (its loop yields) after every
+    engine step, and when it has nothing to do until the router sends more; ``limit_ns``
+    bounds how far one step call may run on (a stretch of decode steps starts none at or
+    after it: the router may have a request for this engine then); ``closing``: nothing more
+    will come, the run ends when its engine is idle."""
+
+    __slots__ = ("closing", "due", "ends", "limit_ns", "sessions", "sink")
+
+    def __init__(self, sessions: _Sessions | None, sink: list[tuple[int, int]]) -> None:
+        self.sessions = sessions
+        self.sink = sink
+        self.due: list[tuple[int, int]] = []
+        self.ends: list[int] = []
+        self.limit_ns = 0
+        self.closing = False
+
+
 class OfflineRun:
     """The virtual-clock loop: arrivals → engine → records and scrapes."""
 
@@ -175,6 +198,7 @@ class OfflineRun:
         prompt_ids: bool = False,
         token_times: bool = True,
         keep_series: bool = False,
+        feed: Feed | None = None,
     ) -> None:
         """``warm_prompts``: the first N prompts of the plan are already in the prefix cache
         (a server that served them before, e.g. ``vllm bench serve``'s test request).
@@ -182,8 +206,11 @@ class OfflineRun:
         what it ran before: a series of runs against one server); records are timed from
         this run's start. ``prompt_ids``: prompt ``i`` of every run is the same text, so its
         full blocks are shared across runs (vLLM's seeded random dataset does this: prompt
-        ``i`` starts with the same tokens whatever the number of prompts or their length)."""
+        ``i`` starts with the same tokens whatever the number of prompts or their length).
+        ``feed``: the run is one replica of several, driven by a router (:class:`Feed`; step
+        it with :meth:`steps`)."""
         self.plan = plan
+        self.feed = feed
         self.warm_prompts = warm_prompts
         self.prompt_ids = prompt_ids
         self.token_times = token_times
@@ -243,7 +270,15 @@ class OfflineRun:
             self._buf.clear()
 
     def run(self) -> None:
+        for _ in self.steps():
+            pass
+
+    def steps(self) -> Iterator[bool]:
+        """The loop; it yields only with a :class:`Feed` (see there) — True after an engine
+        step, False when it waits for the router — else it runs to the end in the first
+        ``next``."""
         plan, eng, cfg = self.plan, self.eng, self.cfg
+        feed = self.feed
         specs = plan.requests
         t0 = self.t0
         t0_ns = round(t0 * NS)
@@ -262,22 +297,30 @@ class OfflineRun:
                 * 1e3
             ),
         )
-        sess = (
-            _Sessions(plan, cfg, self.r.max_model_len, self.r.block_size)
-            if plan.sessions is not None
-            else None
-        )
+        if feed is not None:
+            sess = feed.sessions
+        elif plan.sessions is not None:
+            sess = _Sessions(plan, cfg, self.r.max_model_len, self.r.block_size)
+        else:
+            sess = None
         self._sess = sess
         # a session's turn is scheduled when the answer before it ended (+ think time):
         # this run's own copy of the offsets, filled in as turns come due
-        offsets = self._offsets = list(plan.offsets_ns) if sess is not None else plan.offsets_ns
+        fed = sess is not None or feed is not None
+        offsets = self._offsets = list(plan.offsets_ns) if fed else plan.offsets_ns
         n = len(offsets)
-        n_static = 0 if sess is not None else n
+        n_static = 0 if fed else n
         due: list[tuple[int, int]] = []
-        """Session turns due, (run ns, request index), soonest first."""
-        if sess is not None:
+        """Requests due, (run ns, request index), soonest first: session turns, or those
+        a router sent (``feed``)."""
+        if feed is not None:
+            due = feed.due
+        elif sess is not None:
             due = [(at, sess.first[j]) for j, at in enumerate(sess.starts)]
             heapq.heapify(due)
+        turn_sink = due if feed is None else feed.sink
+        """Where a session's next turn goes: this run's queue, or the router's."""
+        ends = feed.ends if feed is not None else None
         eng.next_id = base + n
         cap = cfg.max_concurrency
         max_len = self.r.max_model_len
@@ -316,6 +359,8 @@ class OfflineRun:
             if sess is not None:
                 p_len = sess.prompt(idx, spec.output_len)
                 if p_len is None:
+                    if ends is not None:
+                        ends.append(at_ns)
                     return  # the context cap ends the session here, as a client would
                 spec = spec.model_copy(update={"input_len": p_len})
             if spec.input_len + spec.output_len > max_len:
@@ -344,6 +389,8 @@ class OfflineRun:
                         **session_fields(idx),
                     )
                 )
+                if ends is not None:
+                    ends.append(at_ns)
                 return
             hashes: tuple[Any, ...] = ()
             more = None
@@ -429,6 +476,9 @@ class OfflineRun:
                     eng.now = max(eng.now, (t0_ns + due[0][0]) / NS)
                     continue
                 if i >= n_static:
+                    if feed is not None and not feed.closing:
+                        yield False  # nothing to do until the router sends more
+                        continue
                     break
                 eng.now = max(eng.now, (t0_ns + offsets[i]) / NS)
                 continue
@@ -442,6 +492,8 @@ class OfflineRun:
             nd = render.next_departure() if rendering else None
             if nd is not None:
                 t_next = min(t_next, nd - t0_ns)
+            if feed is not None:
+                t_next = min(t_next, feed.limit_ns)
             eng.advance(min(t0 + t_next / NS, t0 + next_sample))
             if eng.finished:
                 # a client slot frees when the last token reaches the client
@@ -450,7 +502,7 @@ class OfflineRun:
                     for req, end in zip(eng.finished, self._ends, strict=True):
                         nxt = sess.answered(req.id - base, req.out, end)
                         if nxt is not None:
-                            heapq.heappush(due, nxt)
+                            heapq.heappush(turn_sink, nxt)
                     self._ends.clear()
                 inflight -= len(freed)
                 eng.finished.clear()
@@ -458,6 +510,8 @@ class OfflineRun:
                     if not pending:
                         break
                     submit(pending.popleft(), t_ns)
+            if feed is not None:
+                yield True
             if self.progress and time.monotonic() - last_report > 1.0:
                 last_report = time.monotonic()
                 print(
@@ -543,6 +597,8 @@ class OfflineRun:
         self._done.append((req, idx, eligible[idx], end))
         if self._sess is not None:
             self._ends.append(end)
+        if self.feed is not None:
+            self.feed.ends.append(end)
         if len(self._done) >= 256:
             self._flush_done()
         return end

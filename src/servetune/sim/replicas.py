@@ -1,37 +1,46 @@
 """``sim run --replicas N --router POLICY``: N simulated engines behind the gateway's own
 routing code (:mod:`servetune.routing`), on one virtual clock.
 
-Two passes over the same plan:
+Each replica is a run of its own (:class:`~servetune.sim.offline_run.OfflineRun`: its API
+server, its engine and prefix cache, its records and scrapes), driven by a router
+(:class:`Router`) through a :class:`~servetune.sim.offline_run.Feed`. The router holds the
+requests not sent yet, soonest first: a plan's requests at their send times, a session's
+first turn at the session's start — and a session's later turn once the answer before it
+ended (on whichever replica served it) and the think time passed: the session runs
+closed-loop across the replicas, with the single engine's session code
+(:class:`~servetune.sim.offline_run._Sessions`, one state for the whole fleet: the prompt
+grows by the answers as they were served, the client's context cap truncates or ends it).
 
-1. **routing** — the N engines run side by side on one clock; at each request's send time
-   every engine is advanced to it, and the policy (:class:`~servetune.routing.policies.Balancer`,
-   the one the gateway's pools use) picks a replica from what a gateway would know then: the
-   requests it has in flight on each (sent, not yet finished), and each engine's waiting
-   queue and KV use as its ``/metrics`` would show them, read every ``signals_interval_s``
-   (the gateway's ``metrics_interval_s``, 1 s by default). The prompt's block keys are those
-   the gateway computes (its text, byte-chunked); the engines' prefix caches are the
-   simulator's own.
-2. **replicas** — each replica's requests are simulated as a run of their own
-   (:class:`~servetune.sim.offline_run.OfflineRun`: its API server, its records, its scrapes),
-   all on the same clock; the records are merged into one run.
+At a request's send time the policy (:class:`~servetune.routing.policies.Balancer`, the one
+the gateway's pools use) picks a replica from what a gateway would know then: the requests it
+has in flight on each (sent, their last token not yet at the client), and each engine's
+waiting queue and KV use as its ``/metrics`` showed them at the last read (every
+``signals_interval_s``, the gateway's ``metrics_interval_s``, 1 s by default; the scrapes
+are the replicas' own, every 0.5 s). The prompt's block keys: the gateway's (its text,
+byte-chunked) for a planned prompt; for a session's turn, whose text the simulator does not
+write out, the engine's own block keys of the conversation (the shared system prompt's,
+then the session's), one index block per engine block.
 
-The routing pass runs the engines without the API server in front (the requests reach them
-at their send times, where the full run adds the API server's sub-millisecond costs), so a
-policy decides on in-flight counts that can differ from the full run's by those delays; the
-two passes are otherwise the same engines on the same requests. ``--max-concurrency`` (a
-client cap shared by all replicas) is not modelled with replicas and is refused, and so are
-sessions (``--dataset-name multiturn``): their turns are closed-loop, each due when the
-answer before it ended on its replica, which a pass over fixed send times cannot give.
+**One clock** (conservative discrete-event order): a request is routed at ``t`` only when
+every replica with work has run to ``t`` (so its finishes before ``t`` are known), the
+replica furthest behind runs first, and no replica starts a step past the earliest time a
+request could still reach it — the next one queued, or another replica's next possible
+answer plus the shortest think time of the plan. A request that reaches a replica during
+its step waits for that step's end, as on an engine. ``--max-concurrency`` (a client cap
+shared by all replicas) is not modelled with replicas and is refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import heapq
+import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from servetune.arch.memory import MemoryPlan
 from servetune.errors import ConfigError
+from servetune.results import server_series as ss
 from servetune.results.record import RequestRecord
 from servetune.results.schema import BenchConfig
 from servetune.results.server_series import ServerSample
@@ -39,20 +48,16 @@ from servetune.routing.config import RoutingConfig
 from servetune.routing.keys import prompt_blocks, stable_hash
 from servetune.routing.policies import Balancer
 from servetune.sim.config import ResolvedConfig
-from servetune.sim.engine import SimRequest
-from servetune.sim.intake import block_hashes
-from servetune.sim.offline_run import OfflineRun, prefix_hashes, shared_prefix_blocks
-from servetune.sim.policies import make_engine
+from servetune.sim.offline_run import Feed, OfflineRun, _Sessions
 from servetune.workload.plan import Plan
 from servetune.workload.spec import RequestSpec
-from servetune.workload.tokens import word_pieces
 
 NS = 1_000_000_000
+INF = 1 << 62
 
 
 class SpecRoute:
-    """What the policy reads of a planned request: the session (a spec's ``session_id``,
-    when the workload gives one) and the block keys of its text."""
+    """What the policy reads of a planned request: the block keys of its text."""
 
     __slots__ = ("_blocks", "spec")
 
@@ -61,8 +66,7 @@ class SpecRoute:
         self._blocks: list[int] | None = None
 
     def session_key(self) -> int | None:
-        sid = getattr(self.spec, "session_id", None)
-        return stable_hash(str(sid).encode()) if sid is not None else None
+        return None
 
     def blocks(self, chunk: int) -> list[int]:
         if self._blocks is None:
@@ -70,9 +74,45 @@ class SpecRoute:
         return self._blocks
 
 
+class TurnRoute:
+    """A session's turn: its session id and its conversation's block keys (the engine's, as
+    stable 64-bit ints: equal keys for the same content at the same place)."""
+
+    __slots__ = ("_blocks", "_key")
+
+    def __init__(self, sid: str, blocks: list[int]) -> None:
+        self._key = stable_hash(sid.encode())
+        self._blocks = blocks
+
+    def session_key(self) -> int | None:
+        return self._key
+
+    def blocks(self, chunk: int) -> list[int]:
+        return self._blocks
+
+
+class _TurnKeys:
+    """The routing keys of the conversations' blocks, each made once."""
+
+    def __init__(self, sess: _Sessions) -> None:
+        self.sess = sess
+        self._ints: dict[tuple[Any, ...], int] = {}
+
+    def route(self, idx: int, prompt_len: int) -> TurnRoute:
+        ints = self._ints
+        out = []
+        for k in self.sess.hashes(idx, prompt_len):
+            v = ints.get(k)
+            if v is None:
+                v = ints[k] = stable_hash(repr(k).encode())
+            out.append(v)
+        j = self.sess.of[idx][0]
+        return TurnRoute(self.sess.sessions[j].sid, out)
+
+
 @dataclass
 class Routed:
-    """The routing pass: which replica each request went to, and why."""
+    """The routing: which replica each request went to (-1: not sent), and why."""
 
     replica: list[int]
     reasons: dict[str, int] = field(default_factory=dict)
@@ -80,67 +120,145 @@ class Routed:
     """The router's own prefix-hit estimate (index blocks matched ÷ routed)."""
 
 
-def route_plan(
-    plan: Plan,
-    cfg: BenchConfig,
-    r: ResolvedConfig,
-    mem: MemoryPlan,
-    replicas: int,
-    routing: RoutingConfig,
-    signals_interval_s: float = 1.0,
-) -> Routed:
-    """Pass 1: the replica of every request of ``plan`` (see the module docstring)."""
-    n = replicas
-    engines = [make_engine(r, mem) for _ in range(n)]
-    bal = Balancer(
-        routing, [f"replica-{i}" for i in range(n)], [mem.num_gpu_blocks * r.block_size] * n
-    )
-    everyone = list(range(n))
-    limits: list[int | None] = [None] * n
-    inflight = [0] * n
-    depth = [0.0] * n
-    kv: list[float | None] = [0.0] * n
-    next_signals = 0.0
-    caching = r.enable_prefix_caching
-    prefix_blocks = shared_prefix_blocks(cfg, r.block_size)
-    text_keys = caching and cfg.dataset_name == "trace"  # as OfflineRun keys a trace's blocks
-    max_len = r.max_model_len
-    out = Routed([])
-    reasons = out.reasons
-    for idx, (spec, off) in enumerate(zip(plan.requests, plan.offsets_ns, strict=True)):
-        t = off / NS
-        for i, e in enumerate(engines):
-            while e.now < t and not e.idle():
-                e.advance(t)
-                if e.finished:
-                    inflight[i] -= len(e.finished)
-                    e.finished.clear()
-            if e.now < t:
-                e.now = t
-        if t >= next_signals:
-            for i, e in enumerate(engines):
-                depth[i] = float(e.num_waiting)
-                kv[i] = e.kv_usage()
-            next_signals = (int(t / signals_interval_s) + 1) * signals_interval_s
-        pick = bal.choose(SpecRoute(spec), everyone, inflight, limits, everyone, depth, kv)
-        reasons[bal.reason] = reasons.get(bal.reason, 0) + 1
-        out.replica.append(pick)
-        if spec.input_len + spec.output_len > max_len:
-            continue  # refused by the replica's API server (the full run records it)
-        if text_keys:
-            hashes: tuple[Any, ...] = block_hashes(word_pieces(spec.text()), r.block_size)
+def _signals(series: Sequence[ServerSample], t: float) -> tuple[float, float | None]:
+    """Waiting requests and KV use of the last scrape at or before ``t`` (run s)."""
+    for s in reversed(series):
+        if s.t <= t:
+            return s.values.get(ss.WAITING, 0.0), s.values.get(ss.KV_CACHE_USAGE)
+    return 0.0, 0.0
+
+
+class Router:
+    """N replicas of ``r`` behind ``routing`` over ``plan`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        cfg: BenchConfig,
+        r: ResolvedConfig,
+        mem: MemoryPlan,
+        replicas: int,
+        routing: RoutingConfig,
+        signals_interval_s: float = 1.0,
+    ) -> None:
+        self.plan = plan
+        self.cfg = cfg
+        self.n = replicas
+        self.signals_interval_s = signals_interval_s
+        B = r.block_size
+        self.queue: list[tuple[int, int]] = []
+        """Requests not sent yet, (run ns, plan index), soonest first."""
+        self.sess: _Sessions | None = None
+        self.keys: _TurnKeys | None = None
+        self.think_ns = INF
+        """The shortest think time before a later turn (no sessions: no request is made
+        during the run, the bound is infinite)."""
+        if plan.sessions is not None:
+            self.sess = _Sessions(plan, cfg, r.max_model_len, B)
+            self.keys = _TurnKeys(self.sess)
+            self.queue = [(at, self.sess.first[j]) for j, at in enumerate(self.sess.starts)]
+            thinks = [t.think_s for s in plan.sessions for t in s.turns[1:]]
+            self.think_ns = round(min(thinks) * NS) if thinks else INF
+            # one index block per engine block: the index's capacity in the engine's blocks
+            routing = routing.model_copy(
+                update={"chunk_bytes": max(8, round(B * routing.bytes_per_token))}
+            )
         else:
-            hashes = prefix_hashes(spec, prefix_blocks) if caching else ()
-        engines[pick].add(SimRequest(idx, spec.input_len, spec.output_len, t, hashes, idx))
-        inflight[pick] += 1
-    if bal.routed_blocks:
-        out.prefix_estimate = bal.matched_blocks / bal.routed_blocks
-    return out
+            self.queue = [(at, i) for i, at in enumerate(plan.offsets_ns)]
+        heapq.heapify(self.queue)
+        self.routing = routing
+        self.feeds = [Feed(self.sess, self.queue) for _ in range(replicas)]
+        self.runs = [OfflineRun(plan, cfg, r, mem, keep_series=True, feed=f) for f in self.feeds]
+        kv_tokens = (mem.engine_blocks or mem.num_gpu_blocks) * B
+        names = [f"replica-{i}" for i in range(replicas)]
+        self.bal = Balancer(routing, names, [kv_tokens] * replicas)
+        self.routed = Routed([-1] * len(plan.requests))
+
+    def run(self) -> None:
+        n = self.n
+        runs, feeds, queue = self.runs, self.feeds, self.queue
+        gens: list[Iterator[bool]] = [run.steps() for run in runs]
+        waiting = [True] * n
+        """Replica i has nothing to do until it is sent a request."""
+        for g in gens:
+            next(g)
+        ends: list[list[int]] = [[] for _ in range(n)]
+        inflight = [0] * n
+        everyone = list(range(n))
+        limits: list[int | None] = [None] * n
+        depth = [0.0] * n
+        kv: list[float | None] = [0.0] * n
+        next_signals = 0.0
+        bal, routed, reasons = self.bal, self.routed, self.routed.reasons
+        specs = self.plan.requests
+        sess, keys = self.sess, self.keys
+        think = self.think_ns
+        engines = [run.eng for run in runs]
+        while True:
+            t = queue[0][0] if queue else INF
+            # the replica furthest behind, among those with work, runs first
+            x = -1
+            x_now = INF
+            for i in range(n):
+                if not waiting[i]:
+                    now_i = round(engines[i].now * NS)
+                    if now_i < x_now:
+                        x, x_now = i, now_i
+            if x >= 0 and x_now < t:
+                bound = t
+                for i in range(n):
+                    if i != x and not waiting[i]:
+                        b = round(engines[i].now * NS) + think
+                        if b < bound:
+                            bound = b
+                feeds[x].limit_ns = max(bound, x_now)
+                waiting[x] = not next(gens[x])  # False: idle until it is sent a request
+                continue
+            if not queue:
+                break
+            at, idx = heapq.heappop(queue)
+            spec = specs[idx]
+            route: Any
+            if sess is not None and keys is not None:
+                p_len = sess.prompt(idx, spec.output_len)
+                if p_len is None:
+                    continue  # the context cap ends the session: nothing is sent
+                route = keys.route(idx, p_len)
+            else:
+                route = SpecRoute(spec)
+            for i in range(n):  # the answers that reached their clients by now
+                f = feeds[i].ends
+                if f:
+                    for e in f:
+                        heapq.heappush(ends[i], e)
+                    f.clear()
+                h = ends[i]
+                while h and h[0] <= at:
+                    heapq.heappop(h)
+                    inflight[i] -= 1
+            t_s = at / NS
+            if t_s >= next_signals and bal.uses_signals:
+                for i in range(n):
+                    depth[i], kv[i] = _signals(runs[i].series, t_s)
+                k = math.floor(t_s / self.signals_interval_s) + 1
+                next_signals = k * self.signals_interval_s
+            pick = bal.choose(route, everyone, inflight, limits, everyone, depth, kv)
+            reasons[bal.reason] = reasons.get(bal.reason, 0) + 1
+            routed.replica[idx] = pick
+            heapq.heappush(feeds[pick].due, (at, idx))
+            inflight[pick] += 1
+            waiting[pick] = False
+        for feed, g in zip(feeds, gens, strict=True):
+            feed.closing = True
+            for _ in g:
+                pass
+        if bal.routed_blocks:
+            routed.prefix_estimate = bal.matched_blocks / bal.routed_blocks
 
 
 @dataclass
 class ReplicaRuns:
-    """Pass 2: each replica's run, and the records merged (ids: the plan's)."""
+    """Each replica's run, and the records merged (ids: the plan's)."""
 
     runs: list[OfflineRun]
     records: list[RequestRecord]
@@ -181,41 +299,16 @@ def run_replicas(
     routing: RoutingConfig,
     signals_interval_s: float = 1.0,
 ) -> ReplicaRuns:
-    """Both passes: N replicas behind ``routing`` over ``plan``."""
+    """N replicas behind ``routing`` over ``plan``, on one clock."""
     check_replicas(cfg, replicas)
-    routed = route_plan(plan, cfg, r, mem, replicas, routing, signals_interval_s)
-    runs: list[OfflineRun] = []
-    records: list[RequestRecord] = []
-    for i in range(replicas):
-        mine = [j for j, k in enumerate(routed.replica) if k == i]
-        sub = Plan(
-            requests=[plan.requests[j] for j in mine],
-            offsets_ns=[plan.offsets_ns[j] for j in mine],
-            duration_ns=plan.duration_ns,
-            planned_rate=plan.planned_rate,
-        )
-        run = OfflineRun(sub, cfg, r, mem, keep_series=True)
-        if mine:
-            run.run()
-        for rec in run.records:
-            rec.id = mine[rec.id]
-        runs.append(run)
-        records.extend(run.records)
+    router = Router(plan, cfg, r, mem, replicas, routing, signals_interval_s)
+    router.run()
+    records = [rec for run in router.runs for rec in run.records]
     records.sort(key=lambda rec: rec.id)
-    return ReplicaRuns(runs, records, routed)
+    return ReplicaRuns(router.runs, records, router.routed)
 
 
 def check_replicas(cfg: BenchConfig, replicas: int) -> None:
-    if replicas > 1 and cfg.dataset_name == "multiturn":
-        raise ConfigError(
-            "--replicas with --dataset-name multiturn: a session's turns run closed-loop (each "
-            "due when the answer before it ended, on whichever replica served it), which the "
-            "replicas' two-pass run does not model yet",
-            hint="simulate one replica (--replicas 1), or route real engines through "
-            "`servetune gateway` with a group's routing.policy; the shared-prefix and trace "
-            "datasets run on replicas",
-            code="sim.replicas_sessions",
-        )
     if replicas < 1:
         raise ConfigError(
             f"--replicas must be ≥ 1 (got {replicas})", hint="e.g. --replicas 4 --router score"
