@@ -10,8 +10,9 @@ Usage::
 Every vLLM case of ``benchmarks/data/moe_published_cases.json`` (issue 22, item 5; each case
 names its publisher, ``source_group``, and its source) is reproduced on the simulator as it
 ran: the same model from the catalog (its own ``config.json``), GPU, TP / DP / expert-parallel
-flags, checkpoint precision, vLLM release (its memory planner's rules; async scheduling as
-the release defaults it, after 0.11, or as the command line set it), endpoint (chat or
+flags, checkpoint precision, vLLM release (its memory planner's rules, with the sampler the
+publisher's installation ran, :data:`SAMPLER`; async scheduling as the release defaults it,
+after 0.11, or as the command line set it), endpoint (chat or
 completions), client concurrency cap, and the prompts as published: input lengths from the
 run's recorded input-token total, outputs from its generated-token total (the tokens missing
 below prompts × length come from requests spread over the run stopping at half length, as in
@@ -125,6 +126,25 @@ def family_of(model: str) -> str:
         if key in m:
             return name
     return model
+
+
+SAMPLER: dict[str, tuple[str, str]] = {
+    "gpustack-performance-lab (MoE pages)": (
+        "flashinfer",
+        "gpustack's vLLM images sample with FlashInfer's top-k/top-p kernel: its published "
+        "runs fit only under that sampler's profiling peak (Qwen3-32B on one H100 serving "
+        "32,000-token prompts with 0.11.0, Qwen3-235B-A22B-2507 at 262,144 tokens on 8 x "
+        "H100 bf16 and 4 x H100 FP8 with 0.11.0, gpt-oss-120b on one H100 with 0.10.2), where "
+        "vLLM's own v0.11.0 image ran PyTorch's sort (servetune.arch.memory)",
+    ),
+}
+"""The top-k/top-p implementation a publisher's installation ran where it was not the
+release's default (``sampler`` of :func:`servetune.arch.memory.rules_for`), with why."""
+
+
+def sampler_of(case: dict[str, Any]) -> Any:
+    got = SAMPLER.get(case["source_group"])
+    return got[0] if got else None
 
 
 def version_of(case: dict[str, Any]) -> str:
@@ -254,7 +274,7 @@ def simulate(case: dict[str, Any], p: dict[str, float]) -> dict[str, float] | st
     try:
         r = EngineConfig(**engine_config(case)).resolve()
         version = version_of(case)
-        mem = plan_memory(r, version)
+        mem = plan_memory(r, version, sampler_of(case))
         eng = Engine(r, mem, StepModel(r, efficiency_for(case, p)))
     except SimError as exc:
         _CACHE[key] = f"refused: {exc.message}"

@@ -59,6 +59,12 @@ def test_every_source_is_named_and_every_case_has_its_line() -> None:
 
 def test_version_rules() -> None:
     assert rules_for("0.11.0").name == "0.11"
+    assert rules_for("0.11.0", "pytorch") is RULES["0.11"]
+    flash = rules_for("0.11.0", "flashinfer")  # an installation sampling with FlashInfer's
+    assert flash.name == "0.11+flashinfer"
+    assert flash.sampler_bytes == RULES["0.10"].sampler_bytes
+    assert flash.non_torch_tp_gib == RULES["0.11"].non_torch_tp_gib  # the rest: 0.11's
+    assert rules_for("0.10.1", "pytorch").sampler_bytes == RULES["0.11"].sampler_bytes
     assert rules_for("0.10.1.1").name == "0.10"
     assert rules_for("0.10.2").name == "0.10"  # gpustack: gpt-oss-120b started on one H100
     assert rules_for("0.8.5").name == "0.8"
@@ -74,6 +80,8 @@ def test_version_rules() -> None:
     assert rules_for(None).name == "0.11"
     with pytest.raises(SimError, match="unknown vLLM version"):
         rules_for("eleven")
+    with pytest.raises(SimError, match="cannot be chosen"):
+        rules_for("0.19.0", "pytorch")
 
 
 def test_the_sampler_peak_is_what_max_num_seqs_costs() -> None:
@@ -102,24 +110,49 @@ def test_cuda_graphs_enter_the_budget_from_021() -> None:
 def test_qwen3_32b_as_the_published_runs_started_it() -> None:
     """vLLM 0.11.0, Qwen3-32B bf16 on one 80 GB GPU, as published: gpustack's A100 command
     (``vllm serve Qwen/Qwen3-32B --max-model-len 32768``, docs/performance-lab/qwen3-32b/
-    a100.md) and llm-d's H100 start at 16,000 tokens both start; llm-d's H100 at 32,000 was
-    refused by vLLM itself (KV pool 4.45 GiB at 1,024 sequences), so every default
-    (max_model_len 40,960) is refused too, with the largest length that fits and the knobs."""
+    a100.md) and llm-d's H100 at 16,000 tokens start; llm-d's H100 at 32,000 was refused by
+    vLLM itself (KV pool 4.45 GiB: vLLM's v0.11.0 image samples with PyTorch's sort, a 5.6
+    GiB peak at 1,024 sequences), so every default (max_model_len 40,960) is refused too,
+    with the largest length that fits and the knobs. gpustack's vLLM 0.11.0 H100 served 100
+    prompts of 32,000 tokens (one at a time: mean TTFT 586 s of a 1,157 s run), which only
+    FlashInfer's sampler leaves room for: one request, not two."""
     a100 = plan_memory(
         EngineConfig(gpu="A100-80GB", model="Qwen/Qwen3-32B", max_model_len=32768), "0.11.0"
     )
     assert a100.max_concurrency >= 1.0
-    h100 = plan_memory(
-        EngineConfig(gpu="H100-SXM", model="Qwen/Qwen3-32B", max_model_len=16000), "0.11.0"
-    )
-    assert h100.kv_cache_gib == pytest.approx(4.45, rel=TOLERANCE)
-    for length in (32000, None):
+    h100 = EngineConfig(gpu="H100-SXM", model="Qwen/Qwen3-32B", max_model_len=16000)
+    assert plan_memory(h100, "0.11.0").kv_cache_gib == pytest.approx(4.45, rel=TOLERANCE)
+    for length in (32000, 32100, None):
         with pytest.raises(SimError, match="estimated maximum model length is 18") as e:
-            plan_memory(
-                EngineConfig(gpu="H100-SXM", model="Qwen/Qwen3-32B", max_model_len=length),
-                "0.11.0",
-            )
+            plan_memory(h100.model_copy(update={"max_model_len": length}), "0.11.0")
         assert "--max-model-len" in (e.value.hint or "")
+    served = plan_memory(h100.model_copy(update={"max_model_len": 32100}), "0.11.0", "flashinfer")
+    assert 1.0 <= served.max_concurrency < 2.0
+
+
+def test_qwen3_235b_at_its_default_length_as_gpustack_started_it() -> None:
+    """gpustack's vLLM 0.11.0 served Qwen3-235B-A22B-Instruct-2507 as ``vllm serve ... -tp 8``
+    (bf16, 8 x H100) and ``... -FP8 -tp 4 --max-num-batched-tokens 16384`` (4 x H100): at
+    the 262,144-token default one request needs 94 layers x 1 KV head a GPU x 128 x 2 x 2
+    bytes x 262,144 = 11.75 GiB. With FlashInfer's sampler (gpustack's images) both start;
+    with the sort's 5.5 GiB peak over 1,024 x 151,936 logits (vLLM's own v0.11.0 image)
+    neither would."""
+    bf16 = EngineConfig(
+        gpu="H100-SXM", model="Qwen/Qwen3-235B-A22B-Instruct-2507", tensor_parallel_size=8
+    )
+    fp8 = EngineConfig(
+        gpu="H100-SXM",
+        model="Qwen/Qwen3-235B-A22B-Instruct-2507-FP8",
+        tensor_parallel_size=4,
+        max_num_batched_tokens=16384,
+    )
+    for cfg in (bf16, fp8):
+        plan = plan_memory(cfg, "0.11.0", "flashinfer")
+        assert plan.max_model_len == 262144 and plan.max_concurrency >= 1.0
+        assert plan.activation_peak_gib < 3.6
+        assert plan.vllm_rules == "0.11+flashinfer"
+        with pytest.raises(SimError, match=r"11\.75 GiB KV cache is needed"):
+            plan_memory(cfg, "0.11.0")
 
 
 def test_tensor_parallel_all_reduce_workspaces_from_017() -> None:

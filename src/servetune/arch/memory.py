@@ -58,7 +58,22 @@ How it changed across versions (:data:`RULES`; a plan names the rules it used):
   makes the sampler the profile's peak on large-vocabulary models at 1,024 sequences: 5.6
   GiB for Qwen3 on an H100, where the forward pass of 8,192 tokens needs 1.4. NCCL buffers are
   in the start snapshot of TP > 1 workers but the custom all-reduce buffers are not (0.55 GiB
-  non-torch at TP=2). Calibrated on the vLLM 0.11.0 H100 logs. This is the default.
+  non-torch at TP=2). Calibrated on the vLLM 0.11.0 H100 logs (llm-d's, from the
+  ``vllm/vllm-openai:v0.11.0`` image). This is the default.
+
+Which top-k/top-p implementation the profiling sampler runs is a property of the installation
+as much as of the release, so it can be named (``sampler=`` of :func:`rules_for` /
+:func:`plan_for`; bytes per logit in :data:`SAMPLER_BYTES`): V1 took FlashInfer's kernel
+whenever FlashInfer imported, unless ``VLLM_USE_FLASHINFER_SAMPLER=0`` (a vLLM 0.11.0 log
+prints "Using FlashInfer for top-p & top-k sampling" and its sampler OOM runs through
+``flashinfer_sample``), until vLLM PR #26859 ("Disable FlashInfer sampler by default",
+merged 2025-10-15) made it opt-in; yet vLLM's own v0.11.0 image logged the sort's peak for
+llm-d (Qwen3-0.6B 5.56 GiB over 1,024 x 151,936 logits), hence the release default above.
+gpustack's vLLM images sampled with FlashInfer's: three of its published configurations fit
+only under FlashInfer's peak — Qwen3-32B on one H100 at 0.9 serving 32,000-token prompts
+(0.11.0; the sort's pool holds 18,224 tokens), Qwen3-235B-A22B-Instruct-2507 at its
+262,144-token default on 8 x H100 bf16 and 4 x H100 FP8 (0.11.0; one request needs 11.75 GiB
+a GPU, the sort leaves 9.7 / 8.7), gpt-oss-120b on one H100 at 32,768 tokens (0.10.2).
 * **V1 0.17–0.20**: the dummy sampler's peak shrinks to ~14.9 bytes per logit (Qwen3-14B's
   logged activation falls from 5.64 GiB in 0.16 to 2.23 GiB in 0.17 at the same 1,024 x
   151,936 logits; 0.19 logs of Llama-3.1-8B, Qwen2.5-7B, Qwen3-8B and Llama-3.3-70B at TP 1,
@@ -84,7 +99,7 @@ refused are refused.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from pydantic import BaseModel
@@ -235,8 +250,43 @@ RULES: dict[str, VllmMemoryRules] = {
 DEFAULT_RULES = "0.11"
 
 
-def rules_for(version: str | None) -> VllmMemoryRules:
-    """The rules for a vLLM version string ("0.11.0", "0.10.1.1", "0.8.5", "v0", "0.21")."""
+Sampler = Literal["flashinfer", "pytorch"]
+SAMPLER_BYTES: dict[str, float] = {"flashinfer": 10.6, "pytorch": 38.3}
+"""Bytes per logit of the profiling run's dummy sampler by top-k/top-p implementation, V1
+0.8-0.16: FlashInfer's kernels (the vLLM 0.10.1.1 A100 logs, which print "Using FlashInfer
+for top-p & top-k sampling") and PyTorch's sort-based fallback (vLLM 0.11.0 H100 logs:
+1,024 x 151,936 Qwen3 logits give a 5.56-5.64 GiB peak). The release rows carry the one the
+release ran by default; see the module docstring for when the other ran."""
+
+
+def rules_for(version: str | None, sampler: Sampler | None = None) -> VllmMemoryRules:
+    """The rules for a vLLM version string ("0.11.0", "0.10.1.1", "0.8.5", "v0", "0.21").
+
+    ``sampler``: the top-k/top-p implementation the server's installation ran where it was
+    not the release's default — "flashinfer" for a 0.11-0.16 that samples with FlashInfer's
+    kernel (``VLLM_USE_FLASHINFER_SAMPLER=1``, or images such as gpustack's), "pytorch" for a
+    0.8-0.10 without FlashInfer; None: the release's default."""
+    rules = _release_rules(version)
+    if sampler is None:
+        return rules
+    if rules.engine != "v1" or rules.name in ("0.17", "0.21"):
+        raise SimError(
+            f"the sampler of vLLM {version} cannot be chosen for the memory planner",
+            hint="give sampler only for V1 releases 0.8-0.16 (FlashInfer or PyTorch top-k/top-p)",
+            code="sim.config",
+        )
+    bytes_ = SAMPLER_BYTES[sampler]
+    if bytes_ == rules.sampler_bytes:
+        return rules
+    return replace(
+        rules,
+        name=f"{rules.name}+{sampler}",
+        versions=f"{rules.versions}, {sampler} sampler",
+        sampler_bytes=bytes_,
+    )
+
+
+def _release_rules(version: str | None) -> VllmMemoryRules:
     if version is None:
         return RULES[DEFAULT_RULES]
     v = version.strip().lower().lstrip("v")
@@ -607,10 +657,18 @@ def plan_resolved(r: Deployment, rules: VllmMemoryRules | None = None) -> Memory
     )
 
 
-def plan_for(r: Deployment, vllm_version: str | VllmMemoryRules | None = None) -> MemoryPlan:
+def plan_for(
+    r: Deployment,
+    vllm_version: str | VllmMemoryRules | None = None,
+    sampler: Sampler | None = None,
+) -> MemoryPlan:
     """vLLM's start-up memory plan for ``r``; raises SimError where vLLM refuses to start.
 
     ``vllm_version``: the vLLM release being planned for ("0.11.0", "0.10.1", "0.8.5",
-    "0.7.2", "v0", or a :class:`VllmMemoryRules`); default: the 0.11-0.16 rules."""
-    rules = vllm_version if isinstance(vllm_version, VllmMemoryRules) else rules_for(vllm_version)
+    "0.7.2", "v0", or a :class:`VllmMemoryRules`); default: the 0.11-0.16 rules.
+    ``sampler``: see :func:`rules_for`."""
+    if isinstance(vllm_version, VllmMemoryRules):
+        rules = vllm_version
+    else:
+        rules = rules_for(vllm_version, sampler)
     return plan_resolved(r, rules)

@@ -5,19 +5,22 @@ the memory planner of the engine it simulates (:mod:`servetune.arch.memory` for 
 from __future__ import annotations
 
 from servetune.arch import memory_sglang
-from servetune.arch.memory import MemoryPlan, VllmMemoryRules, plan_for
+from servetune.arch.memory import MemoryPlan, Sampler, VllmMemoryRules, plan_for
 from servetune.sim.config import SGLANG_SRT, EngineConfig, ResolvedConfig
 
 
 def plan_memory(
-    cfg: EngineConfig | ResolvedConfig, vllm_version: str | VllmMemoryRules | None = None
+    cfg: EngineConfig | ResolvedConfig,
+    vllm_version: str | VllmMemoryRules | None = None,
+    sampler: Sampler | None = None,
 ) -> MemoryPlan:
     """The engine's start-up memory plan for ``cfg``; raises SimError where the engine
-    refuses to start (``vllm_version``: see :func:`servetune.arch.memory.plan_for`; an
-    SGLang configuration carries its own ``sglang_version``)."""
+    refuses to start (``vllm_version``, ``sampler``: see
+    :func:`servetune.arch.memory.plan_for`; an SGLang configuration carries its own
+    ``sglang_version``)."""
     r = cfg.resolve() if isinstance(cfg, EngineConfig) else cfg
     if r.semantics == SGLANG_SRT:
         seqs = cfg.max_num_seqs if isinstance(cfg, EngineConfig) else None
         given = r.max_num_seqs * r.parallelism.attn_dp if seqs is None else seqs
         return memory_sglang.plan_for(r, r.sglang_version, given)
-    return plan_for(r, vllm_version)
+    return plan_for(r, vllm_version, sampler)

@@ -71,7 +71,7 @@ def engine_config(case: dict[str, Any]) -> EngineConfig:
 
 def evaluate_case(case: dict[str, Any]) -> CaseResult:
     pub = case["published"]
-    rules = rules_for(case["vllm_version"])
+    rules = rules_for(case["vllm_version"], case.get("sampler"))
     plan: MemoryPlan | None = None
     refusal: str | None = None
     try:
@@ -118,7 +118,7 @@ def table(results: list[CaseResult] | None = None) -> str:
     """The calibration table, one line a case, then the summary."""
     results = results if results is not None else evaluate()
     lines = [
-        f"{'case':<40} {'vLLM':<9} {'rules':<5} {'figure':<9} {'published':>10} "
+        f"{'case':<40} {'vLLM':<9} {'rules':<14} {'figure':<9} {'published':>10} "
         f"{'planned':>10} {'error':>7}  start (vLLM/planner)"
     ]
     for r in results:
@@ -134,7 +134,7 @@ def table(results: list[CaseResult] | None = None) -> str:
         if r.refusal and not r.planner_started:
             note += f"  ({r.refusal})"
         lines.append(
-            f"{r.id:<40} {r.vllm_version:<9} {r.rules:<5} {r.what:<9} {pub:>10} {plan:>10} "
+            f"{r.id:<40} {r.vllm_version:<9} {r.rules:<14} {r.what:<9} {pub:>10} {plan:>10} "
             f"{err:>7}  {start}{note}"
         )
     inside = [r for r in results if not r.excluded]
