@@ -244,3 +244,26 @@ def test_fused_moe_workspaces_sit_under_the_sampler_peak() -> None:
     assert moe_workspace_bytes(r) == 8192 * (4 * (2816 + 1408) + 2048) * 2
     oss = EngineConfig(gpu="H100-SXM", model="openai/gpt-oss-20b", max_model_len=8192)
     assert moe_workspace_bytes(oss.resolve()) == 0.0  # the MXFP4 kernels keep none
+
+
+def test_mxfp4_experts_on_hopper_take_the_installations_kernel() -> None:
+    """vLLM's image (0.11-0.16) runs gpt-oss's MXFP4 experts on OpenAI's Triton kernels
+    (13.47 GiB for gpt-oss-20b and 64.38 GiB for gpt-oss-120b logged on one H100), a pip
+    install without ``triton_kernels`` on Marlin (65.97 GiB for gpt-oss-120b, vLLM #23278);
+    the kernel is the installation's, named where it is not the release image's."""
+    from servetune.arch.memory import rules_for, weights_bytes
+    from servetune.arch.precision import mxfp4_moe_layout
+
+    gib = 2**30
+    oss20 = EngineConfig(gpu="H100-SXM", model="openai/gpt-oss-20b").resolve()
+    oss120 = EngineConfig(gpu="H100-SXM", model="openai/gpt-oss-120b").resolve()
+    image = rules_for("0.11.0")
+    assert image.hopper_mxfp4 == "triton"
+    assert weights_bytes(oss20, image) / gib == pytest.approx(13.47, rel=0.002)
+    assert weights_bytes(oss120, image) / gib == pytest.approx(64.38, rel=0.005)
+    pip = rules_for("0.11.0", hopper_mxfp4="marlin")
+    assert pip.name == "0.11+marlin"
+    assert weights_bytes(oss120, pip) / gib == pytest.approx(65.97, rel=0.002)
+    assert rules_for("0.10.1").hopper_mxfp4 == "marlin" == rules_for("0.19.0").hopper_mxfp4
+    b200 = EngineConfig(gpu="B200", model="openai/gpt-oss-20b").resolve()
+    assert mxfp4_moe_layout(b200.gpu, "triton") == mxfp4_moe_layout(b200.gpu)  # Hopper only

@@ -59,7 +59,9 @@ How it changed across versions (:data:`RULES`; a plan names the rules it used):
   GiB for Qwen3 on an H100, where the forward pass of 8,192 tokens needs 1.4. NCCL buffers are
   in the start snapshot of TP > 1 workers but the custom all-reduce buffers are not (0.55 GiB
   non-torch at TP=2). Calibrated on the vLLM 0.11.0 H100 logs (llm-d's, from the
-  ``vllm/vllm-openai:v0.11.0`` image). This is the default.
+  ``vllm/vllm-openai:v0.11.0`` image). MXFP4 experts on Hopper run OpenAI's Triton kernels
+  in that image (it installs ``triton_kernels``; the pip wheel does not, and falls back to
+  Marlin: ``hopper_mxfp4`` of :func:`rules_for`). This is the default.
 
 Which top-k/top-p implementation the profiling sampler runs is a property of the installation
 as much as of the release, so it can be named (``sampler=`` of :func:`rules_for` /
@@ -105,6 +107,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from servetune.arch.deployment import GIB, Deployment
+from servetune.arch.precision import HopperMxfp4Kernel
 from servetune.arch.weights import mtp_layer_weights, rank_weights
 from servetune.errors import SimError
 
@@ -142,6 +145,9 @@ class VllmMemoryRules:
     (:func:`kv_layout`); before, every layer held every token."""
     calibrated: str
     """What the constants were fitted to (or why they were not)."""
+    hopper_mxfp4: HopperMxfp4Kernel = "marlin"
+    """The MXFP4 expert kernel of the release's own image on Hopper (its weight layout,
+    :func:`servetune.arch.precision.mxfp4_moe_layout`)."""
 
 
 RULES: dict[str, VllmMemoryRules] = {
@@ -215,6 +221,7 @@ RULES: dict[str, VllmMemoryRules] = {
             cuda_graphs_in_budget=False,
             hybrid_kv_cache=True,
             calibrated="llm-d/llm-d-benchmark vLLM 0.11.0 H100 logs (6 pools, 2 refusals)",
+            hopper_mxfp4="triton",
         ),
         VllmMemoryRules(
             name="0.17",
@@ -259,17 +266,33 @@ for top-p & top-k sampling") and PyTorch's sort-based fallback (vLLM 0.11.0 H100
 release ran by default; see the module docstring for when the other ran."""
 
 
-def rules_for(version: str | None, sampler: Sampler | None = None) -> VllmMemoryRules:
+def rules_for(
+    version: str | None,
+    sampler: Sampler | None = None,
+    hopper_mxfp4: HopperMxfp4Kernel | None = None,
+) -> VllmMemoryRules:
     """The rules for a vLLM version string ("0.11.0", "0.10.1.1", "0.8.5", "v0", "0.21").
 
     ``sampler``: the top-k/top-p implementation the server's installation ran where it was
     not the release's default — "flashinfer" for a 0.11-0.16 that samples with FlashInfer's
     kernel (``VLLM_USE_FLASHINFER_SAMPLER=1``, or images such as gpustack's), "pytorch" for a
-    0.8-0.10 without FlashInfer; None: the release's default."""
+    0.8-0.10 without FlashInfer; None: the release's default.
+
+    ``hopper_mxfp4``: the MXFP4 expert kernel the installation runs on Hopper where it was
+    not the release image's — "marlin" for a 0.11-0.16 installed without the
+    ``triton_kernels`` package (vLLM's pip wheel: its image adds it), "triton" for
+    another release with it; None: the release's default (:attr:`VllmMemoryRules.hopper_mxfp4`)."""
     rules = _release_rules(version)
+    if hopper_mxfp4 is not None and hopper_mxfp4 != rules.hopper_mxfp4:
+        rules = replace(
+            rules,
+            name=f"{rules.name}+{hopper_mxfp4}",
+            versions=f"{rules.versions}, {hopper_mxfp4} MXFP4 experts on Hopper",
+            hopper_mxfp4=hopper_mxfp4,
+        )
     if sampler is None:
         return rules
-    if rules.engine != "v1" or rules.name in ("0.17", "0.21"):
+    if rules.engine != "v1" or rules.name.split("+")[0] in ("0.17", "0.21"):
         raise SimError(
             f"the sampler of vLLM {version} cannot be chosen for the memory planner",
             hint="give sampler only for V1 releases 0.8-0.16 (FlashInfer or PyTorch top-k/top-p)",
@@ -375,13 +398,15 @@ _ROPE_BYTES = 2.0
 """The rotary cos/sin tables are built in the model's dtype."""
 
 
-def weights_bytes(r: Deployment) -> float:
+def weights_bytes(r: Deployment, rules: VllmMemoryRules | None = None) -> float:
     """Weight bytes on one GPU (:func:`servetune.arch.weights.rank_weights`, MXFP4 experts as
     this GPU's kernel lays them out), the rotary tables every rank holds whole
     (:attr:`~servetune.arch.architecture.Architecture.rope_cache_elements`: 2.5 GiB for
     Llama-4's 10M positions, 0.56 GiB for Gemma-3's two tables at head size 256), the MTP
-    layers when they draft for speculative decoding, and the other buffers loaded with them."""
-    w = rank_weights(r.model, r.quantization, r.parallelism, r.gpu)
+    layers when they draft for speculative decoding, and the other buffers loaded with them
+    (``rules``: which MXFP4 kernel lays the experts out on Hopper)."""
+    kernel = (rules or RULES[DEFAULT_RULES]).hopper_mxfp4
+    w = rank_weights(r.model, r.quantization, r.parallelism, r.gpu, kernel)
     rope = r.model.rope_cache_elements * _ROPE_BYTES
     # speculative decoding with the model's MTP layers loads them beside it (a deployment
     # without a ``speculation`` drafts with none)
@@ -486,7 +511,7 @@ def budget(r: Deployment, rules: VllmMemoryRules | None = None) -> Budget:
     tp = r.tensor_parallel_size
     total = r.gpu.usable_gib * GIB
     requested = float(math.ceil(total * r.gpu_memory_utilization))
-    weights = weights_bytes(r)
+    weights = weights_bytes(r, rules)
     fwd = forward_peak_bytes(r)
     samp = sampler_peak_bytes(r, rules)
     non_torch = (rules.non_torch_tp_gib if tp > 1 else rules.non_torch_gib) * GIB
@@ -661,14 +686,15 @@ def plan_for(
     r: Deployment,
     vllm_version: str | VllmMemoryRules | None = None,
     sampler: Sampler | None = None,
+    hopper_mxfp4: HopperMxfp4Kernel | None = None,
 ) -> MemoryPlan:
     """vLLM's start-up memory plan for ``r``; raises SimError where vLLM refuses to start.
 
     ``vllm_version``: the vLLM release being planned for ("0.11.0", "0.10.1", "0.8.5",
     "0.7.2", "v0", or a :class:`VllmMemoryRules`); default: the 0.11-0.16 rules.
-    ``sampler``: see :func:`rules_for`."""
+    ``sampler``, ``hopper_mxfp4``: the installation, see :func:`rules_for`."""
     if isinstance(vllm_version, VllmMemoryRules):
         rules = vllm_version
     else:
-        rules = rules_for(vllm_version, sampler)
+        rules = rules_for(vllm_version, sampler, hopper_mxfp4)
     return plan_resolved(r, rules)

@@ -134,15 +134,24 @@ class Mxfp4MoeLayout:
     hidden_align: int
 
 
-def mxfp4_moe_layout(gpu: GpuSpec) -> Mxfp4MoeLayout:
+HopperMxfp4Kernel = Literal["marlin", "triton"]
+
+
+def mxfp4_moe_layout(gpu: GpuSpec, hopper: HopperMxfp4Kernel = "marlin") -> Mxfp4MoeLayout:
     """The MXFP4 expert layout of the kernel vLLM runs on this GPU. Blackwell: FlashInfer's
-    MXFP4 x BF16; CDNA3/CDNA4: ROCm Triton; every other NVIDIA GPU (Ampere, Ada, Hopper):
-    Marlin ("Your GPU does not have native support for FP4 computation ... Weight-only FP4
-    compression will be used leveraging the Marlin kernel", vLLM #23278 on an H100). The
-    published H100 and A100 start-up logs (vLLM 0.10-0.19, gpt-oss-20b TP 1 and 2,
-    gpt-oss-120b) give the weights Marlin's padding gives within 1.1% (the Triton
-    ``matmul_ogs`` path, with no padding at these widths and a swizzled copy of the scales,
-    would be 1.5-2.4% under them)."""
+    MXFP4 x BF16; CDNA3/CDNA4: ROCm Triton; Ampere and Ada: Marlin ("Your GPU does not have
+    native support for FP4 computation ... Weight-only FP4 compression will be used
+    leveraging the Marlin kernel", vLLM #23278 on an H100). Hopper runs what the
+    installation has (``hopper``): vLLM's backend choice (``get_mxfp4_backend`` in
+    quantization/mxfp4.py) takes OpenAI's Triton ``matmul_ogs`` kernels where the
+    ``triton_kernels`` package imports and torch is 2.8 or newer, else Marlin. The Triton
+    path pads the intermediate width to 64 only, but its swizzled Hopper value layout holds
+    the hidden width at 256 (inferred: vLLM 0.11.0's image logged 13.47 GiB for gpt-oss-20b
+    and 64.38 GiB for gpt-oss-120b on one H100 — as did vLLM #33155's 0.14.1 "Using Triton
+    backend" log — and (64, 256) gives 13.48 / 64.59; Marlin's (128, 256) gives the 13.64 /
+    65.97 GiB of the Marlin logs)."""
+    if gpu.generation == "hopper" and hopper == "triton":
+        return Mxfp4MoeLayout("triton matmul_ogs (hopper swizzle)", 64, 256)
     if gpu.generation == "blackwell":
         return Mxfp4MoeLayout("flashinfer sm100 mxfp4 x bf16", 256, 256)
     if gpu.generation == "cdna4":

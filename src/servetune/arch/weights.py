@@ -25,7 +25,12 @@ from dataclasses import dataclass
 from servetune.arch.architecture import Architecture
 from servetune.arch.gpus import GpuSpec
 from servetune.arch.parallel import Parallelism
-from servetune.arch.precision import Mxfp4MoeLayout, mxfp4_moe_layout, weight_format
+from servetune.arch.precision import (
+    HopperMxfp4Kernel,
+    Mxfp4MoeLayout,
+    mxfp4_moe_layout,
+    weight_format,
+)
 
 EXTRA_BYTES = 2.0
 """Norms, biases and embeddings are kept in 16 bits whatever the weights' format."""
@@ -89,11 +94,17 @@ def mxfp4_expert_bytes(m: Architecture, par: Parallelism, layout: Mxfp4MoeLayout
 
 
 def rank_weights(
-    m: Architecture, quantization: str | None, par: Parallelism, gpu: GpuSpec | None = None
+    m: Architecture,
+    quantization: str | None,
+    par: Parallelism,
+    gpu: GpuSpec | None = None,
+    hopper_mxfp4: HopperMxfp4Kernel = "marlin",
 ) -> RankWeights:
     """The split of ``m``'s weights onto one GPU (see the module docstring). With ``gpu``,
     MXFP4 experts are counted as vLLM's kernel for that GPU lays them out
-    (:func:`mxfp4_expert_bytes`); without it, at their checkpoint size."""
+    (:func:`mxfp4_expert_bytes`; ``hopper_mxfp4``: the kernel a Hopper installation runs,
+    :func:`~servetune.arch.precision.mxfp4_moe_layout`); without it, at their checkpoint
+    size."""
     fmt = weight_format(quantization).bytes_per_param
     dense_fmt = fmt if m.quantization_scope == "all" else EXTRA_BYTES
     tp = par.attn_tp
@@ -116,7 +127,7 @@ def rank_weights(
     norms += m.hidden_size
     experts = expert_params * fmt / (par.moe_tp * par.moe_ep)
     if gpu is not None and weight_format(quantization).name == "mxfp4" and m.moe is not None:
-        experts = mxfp4_expert_bytes(m, par, mxfp4_moe_layout(gpu))
+        experts = mxfp4_expert_bytes(m, par, mxfp4_moe_layout(gpu, hopper_mxfp4))
     return RankWeights(
         dense=dense_params * dense_fmt / tp + replicated * dense_fmt,
         experts=experts,

@@ -71,7 +71,7 @@ def engine_config(case: dict[str, Any]) -> EngineConfig:
 
 def evaluate_case(case: dict[str, Any]) -> CaseResult:
     pub = case["published"]
-    rules = rules_for(case["vllm_version"], case.get("sampler"))
+    rules = rules_for(case["vllm_version"], case.get("sampler"), case.get("hopper_mxfp4"))
     plan: MemoryPlan | None = None
     refusal: str | None = None
     try:
