@@ -80,6 +80,45 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     w.add_argument("--burstiness", type=float, default=1.0, help="1 = Poisson arrivals")
     w.add_argument("--seed", type=int, default=0)
+    from servetune.commands._workload_args import _turns
+
+    m = p.add_argument_group(
+        "multi-turn sessions (planned as fleets behind --router: a user message is "
+        "--input-len tokens, an answer --output-len; the rates count requests/s)"
+    )
+    m.add_argument(
+        "--multiturn-turns",
+        type=_turns,
+        default=None,
+        metavar="N|MIN:MAX",
+        help="turns per session, fixed or uniform in MIN:MAX (gives the traffic sessions)",
+    )
+    m.add_argument("--multiturn-system-len", type=int, default=0, help="system prompt tokens")
+    m.add_argument(
+        "--multiturn-system-prompts", type=int, default=1, help="distinct system prompts shared"
+    )
+    m.add_argument(
+        "--multiturn-think-time", type=float, default=0.0, metavar="S", help="mean think time"
+    )
+    m.add_argument(
+        "--multiturn-think-dist", choices=["exponential", "constant"], default="exponential"
+    )
+    r = p.add_argument_group("replicas behind a router")
+    r.add_argument(
+        "--router",
+        type=_list,
+        default=None,
+        metavar="POLICY[,POLICY]",
+        help="plan fleets behind these routing policies (least-loaded, round-robin, session, "
+        "prefix, score; the gateway's own code): each candidate × policy is a row, its "
+        "replicas the fewest whose whole fleet, simulated, holds the peak",
+    )
+    r.add_argument(
+        "--replicas",
+        type=int,
+        default=None,
+        help="with --router: fleets of exactly this many replicas (default: the fewest)",
+    )
     s = p.add_argument_group("candidates")
     s.add_argument(
         "--model", help="model (`servetune sim models` or a config.json); default Qwen2.5-7B"
@@ -191,6 +230,7 @@ def _request(args: argparse.Namespace) -> PlanRequest:
 
     _check_numbers(args)
     n_specs = max(4 * args.requests_per_point, 4000)
+    sessions = None
     model = args.model
     slo = p99_slo(parse_slos(args.slo))
     peak, avg = args.peak_rate, args.rate
@@ -206,9 +246,17 @@ def _request(args: argparse.Namespace) -> PlanRequest:
         workload = wl.from_dataset(
             args.dataset, args.tokenizer, None, n_specs, args.seed, args.burstiness
         )
+    elif args.multiturn_turns is not None:
+        sessions, workload = _sessions(args, n_specs)
     else:
         workload = wl.synthetic(
             args.input_len, args.output_len, args.range_ratio, n_specs, args.seed, args.burstiness
+        )
+    if args.multiturn_turns is not None and (args.from_run or args.dataset):
+        raise ConfigError(
+            "--multiturn-turns draws synthetic sessions: --from-run / --dataset give other "
+            "request lengths",
+            hint="drop one of them",
         )
     if peak is None and avg is None:
         raise ConfigError(
@@ -246,6 +294,17 @@ def _request(args: argparse.Namespace) -> PlanRequest:
         layouts=layouts,
         engines=args.engines,
     )
+    if args.router:
+        from servetune.routing.config import POLICIES
+
+        for policy in args.router:
+            if policy not in POLICIES:
+                raise ConfigError(
+                    f"--router {policy!r} is not a routing policy",
+                    hint=f"use some of: {', '.join(POLICIES)}",
+                )
+        routers = list(dict.fromkeys(args.router))
+        cands = [c.model_copy(update={"router": p}) for c in cands for p in routers]
     fields: dict[str, Any] = dict(
         model=model,
         peak_rate=peak,
@@ -258,10 +317,83 @@ def _request(args: argparse.Namespace) -> PlanRequest:
         r=args.r,
         workers=args.workers,
         confirm_rows=args.top,
+        sessions=sessions,
+        replicas=args.replicas,
     )
     flags = {"average_rate": "--rate", "confirm_rows": "--top"}
     out: PlanRequest = validated(PlanRequest, fields, name=lambda f: flags.get(f) or flag_of(f))
     return out
+
+
+def _sessions(args: argparse.Namespace, n: int) -> tuple[Any, Any]:
+    """The multi-turn traffic (a ``multiturn`` BenchConfig, rates in requests/s) and the
+    Workload of its turns at their nominal lengths (what the costs per token read)."""
+    from pydantic import ValidationError
+
+    from servetune.checks import validated
+    from servetune.commands._workload_args import _flag_error
+    from servetune.plan.workload import Workload
+    from servetune.results.conversation import MultiturnConfig
+    from servetune.results.schema import BenchConfig
+    from servetune.sim.offline_plan import workload_plan
+
+    lo, hi = args.multiturn_turns
+    try:
+        mt = MultiturnConfig(
+            turns_min=lo,
+            turns_max=hi,
+            system_prompt_len=args.multiturn_system_len,
+            system_prompts=args.multiturn_system_prompts,
+            think_time_s=args.multiturn_think_time,
+            think_dist=args.multiturn_think_dist,
+            rate_unit="requests",
+        )
+    except ValidationError as exc:
+        raise _flag_error(
+            exc,
+            {
+                "turns_min": "--multiturn-turns",
+                "turns_max": "--multiturn-turns",
+                "system_prompt_len": "--multiturn-system-len",
+                "system_prompts": "--multiturn-system-prompts",
+                "think_time_s": "--multiturn-think-time",
+            },
+        ) from None
+    cfg = validated(
+        BenchConfig,
+        dict(
+            dataset_name="multiturn",
+            random_input_len=args.input_len,
+            random_output_len=args.output_len,
+            random_range_ratio=args.range_ratio,
+            multiturn=mt,
+            num_prompts=max(2, int(n / mt.mean_turns)),
+            request_rate=1.0,
+            burstiness=args.burstiness,
+            seed=args.seed,
+        ),
+    )
+    plan, _name, _exact = workload_plan(cfg)
+    turns = f"{lo}" if lo == hi else f"{lo}–{hi}"
+    system = (
+        f", {args.multiturn_system_prompts} shared system prompts of "
+        f"{args.multiturn_system_len} tokens"
+        if args.multiturn_system_len
+        else ""
+    )
+    source = (
+        f"sessions of {turns} turns{system}, {args.input_len}-token user messages, "
+        f"{args.output_len}-token answers, think time {args.multiturn_think_time:g} s "
+        f"({args.multiturn_think_dist})"
+    )
+    w = Workload(
+        specs=plan.requests,
+        unit_offsets=[x / 1e9 for x in plan.offsets_ns],
+        source=source,
+        burstiness=args.burstiness,
+        seed=args.seed,
+    )
+    return cfg, w
 
 
 def run(args: argparse.Namespace) -> int:
@@ -320,6 +452,7 @@ def _table(rows: list[PlannedCandidate], first: int | None) -> Table:
         "out $/Mtok",
         "blend $/Mtok",
         "saturated out $/Mtok",
+        "cache hits",
         "limit",
     ):
         t.add_column(col, justify="left" if col in ("deployment", "limit") else "right")
@@ -332,15 +465,24 @@ def _table(rows: list[PlannedCandidate], first: int | None) -> Table:
             f"${c.usd_per_hour:,.2f}",
             f"{c.slo_max_rate_per_replica:.3g} req/s",
             f"{c.confirm_draws} draws" if c.confirm_draws else "1 draw",
-            f"{c.headroom:+.0%}",
+            "—" if c.headroom is None else f"{c.headroom:+.0%}",
             "—" if c.concurrency_at_slo is None else f"{c.concurrency_at_slo:.0f}",
             _m(c.output_usd_per_mtok),
             _m(c.blended_usd_per_mtok),
             _m(c.saturation_output_usd_per_mtok),
+            _hits(c),
             (c.limiting_metric or "").upper(),
             style="bold green" if first == 1 and i == 0 else None,
         )
     return t
+
+
+def _hits(c: PlannedCandidate) -> str:
+    """The prefix-cache hit rate at the SLO point (a fleet's: all its engines')."""
+    at = c.at_slo
+    if at is None or at.prefix_cache_hit_rate is None:
+        return "—"
+    return f"{at.prefix_cache_hit_rate:.0%}"
 
 
 def _footnote(res: PlanResult) -> str:
@@ -375,6 +517,12 @@ def _print(res: PlanResult, top: int | None) -> None:
         f"requests: {res.workload} (mean {res.mean_input_tokens:.0f} in / "
         f"{res.mean_output_tokens:.0f} out tokens); {res.requests_per_point} simulated per point"
     )
+    if res.routers:
+        size = f"{res.replicas} replicas" if res.replicas else "the fewest replicas"
+        con.print(
+            f"fleets behind {', '.join(res.routers)}: {size} whose whole fleet, simulated "
+            "behind the router at the peak, holds the SLOs (SLO-max/replica = peak ÷ replicas)"
+        )
     ok = [c for c in res.candidates if c.status == "ok"]
     shown = ok if top is None else ok[:top]
     settled = min(res.settled_rows, len(shown))
@@ -423,11 +571,21 @@ def _print(res: PlanResult, top: int | None) -> None:
 
             p = res.confirmed
             assert p is not None
+            held = (
+                f"{w.replicas} replicas behind {w.router} held {res.peak_rate:g} req/s"
+                if w.router is not None
+                else f"SLO-max {w.slo_max_rate_per_replica:.3g} req/s per replica held"
+            )
+            hits = (
+                f", prefix-cache hit rate {p.prefix_cache_hit_rate:.0%}"
+                if p.prefix_cache_hit_rate is not None
+                else ""
+            )
             con.print(
-                f"  SLO-max {w.slo_max_rate_per_replica:.3g} req/s per replica held on all "
+                f"  {held} on all "
                 f"{len(w.draws)} independent draws of {p.requests or 0:,} requests: "
                 f"{spread(w.draws, res.slo)}; the worst draw's KV use "
-                f"{p.kv_cache_usage_mean or 0:.0%}, {p.running_mean or 0:.0f} running"
+                f"{p.kv_cache_usage_mean or 0:.0%}, {p.running_mean or 0:.0f} running{hits}"
             )
         else:
             con.print("  [yellow]its SLO-max rate was not confirmed on independent draws[/yellow]")

@@ -30,11 +30,12 @@ from servetune.plan.capacity import (
     spread,
     worst,
 )
-from servetune.plan.pricing import pp, rank, set_replicas
+from servetune.plan.fleet import FleetConfirmation, confirm_replicas
+from servetune.plan.pricing import pp, rank, set_fleet, set_replicas
 from servetune.plan.request import PlanRequest
 from servetune.plan.simulate import Point
 from servetune.plan.space import Candidate
-from servetune.plan.workers import draw
+from servetune.plan.workers import draw, draw_fleet
 from servetune.results.plan_file import PlannedCandidate, PlannedPoint, PlanResult
 
 EXTRA_CONFIRMS = 8
@@ -58,7 +59,7 @@ def confirm_ranking(
     unconfirmed below them could not rank above them once confirmed. Returns the winner and
     the simulations run."""
     by_label = {c.label: c for c in cands}
-    done: dict[str, Confirmation] = {}
+    done: dict[str, Confirmation | FleetConfirmation] = {}
     runs = 0
     budget = req.confirm_rows + EXTRA_CONFIRMS
     while True:
@@ -74,8 +75,13 @@ def confirm_ranking(
         for c, conf in zip(todo, confs, strict=True):
             runs += conf.evaluations
             done[c.label] = conf
-            _apply_confirmation(req, c, conf)
-            say(f"confirmed {c.label} on {DRAWS} independent draws: {_held(conf)}")
+            if isinstance(conf, FleetConfirmation):
+                _apply_fleet_confirmation(req, c, conf)
+                held = _fleet_held(conf)
+            else:
+                _apply_confirmation(req, c, conf)
+                held = _held(conf)
+            say(f"confirmed {c.label} on {DRAWS} independent draws: {held}")
     top = ok[0] if ok else None
     if top is None:
         result.confirmed = result.confirmed_meets_slo = None
@@ -94,11 +100,16 @@ def confirm_ranking(
 
 def _confirm_each(
     req: PlanRequest, cands: list[Candidate], rows: list[PlannedCandidate], pool: Executor | None
-) -> list[Confirmation]:
+) -> list[Confirmation | FleetConfirmation]:
     """Each row's confirmation; with worker processes, all of them at once (one thread per
     row hands its draws to the pool, so the pool is never idle between two rows' steps)."""
 
-    def one(i: int) -> Confirmation:
+    def one(i: int) -> Confirmation | FleetConfirmation:
+        if cands[i].router is not None:
+            k = rows[i].replicas
+            assert k is not None
+            limit = req.replicas or req.max_replicas
+            return confirm_replicas(k, req.slo, _fleet_runner(cands[i], pool), limit)
         rate = rows[i].slo_max_rate_per_replica
         assert rate is not None
         return confirm(rate, req.slo, _draws_runner(cands[i], pool))
@@ -117,6 +128,58 @@ def _draws_runner(cand: Candidate, pool: Executor | None) -> Callable[[float], l
         return [f.result() for f in [pool.submit(draw, cand, rate, d) for d in draws]]
 
     return run
+
+
+def _fleet_runner(cand: Candidate, pool: Executor | None) -> Callable[[int], list[Point]]:
+    def run(replicas: int) -> list[Point]:
+        draws = range(1, DRAWS + 1)
+        if pool is None:
+            return [draw_fleet(cand, replicas, d) for d in draws]
+        return [f.result() for f in [pool.submit(draw_fleet, cand, replicas, d) for d in draws]]
+
+    return run
+
+
+def _fleet_held(conf: FleetConfirmation) -> str:
+    if conf.replicas is None:
+        return f"refuted up to {conf.missed_replicas} replicas"
+    if conf.replicas > conf.searched_replicas:
+        return f"{conf.searched_replicas} → {conf.replicas} replicas"
+    return f"{conf.replicas} replicas held"
+
+
+def _apply_fleet_confirmation(
+    req: PlanRequest, c: PlannedCandidate, conf: FleetConfirmation
+) -> None:
+    """A fleet's shown figures become the confirmed ones: replicas, the point at the peak,
+    $/hour, costs; refuted (no count up to the limit held on every draw), no figure."""
+    c.confirm_draws = DRAWS
+    c.simulations += conf.evaluations
+    what = f"{DRAWS} independent draws of the traffic"
+    if conf.replicas is not None and conf.replicas == conf.searched_replicas:
+        c.draws = _keep(conf.draws)
+        return
+    c.search_replicas = conf.searched_replicas
+    missed = describe_draws_miss(conf.missed, req.slo)
+    c.limiting_metric = draws_misses(conf.missed, req.slo)[1][0]
+    if conf.replicas is None:
+        c.draws = _keep(conf.missed)
+        c.status = "misses_slo" if req.replicas is not None else "too_many_replicas"
+        _clear(c)
+        c.slo_max_rate_per_replica = c.at_slo = c.concurrency_at_slo = None
+        c.reason = (
+            f"{conf.searched_replicas} replicas behind {c.router} held the peak on the search's "
+            f"draw of the traffic, not on {what} up to {conf.missed_replicas} replicas: {missed}"
+        )
+        return
+    c.draws = _keep(conf.draws)
+    at = worst(conf.draws, req.slo)
+    set_fleet(c, req, conf.replicas, at)
+    c.notes.append(
+        f"{conf.searched_replicas} replicas held the peak on the search's draw; on {what} "
+        f"{conf.missed_replicas} {missed}; held on all {DRAWS} with {conf.replicas} "
+        f"({spread(conf.draws, req.slo)})"
+    )
 
 
 def _held(conf: Confirmation) -> str:

@@ -9,6 +9,8 @@ import math
 
 from servetune.cost.formula import token_cost
 from servetune.cost.prices import PriceBook
+from servetune.plan.capacity import describe_miss, misses
+from servetune.plan.fleet import FleetCapacity
 from servetune.plan.notes import AWQ_NOTE
 from servetune.plan.request import PlanRequest
 from servetune.plan.simulate import Point
@@ -34,6 +36,7 @@ def pp(p: Point | None) -> PlannedPoint | None:
         kv_cache_usage_mean=p.kv_cache_usage_mean,
         running_mean=p.running_mean,
         preemptions=p.preemptions,
+        prefix_cache_hit_rate=p.prefix_cache_hit_rate,
     )
 
 
@@ -54,7 +57,10 @@ def price(req: PlanRequest, prices: PriceBook, cand: Candidate, o: Outcome) -> P
         kv_cache_tokens=o.kv_cache_tokens,
         engine_kv_tokens=o.engine_kv_tokens,
         max_concurrency_at_max_len=o.max_concurrency,
+        router=cand.router,
     )
+    if o.refused is None and o.fleet is not None:
+        return _price_fleet(req, prices, cand, o.fleet, base)
     if o.refused is not None or o.capacity is None:
         return base
     cap = o.capacity
@@ -93,6 +99,54 @@ def price(req: PlanRequest, prices: PriceBook, cand: Candidate, o: Outcome) -> P
     set_replicas(base, req, replicas, w)
     base.status = "ok"
     return base
+
+
+def _price_fleet(
+    req: PlanRequest, prices: PriceBook, cand: Candidate, f: FleetCapacity, base: PlannedCandidate
+) -> PlannedCandidate:
+    """A fleet behind a router (:mod:`servetune.plan.fleet`): its replicas are the fewest
+    that held the peak; each held the peak ÷ replicas behind it."""
+    base.usd_per_gpu_hour = prices.price(base.gpu).usd_per_gpu_hour
+    base.simulations = f.evaluations
+    base.limiting_metric = f.limiting_metric
+    if cand.quantization in PREQUANTIZED:
+        base.notes.append(AWQ_NOTE.format(q=cand.quantization.upper()))
+    if f.replicas is None or f.at is None:
+        base.status = "too_many_replicas" if req.replicas is None else "misses_slo"
+        base.reason = f.reason
+        base.at_slo = pp(f.below)
+        return base
+    set_fleet(base, req, f.replicas, f.at)
+    if f.below is not None and f.below_replicas is not None:
+        base.notes.append(fewer_note(f.below_replicas, f.policy, f.below, req))
+    base.status = "ok"
+    return base
+
+
+def fewer_note(k: int, policy: str, p: Point, req: PlanRequest) -> str:
+    what = "; ".join(describe_miss(p, req.slo, m) for m in misses(p, req.slo))
+    hit = (
+        f", prefix-cache hit rate {p.prefix_cache_hit_rate:.0%}"
+        if p.prefix_cache_hit_rate is not None
+        else ""
+    )
+    return f"{k} replicas behind {policy} missed at {req.peak_rate:g} req/s: {what}{hit}"
+
+
+def set_fleet(base: PlannedCandidate, req: PlanRequest, replicas: int, at: Point) -> None:
+    """A fleet's figures from its point at the peak with ``replicas``."""
+    assert base.usd_per_gpu_hour is not None
+    base.slo_max_rate_per_replica = req.peak_rate / replicas
+    base.at_slo = pp(at)
+    base.concurrency_at_slo = None if at.running_mean is None else at.running_mean
+    base.slo_limit_output_usd_per_mtok = token_cost(
+        base.usd_per_gpu_hour * base.gpus_per_replica * replicas,
+        at.input_tok_s,
+        at.output_tok_s,
+        req.r,
+    ).output_usd_per_mtok
+    set_replicas(base, req, replicas, req.workload)
+    base.headroom = None
 
 
 def set_replicas(base: PlannedCandidate, req: PlanRequest, replicas: int, w: Workload) -> None:

@@ -6,9 +6,10 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from servetune.checks import Invalid
+from servetune.plan.fleet import FleetTraffic
 from servetune.plan.space import Candidate
 from servetune.plan.workload import Workload
-from servetune.results.schema import Slo
+from servetune.results.schema import BenchConfig, Slo
 
 CONFIRM_ROWS = 12
 """Rows of the ranking confirmed by default: the table's (``servetune plan --top``)."""
@@ -33,6 +34,22 @@ class PlanRequest(BaseModel):
     confirm_rows: int = Field(CONFIRM_ROWS, ge=1, examples=[12])
     """The first rows of the ranking confirmed on independent draws
     (:func:`~servetune.plan.confirmation.confirm_ranking`)."""
+    sessions: BenchConfig | None = None
+    """Multi-turn traffic (a ``multiturn`` BenchConfig, its rate in requests/s): planned as
+    fleets behind the candidates' routers (:mod:`servetune.plan.fleet`)."""
+    replicas: int | None = Field(None, ge=1, examples=[4])
+    """Fleets of exactly this many replicas behind the router (default: the fewest)."""
+
+    def fleet(self) -> FleetTraffic | None:
+        """What the fleets behind a router are planned for (None: no candidate has one)."""
+        if not any(c.router is not None for c in self.candidates):
+            return None
+        return FleetTraffic(
+            sessions=self.sessions,
+            peak_rate=self.peak_rate,
+            max_replicas=self.max_replicas,
+            replicas=self.replicas,
+        )
 
     @model_validator(mode="after")
     def _consistent(self) -> PlanRequest:
@@ -41,6 +58,24 @@ class PlanRequest(BaseModel):
                 f"{{average_rate}} {self.average_rate:g} must be at most {{peak_rate}} "
                 f"{self.peak_rate:g}",
                 hint="the average is the day's mean, the peak its busiest stretch",
+            )
+        routed = any(c.router is not None for c in self.candidates)
+        if self.sessions is not None and not routed:
+            raise Invalid(
+                "multi-turn traffic is planned as fleets behind a router: the cache hits of a "
+                "session's later turns depend on where the router sends them",
+                hint="add --router session (or score, prefix, round-robin; several, "
+                "comma-separated, to compare them)",
+            )
+        if self.replicas is not None and not routed:
+            raise Invalid(
+                "{replicas} plans fleets of that many replicas behind a router",
+                hint="add --router score (or session, prefix, round-robin, least-loaded)",
+            )
+        if self.replicas is not None and self.replicas > self.max_replicas:
+            raise Invalid(
+                f"{{replicas}} {self.replicas} is more than {{max_replicas}} {self.max_replicas}",
+                hint="raise --max-replicas or lower --replicas",
             )
         if self.slo.is_empty():
             raise Invalid(

@@ -52,7 +52,7 @@ def _dedupe(cands: list[Candidate]) -> tuple[list[Candidate], list[str]]:
         try:
             summary = c.engine.resolve().summary()
             summary.pop("defaults_applied", None)  # a knob set to its default is the default
-            key = json.dumps(summary, sort_keys=True, default=str)
+            key = json.dumps([summary, c.router], sort_keys=True, default=str)
         except SimError:
             key = c.label
         if key in seen:
@@ -81,7 +81,7 @@ def make_plan(
     with ExitStack() as stack:
         pool: Executor | None = None
         if workers <= 1:
-            init(req.workload, req.slo, n)
+            init(req.workload, req.slo, n, req.fleet())
             for i, c in enumerate(cands):
                 outcomes[i] = evaluate(i, c)
                 say(_progress_line(len(outcomes), len(cands), c, outcomes[i]))
@@ -92,7 +92,7 @@ def make_plan(
                     max_workers=max(workers, 2),
                     mp_context=ctx,
                     initializer=init,
-                    initargs=(req.workload, req.slo, n),
+                    initargs=(req.workload, req.slo, n, req.fleet()),
                 )
             )
             futures = [pool.submit(evaluate, i, c) for i, c in enumerate(cands)]
@@ -139,6 +139,8 @@ def _assemble(
         candidates=planned,
         warnings=dup_notes,
         confirm_draws=DRAWS,
+        routers=list(dict.fromkeys(c.router for c in cands if c.router is not None)),
+        replicas=req.replicas,
     )
     return result, sims
 
@@ -146,6 +148,13 @@ def _assemble(
 def _progress_line(done: int, total: int, c: Candidate, o: Outcome) -> str:
     if o.refused is not None:
         what = f"cannot start: {o.refused[:70]}"
+    elif o.fleet is not None:
+        f = o.fleet
+        what = (
+            f"{f.replicas} replicas behind {f.policy} hold the peak"
+            if f.replicas is not None
+            else (f.reason or "misses the SLO")[:90]
+        )
     elif o.capacity is not None and o.capacity.slo_max_rate is not None:
         what = f"{o.capacity.slo_max_rate:.3g} req/s per replica at the SLO"
     else:

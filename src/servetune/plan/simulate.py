@@ -18,6 +18,7 @@ the first requests see no queue), linear interpolation (numpy's default).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from pydantic import BaseModel
 from servetune.arch.memory import MemoryPlan
 from servetune.metrics.timeline import in_flight, slope
 from servetune.plan.workload import Workload, offsets_at
+from servetune.results.record import RequestRecord
 from servetune.results.schema import BenchConfig
 from servetune.sim.config import ResolvedConfig
 from servetune.sim.offline_run import OfflineRun
@@ -55,6 +57,8 @@ class Point(BaseModel):
     kv_cache_usage_mean: float | None = None
     running_mean: float | None = None
     preemptions: int = 0
+    prefix_cache_hit_rate: float | None = None
+    """Prompt tokens the engines' prefix caches served ÷ those they were asked for."""
     inflight_growth_late_share: float | None = None
     """Growth of the requests in flight over the second half of the sending period, as a
     share of the offered rate: ≈ 0 for a replica that keeps up, ≥ 0.15 for one past its
@@ -115,10 +119,33 @@ def simulate(r: ResolvedConfig, mem: MemoryPlan, w: Workload, rate: float, n: in
     cfg = BenchConfig(request_rate=rate, num_prompts=n)
     sim = _LeanRun(plan, cfg, r, mem, samples_out=_Discard(), token_times=False)
     sim.run()
-    recs = sim.records
+    pool = sim.eng.pool
+    return measure(
+        sim.records,
+        plan.offsets_ns[-1] if plan.offsets_ns else 0,
+        rate,
+        sim.lean,
+        sim.eng.counters.preemptions,
+        pool.hits / pool.queries if pool.queries else None,
+    )
+
+
+def measure(
+    recs: Sequence[RequestRecord],
+    span: int,
+    rate: float,
+    samples: Sequence[tuple[float, float, float]],
+    preemptions: int,
+    hit_rate: float | None = None,
+    warmup_ns: int = 0,
+) -> Point:
+    """A point from a run's records: the requests scheduled in the middle of the sending span
+    ``span`` (ns: the last planned send; a session workload's, the last session's start) —
+    after its first 10% or ``warmup_ns`` (a session workload's: until the sessions live at
+    once stop growing), before its last 10%; ``samples`` (t, KV use, running) of the
+    engine(s) over the run."""
     ok = [x for x in recs if x.ok and x.first_ns is not None and x.last_ns is not None]
-    span = plan.offsets_ns[-1] if plan.offsets_ns else 0
-    start = int(span * WARMUP_SHARE) if not math.isinf(rate) else 0
+    start = max(int(span * WARMUP_SHARE), warmup_ns) if not math.isinf(rate) else 0
     stop = span - int(span * COOLDOWN_SHARE) if not math.isinf(rate) else span
     measured = [x for x in ok if start <= x.scheduled_ns <= stop]
     t0 = min((x.send_ns for x in measured), default=0)
@@ -133,14 +160,18 @@ def simulate(r: ResolvedConfig, mem: MemoryPlan, w: Workload, rate: float, n: in
     ]
     in_tok = sum(x.planned_input_len for x in measured)
     out_tok = sum(x.output_tokens or 0 for x in measured)
-    in_window = [x for x in sim.lean if t0 / 1e9 <= x[0] <= t1 / 1e9] or sim.lean
+    in_window = [x for x in samples if t0 / 1e9 <= x[0] <= t1 / 1e9] or list(samples)
     kv = [x[1] for x in in_window]
     running = [x[2] for x in in_window]
-    sends = np.sort(np.array([x.send_ns for x in recs], dtype=float) / 1e9)
-    ends = np.sort(np.array([x.end_ns for x in recs], dtype=float) / 1e9)
+    # in flight while requests arrive on the plan (a session's later turns go on after the
+    # last session started, and the in-flight count falls as the sessions end)
+    sent = recs if not warmup_ns else [x for x in recs if x.scheduled_ns >= start]
+    sent = [x for x in sent if x.scheduled_ns <= span]
+    sends = np.sort(np.array([x.send_ns for x in sent], dtype=float) / 1e9)
+    ends = np.sort(np.array([x.end_ns for x in sent], dtype=float) / 1e9)
     return Point(
         rate=rate,
-        requests=n,
+        requests=len(recs),
         completed=len(ok),
         failed=sum(1 for x in recs if x.status == "failed"),
         duration_s=dur,
@@ -155,6 +186,7 @@ def simulate(r: ResolvedConfig, mem: MemoryPlan, w: Workload, rate: float, n: in
         e2el_p99_ms=_pct(e2e, 99),
         kv_cache_usage_mean=float(np.mean(kv)) if kv else None,
         running_mean=float(np.mean(running)) if running else None,
-        preemptions=sim.eng.counters.preemptions,
+        preemptions=preemptions,
         inflight_growth_late_share=_late_growth(sends, ends, rate),
+        prefix_cache_hit_rate=hit_rate,
     )

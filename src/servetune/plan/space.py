@@ -127,6 +127,9 @@ class Candidate(BaseModel):
     knob_set: str
     engine_name: str = "vllm"
     engine: EngineConfig
+    router: str | None = None
+    """The routing policy in front of its replicas (``--router``; None: planned one replica
+    at a time, :mod:`servetune.plan.fleet` otherwise)."""
 
     @property
     def layout(self) -> Layout:
@@ -140,7 +143,8 @@ class Candidate(BaseModel):
 
     @property
     def label(self) -> str:
-        return f"{self.gpu} {self.layout.name} {self.quantization} {self.knob_set}"
+        base = f"{self.gpu} {self.layout.name} {self.quantization} {self.knob_set}"
+        return base if self.router is None else f"{base} · {self.router}"
 
 
 def _bool(text: str) -> bool:

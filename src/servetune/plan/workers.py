@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from servetune.errors import SimError
 from servetune.plan.capacity import Capacity, find_capacity, simulate_draw
+from servetune.plan.fleet import FleetCapacity, FleetTraffic, find_replicas, fleet_point
 from servetune.plan.simulate import Point
 from servetune.plan.space import Candidate
 from servetune.plan.workload import Workload
@@ -30,13 +31,15 @@ class Outcome(BaseModel):
     """The KV pool of the whole engine (every data-parallel rank's), tokens."""
     max_concurrency: float | None = None
     capacity: Capacity | None = None
+    fleet: FleetCapacity | None = None
+    """Behind a router: the fewest replicas that held the peak (no per-replica capacity)."""
 
 
 _W: dict[str, Any] = {}
 
 
-def init(workload: Workload, slo: Slo, n: int) -> None:
-    _W.update(workload=workload, slo=slo, n=n)
+def init(workload: Workload, slo: Slo, n: int, fleet: FleetTraffic | None = None) -> None:
+    _W.update(workload=workload, slo=slo, n=n, fleet=fleet)
 
 
 def evaluate(index: int, cand: Candidate) -> Outcome:
@@ -46,18 +49,48 @@ def evaluate(index: int, cand: Candidate) -> Outcome:
     except SimError as exc:
         return Outcome(index=index, refused=exc.message)
     serve = "vllm serve " + " ".join(cand.engine.vllm_args())
-    cap = find_capacity(r, mem, _W["workload"], _W["slo"], _W["n"])
-    return Outcome(
+    out = Outcome(
         index=index,
         vllm_serve=serve,
         kv_cache_tokens=mem.kv_cache_tokens,
         engine_kv_tokens=(mem.engine_blocks or mem.num_gpu_blocks) * r.block_size,
         max_concurrency=mem.max_concurrency,
-        capacity=cap,
     )
+    traffic: FleetTraffic | None = _W["fleet"]
+    if cand.router is not None and traffic is not None:
+        policy = cand.router
+
+        def run(k: int) -> Point:
+            return fleet_point(
+                r, mem, _W["workload"], traffic, traffic.peak_rate, _W["n"], k, policy
+            )
+
+        out.fleet = find_replicas(run, _W["slo"], traffic.max_replicas, policy, traffic.replicas)
+    else:
+        out.capacity = find_capacity(r, mem, _W["workload"], _W["slo"], _W["n"])
+    return out
 
 
 def draw(cand: Candidate, rate: float, draw: int) -> Point:
     """One independent draw of the traffic at ``rate`` on one replica of ``cand``."""
     r = cand.engine.resolve()
     return simulate_draw(r, plan_memory(r), _W["workload"], rate, _W["n"], draw)
+
+
+def draw_fleet(cand: Candidate, replicas: int, draw: int) -> Point:
+    """One independent draw of the traffic at the peak on ``replicas`` of ``cand`` behind
+    its router."""
+    traffic: FleetTraffic = _W["fleet"]
+    assert cand.router is not None and traffic is not None
+    r = cand.engine.resolve()
+    return fleet_point(
+        r,
+        plan_memory(r),
+        _W["workload"],
+        traffic,
+        traffic.peak_rate,
+        _W["n"],
+        replicas,
+        cand.router,
+        draw,
+    )

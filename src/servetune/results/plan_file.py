@@ -37,6 +37,8 @@ class PlannedPoint(BaseModel):
     kv_cache_usage_mean: float | None = None
     running_mean: float | None = None
     preemptions: int = 0
+    prefix_cache_hit_rate: float | None = None
+    """Prompt tokens the prefix cache(s) served ÷ those asked (a fleet: all its engines')."""
 
 
 class PlannedCandidate(BaseModel):
@@ -49,6 +51,13 @@ class PlannedCandidate(BaseModel):
     quantization: str
     knob_set: str
     knobs: dict[str, Any] = Field(default_factory=dict)
+    router: str | None = None
+    """The routing policy in front of the replicas (None: planned one replica at a time).
+    With a router the fleet itself was simulated: ``replicas`` is the fewest that held the
+    peak, ``at_slo`` and ``draws`` are the fleet's points at the peak, and
+    ``slo_max_rate_per_replica`` is the peak ÷ replicas (what each held behind it)."""
+    search_replicas: int | None = None
+    """A fleet's replica count on the search's draw, when its confirmation added replicas."""
     status: CandidateStatus
     reason: str | None = None
     """Why it cannot start (the memory planner's words) or misses the SLO."""
@@ -73,7 +82,8 @@ class PlannedCandidate(BaseModel):
     """The confirmation's draws at the SLO-max rate (or, refuted, at the last rate tried)."""
     limiting_metric: str | None = None
     headroom: float | None = None
-    """(SLO-max rate × replicas) ÷ the rate planned for − 1."""
+    """(SLO-max rate × replicas) ÷ the rate planned for − 1 (None for a fleet behind a router:
+    only the peak was simulated)."""
     concurrency_at_slo: float | None = None
     """Mean requests running per replica at the SLO-max rate."""
     input_usd_per_mtok: float | None = None
@@ -112,6 +122,11 @@ class PlanResult(BaseModel):
     pricing: str
     r: float
     formula: str
+    routers: list[str] = Field(default_factory=list)
+    """``--router``: the policies the fleets were planned behind (empty: one replica at a
+    time)."""
+    replicas: int | None = None
+    """``--replicas``: the fleets' fixed size (None: the fewest that hold the peak)."""
     candidates: list[PlannedCandidate]
     winner: PlannedCandidate | None = None
     confirmed: PlannedPoint | None = None
