@@ -176,8 +176,8 @@ def _apply_fleet_confirmation(
     at = worst(conf.draws, req.slo)
     set_fleet(c, req, conf.replicas, at)
     c.notes.append(
-        f"{conf.searched_replicas} replicas held the peak on the search's draw; on {what} "
-        f"{conf.missed_replicas} {missed}; held on all {DRAWS} with {conf.replicas} "
+        f"{conf.searched_replicas} replicas held the peak on the search's draw; on {what}, "
+        f"with {conf.missed_replicas}: {missed}; held on all {DRAWS} with {conf.replicas} "
         f"({spread(conf.draws, req.slo)})"
     )
 

@@ -224,12 +224,22 @@ def find_replicas(
         missed = misses(tried[lo], slo)
         out.limiting_metric = missed[0] if missed else None
     if hi is None:
-        miss = tried[lo]
-        what = "; ".join(describe_miss(miss, slo, m) for m in misses(miss, slo))
+        what = fleet_miss(tried[lo], slo)
         out.reason = f"{lo} replicas behind {policy} miss the SLO at the peak: {what}"
         return out
     out.replicas, out.at = hi, tried[hi]
     return out
+
+
+def fleet_miss(p: Point, slo: Slo) -> str:
+    """What a fleet's point missed; a point with no request measured is a fleet whose
+    sessions outlasted the traffic simulated (their load never stopped growing)."""
+    if p.completed and p.ttft_p99_ms is None:
+        return (
+            "requests pile up: no session's turn was measured past the sessions' ramp-up — "
+            "the sessions outlasted the traffic simulated"
+        )
+    return "; ".join(describe_miss(p, slo, m) for m in misses(p, slo))
 
 
 class FleetConfirmation(BaseModel):

@@ -9,8 +9,7 @@ import math
 
 from servetune.cost.formula import token_cost
 from servetune.cost.prices import PriceBook
-from servetune.plan.capacity import describe_miss, misses
-from servetune.plan.fleet import FleetCapacity
+from servetune.plan.fleet import FleetCapacity, fleet_miss
 from servetune.plan.notes import AWQ_NOTE
 from servetune.plan.request import PlanRequest
 from servetune.plan.simulate import Point
@@ -124,7 +123,7 @@ def _price_fleet(
 
 
 def fewer_note(k: int, policy: str, p: Point, req: PlanRequest) -> str:
-    what = "; ".join(describe_miss(p, req.slo, m) for m in misses(p, req.slo))
+    what = fleet_miss(p, req.slo)
     hit = (
         f", prefix-cache hit rate {p.prefix_cache_hit_rate:.0%}"
         if p.prefix_cache_hit_rate is not None
