@@ -8,7 +8,11 @@ engines on one virtual clock:
    tool and document context, ``--dataset-name prefix``: 64 prefixes of 2,048 tokens, a
    64-token question, 32 output tokens), more than one replica's KV pool holds;
 2. *zero-reuse control*: random prompts (nothing to gain from routing: a policy may only
-   lose throughput), at a rate past capacity so that throughput is the capacity.
+   lose throughput), at a rate past capacity so that throughput is the capacity;
+3. *multi-turn*: sessions of 8 turns sharing 8 system prompts of 1,024 tokens (200-token
+   user messages, 150-token answers, 5 s think time), 1.5 new sessions/s — each turn sent
+   when the answer before it ended on whichever replica served it (closed loop across the
+   replicas), each replica's cache evicting under its own pressure.
 
 Figures per policy: P50/P99 TTFT, throughput, the fleet's prefix-cache hit rate (the
 engines' own counters). The reference hit rate is *perfect affinity with unbounded caches*:
@@ -22,13 +26,19 @@ turn (a gateway process per policy; both engines' prefix caches reset between po
 workload (``--dataset-name multiturn``: sessions of 4 turns sharing 2 system prompts, the
 session id in ``X-Session-ID`` and ``user``). Hit rate: the cached prompt tokens vLLM
 reported per answer. With pools this roomy, ``session`` is perfect affinity with unbounded
-caches.
+caches. The same sessions (same seed) also run on 2 *simulated* replicas (the tiny model's
+knobs on the simulator's default GPU: it has no CPU engine), and score's gain over
+round-robin is printed side by side, predicted and measured: the hit rate's (target: the
+predicted gain within 25% of the measured one) and the TTFT's (round-robin ÷ score; the
+simulator's step times are a GPU's, so this one is shown, not judged). ``--real-policies``
+picks the policies run on the real replicas (each is a few minutes on a shared box).
 
 Targets (issue 23): on the shared-context workload ``score`` reaches ≥ 90 % of the
 reference hit rate and a P99 TTFT ≤ 0.5× round-robin's; on the control no policy's
 throughput is more than 2 % below round-robin's.
 
     .venv/bin/python benchmarks/routing.py [--prompts 10000] [--rate 6] [--real | --real-only]
+        [--real-policies round-robin,session,score] [--mt-sessions 300]
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ import os
 import time
 from typing import Any
 
+from servetune.results.conversation import MultiturnConfig
 from servetune.results.schema import BenchConfig
 from servetune.routing.config import POLICIES, RoutingConfig
 from servetune.sim.config import EngineConfig
@@ -67,6 +78,35 @@ def control(prompts: int, rate: float, seed: int) -> BenchConfig:
         request_rate=rate,
         seed=seed,
     )
+
+
+def sessions(num: int, rate: float, seed: int, turns: int, system: int, prompts: int,
+             user: int, out: int, think: float) -> BenchConfig:  # fmt: skip
+    """Multi-turn sessions (``--dataset-name multiturn``) sharing ``prompts`` system prompts;
+    ``rate`` new sessions/s."""
+    return BenchConfig(
+        dataset_name="multiturn",
+        random_input_len=user,
+        random_output_len=out,
+        num_prompts=num,
+        request_rate=rate,
+        seed=seed,
+        ignore_eos=True,
+        multiturn=MultiturnConfig(
+            turns_min=turns,
+            turns_max=turns,
+            system_prompt_len=system,
+            system_prompts=prompts,
+            think_time_s=think,
+        ),
+    )
+
+
+def real_workload(args: argparse.Namespace) -> BenchConfig:
+    """The real replicas' workload (and its simulated counterpart): 4 turns, 2 system prompts
+    of 300 tokens, 40-token user messages, 16-token answers, no think time."""
+    wl = sessions(args.real_sessions, args.real_rate, args.seed, 4, 300, 2, 40, 16, 0.0)
+    return wl.model_copy(update={"endpoint": "chat"})
 
 
 def reference_hit_rate(cfg: BenchConfig, block: int) -> float:
@@ -113,6 +153,7 @@ def table(title: str, rows: dict[str, dict[str, Any]], base: str = "round-robin"
 
 
 def run_real(args: argparse.Namespace) -> None:
+    sim_rows = sim_of_real(args)
     import subprocess
     import sys
     import tempfile
@@ -159,7 +200,7 @@ def run_real(args: argparse.Namespace) -> None:
     ):
         engines = [e0, e1]
         rows: dict[str, dict[str, Any]] = {}
-        for policy in POLICIES:
+        for policy in args.real_policies:
             for e in engines:
                 req = urllib.request.Request(f"{e.spec.origin}/reset_prefix_cache", method="POST")
                 urllib.request.urlopen(req, timeout=30).read()
@@ -200,12 +241,58 @@ def run_real(args: argparse.Namespace) -> None:
             }
     table(f"real: multi-turn, {args.real_sessions} sessions at {args.real_rate:g}/s "
           f"through servetune gateway", rows)  # fmt: skip
-    sc, rr, ref = rows["score"], rows["round-robin"], rows["session"]
+    sc, rr = rows["score"], rows["round-robin"]
+    if "session" in rows:
+        print(f"real: score hit rate ÷ session affinity's "
+              f"{sc['hit'] / max(rows['session']['hit'], 1e-9):.3f} (target ≥ 0.90)")  # fmt: skip
     print(
-        f"real: score hit rate ÷ session affinity's {sc['hit'] / max(ref['hit'], 1e-9):.3f} "
-        f"(target ≥ 0.90); P99 TTFT ÷ round-robin's {sc['ttft_p99'] / rr['ttft_p99']:.2f} "
-        f"(target ≤ 0.5); hit rate gain over round-robin {sc['hit'] - rr['hit']:+.1%}"
+        f"real: P99 TTFT ÷ round-robin's {sc['ttft_p99'] / rr['ttft_p99']:.2f} (target ≤ 0.5); "
+        f"hit rate gain over round-robin {sc['hit'] - rr['hit']:+.1%}"
     )
+    gains(sim_rows, rows, args.seed)
+
+
+def sim_of_real(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The real replicas' workload on 2 simulated replicas (the simulator has no CPU engine:
+    the tiny model's knobs on the default GPU; the prefix caches are roomy in both)."""
+    eng = EngineConfig(max_model_len=2048, max_num_seqs=8)
+    wl = real_workload(args)
+    rows = {p: run_sim(wl, eng, p, 2) for p in args.real_policies}
+    table(f"simulated counterpart: the same sessions on 2 simulated replicas "
+          f"({eng.resolve().gpu.name}, max-model-len 2048, max-num-seqs 8)", rows)  # fmt: skip
+    return rows
+
+
+def gains(sim: dict[str, dict[str, Any]], real: dict[str, dict[str, Any]], seed: int) -> None:
+    """score's gain over round-robin, predicted (simulated) and measured (real), side by side:
+    the hit rate's (points; target: the predicted within 25% of the measured) and the TTFT's
+    (round-robin ÷ score, P50 and P99; the simulator's step times are a GPU's, not a CPU's)."""
+    s_sc, s_rr, r_sc, r_rr = sim["score"], sim["round-robin"], real["score"], real["round-robin"]
+    ps, pr = s_sc["hit"] - s_rr["hit"], r_sc["hit"] - r_rr["hit"]
+    rel = abs(ps - pr) / abs(pr) if pr else float("inf")
+    print(f"\ngain of score over round-robin, simulated vs real "
+          f"(same sessions, seed {seed}):")  # fmt: skip
+    ratio = ps / pr if pr else 0.0
+    print(f"  hit rate      {ps:+.1%} vs {pr:+.1%}: predicted ÷ measured {ratio:.2f} "
+          f"(target within 25%: {'met' if rel <= 0.25 else 'MISSED'})")  # fmt: skip
+    for q in ("ttft_p50", "ttft_p99"):
+        gs, gr = s_rr[q] / s_sc[q], r_rr[q] / r_sc[q]
+        print(f"  {q.replace('_', ' ').upper():<13} round-robin ÷ score {gs:.2f} vs {gr:.2f}: "
+              f"predicted ÷ measured {gs / gr:.2f} (no CPU calibration)")  # fmt: skip
+
+
+def run_multiturn(args: argparse.Namespace, eng: EngineConfig) -> None:
+    """Multi-turn sessions with shared system prompts on the simulated replicas (closed-loop
+    turns across the replicas, each pool evicting under its own pressure)."""
+    wl = sessions(args.mt_sessions, 1.5, args.seed, 8, 1024, 8, 200, 150, 5.0)
+    wl = wl.model_copy(update={"ignore_eos": False})
+    rows = {p: run_sim(wl, eng, p, args.replicas) for p in POLICIES}
+    table(f"multi-turn: {args.mt_sessions} sessions of 8 turns at 1.5/s, 8 shared system "
+          f"prompts of 1,024 tokens, 5 s think time", rows)  # fmt: skip
+    sc, rr, ses = rows["score"], rows["round-robin"], rows["session"]
+    print(f"multi-turn: score hit rate ÷ session affinity's {sc['hit'] / ses['hit']:.3f}; "
+          f"P99 TTFT ÷ round-robin's {sc['ttft_p99'] / rr['ttft_p99']:.2f} (target ≤ 0.5: "
+          f"{'met' if sc['ttft_p99'] <= 0.5 * rr['ttft_p99'] else 'MISSED'})")  # fmt: skip
 
 
 def main() -> int:
@@ -221,7 +308,20 @@ def main() -> int:
     ap.add_argument("--real-only", action="store_true", help="only the real replicas")
     ap.add_argument("--real-sessions", type=int, default=24)
     ap.add_argument("--real-rate", type=float, default=1.0, help="sessions/s")
+    ap.add_argument(
+        "--real-policies",
+        type=lambda t: [x.strip() for x in t.split(",") if x.strip()],
+        default=list(POLICIES),
+        help="policies run on the real replicas (round-robin and score at least)",
+    )
+    ap.add_argument("--mt-sessions", type=int, default=300, help="simulated multi-turn sessions")
     args = ap.parse_args()
+    if not {"round-robin", "score"} <= set(args.real_policies) or not set(
+        args.real_policies
+    ) <= set(POLICIES):
+        ap.error(
+            f"--real-policies: some of {', '.join(POLICIES)}, round-robin and score among them"
+        )
     if args.real_only:
         run_real(args)
         return 0
@@ -246,6 +346,7 @@ def main() -> int:
     worst = min(r["throughput"] / crow["round-robin"]["throughput"] for r in crow.values())
     print(f"control: lowest throughput ÷ round-robin's {worst:.3f} (target ≥ 0.98: "
           f"{'met' if worst >= 0.98 else 'MISSED'})")  # fmt: skip
+    run_multiturn(args, eng)
     if args.real:
         run_real(args)
     return 0
