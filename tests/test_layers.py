@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sweep",),
     ("diagnose",),
     ("report",),
+    ("calibrate",),
     ("compare", "tune", "cost", "plan", "quality", "watch", "gateway"),
     ("api",),
     ("commands",),

@@ -41,6 +41,10 @@ a specific one. The codes decided on today:
     sim.model_len_above_pool       one max_model_len request does not fit the KV pool
     sim.graph_capture_oom          no room left outside the budget for CUDA graph capture
     sim.replicas_sessions          multi-turn sessions on simulated replicas (not modelled)
+    calibrate.bad_input            a calibrate argument that is no run or sweep, or a bad --hold-out
+    calibrate.no_evidence          every run given was refused (the reasons are in the message)
+    calibrate.unidentified         the deployment of a run cannot be identified (no command, GPU)
+    calibrate.mixed                the runs measured more than one deployment
     workload.bad_turns             a session's turn range whose most is below its least
     workload.bad_header            a session header that is not an HTTP header name
     workload.bad_window            an empty trace window

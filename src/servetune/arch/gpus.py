@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servetune.arch.lookup import CatalogEntryNotFound, match, norm
 
-Vendor = Literal["nvidia", "amd"]
+Vendor = Literal["nvidia", "amd", "cpu"]
 
 
 class GpuSpec(BaseModel):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from servetune.commands._result_dir import add_result_dir_argument, result_dir
@@ -90,6 +91,45 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _engine_group(plan)
     plan.add_argument("--json", action="store_true")
 
+    cal = sub.add_parser(
+        "calibrate",
+        help="fit the simulator to a deployment's own runs; measure it on runs it did not fit",
+        description="Fit the simulator's step-time and host constants to the runs and sweeps "
+        "of one deployment (docs/sim.md, 'Calibrating on your own runs'), hold part of them "
+        "out, and write a profile that --calibration takes.",
+    )
+    cal.add_argument("runs", nargs="+", metavar="RUN_OR_SWEEP", help="run or sweep directories")
+    cal.add_argument(
+        "--out",
+        type=Path,
+        default=Path("calibration.json"),
+        help="the profile to write (default: %(default)s)",
+    )
+    cal.add_argument(
+        "--server-cmd",
+        default=None,
+        help="the command the server ran (default: the one the sweep recorded)",
+    )
+    cal.add_argument(
+        "--gpu", default=None, help="the GPU it ran on (`servetune sim gpus`), or cpu / cpu:N"
+    )
+    cal.add_argument(
+        "--model", default=None, help="the model (catalog name or config.json) if not the command's"
+    )
+    cal.add_argument("--engine-version", default=None, help="the engine's release, for the record")
+    cal.add_argument(
+        "--hold-out",
+        default="auto",
+        metavar="auto|none|LABEL,...",
+        help="which runs to hold out to measure the error (default: auto — other knobs, "
+        "other length mixes, repeats and an interior level)",
+    )
+    cal.add_argument(
+        "--name", default="calibration", help="the profile's name (default: %(default)s)"
+    )
+    cal.add_argument("--json", action="store_true", help="print the profile as JSON")
+    cal.add_argument("--no-progress", action="store_true")
+
     gpus = sub.add_parser("gpus", help="list the GPU catalog")
     gpus.add_argument("--json", action="store_true")
     models = sub.add_parser("models", help="list the model catalog")
@@ -108,7 +148,14 @@ def run(args: argparse.Namespace) -> int:
         return _serve(args)
     if cmd == "run":
         return _run(args)
-    print("usage: servetune sim {serve,run,plan,gpus,models} ... (see --help)", file=sys.stderr)
+    if cmd == "calibrate":
+        from servetune.commands.sim_calibrate import run_calibrate
+
+        return run_calibrate(args)
+    print(
+        "usage: servetune sim {serve,run,plan,calibrate,gpus,models} ... (see --help)",
+        file=sys.stderr,
+    )
     return 2
 
 

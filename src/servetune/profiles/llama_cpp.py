@@ -73,4 +73,12 @@ PROFILE = EngineProfile(
     knob_rules=("llama_batch",),
     diagnose_flags=True,
     provisioned_model="gguf",
+    host_cpu=True,
+    calibrated_as=(
+        "vllm",
+        "llama.cpp's server is simulated with vLLM V1's continuous batching: its slots (-np) "
+        "as max_num_seqs, its logical batch (-b) as the step's token budget with prompts "
+        "chunked into it; llama.cpp never preempts a slot (its context is reserved per slot), "
+        "which the simulator matches while slots × context fits the pool",
+    ),
 )

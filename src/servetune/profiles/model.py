@@ -149,6 +149,12 @@ class EngineProfile:
     sim_semantics: str | None = None
     """The simulated engine's model of this engine (``sim … --engine ID``): ``vllm-v1`` or
     ``sglang-srt`` (:mod:`servetune.sim.config`); None: the simulator does not model it."""
+    host_cpu: bool = False
+    """Its forward pass runs on the host's cores (a CPU build): its device is ``cpu``."""
+    calibrated_as: tuple[str, str] | None = None
+    """For an engine the simulator has no model of: (the simulated engine whose scheduler
+    stands in for it, what that leaves out) — ``sim calibrate`` fits that one to its runs and
+    says so."""
     diagnose_flags: bool = False
     """Diagnose spells its actions for this engine too (each user-facing engine)."""
     provisioned_model: Literal["hf", "gguf"] = "hf"

@@ -42,4 +42,5 @@ PROFILE = EngineProfile(
     reads_as=("vllm",),
     knob_rules=("vllm_batch",),
     memory_model=True,
+    host_cpu=True,
 )

@@ -105,6 +105,14 @@ def add_engine_arguments(p: argparse._ActionsContainer, shared: Iterable[str] = 
         "the catalog's",
     )
     p.add_argument(
+        "--calibration",
+        default=None,
+        metavar="PROFILE",
+        help="(not a vLLM flag) simulate with the constants `servetune sim calibrate` fitted "
+        "to a deployment's own runs (its calibration.json); unset --gpu, --model and knobs "
+        "take the deployment's",
+    )
+    p.add_argument(
         "--spec-acceptance-rate",
         type=float,
         default=None,
@@ -124,6 +132,7 @@ def engine_flags_given(args: argparse.Namespace) -> list[str]:
         "gpu",
         "interconnect_gb_s",
         "spec_acceptance_rate",
+        "calibration",
         *(k for k in SIM_KNOBS if k != "served_model_name"),
     ]
     out = ["--" + d.replace("_", "-") for d in dests if getattr(args, d, None) is not None]
@@ -187,4 +196,23 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         raise ConfigError(
             "--sglang-version needs --engine sglang", hint="add --engine sglang or drop it"
         )
+    if getattr(args, "calibration", None):
+        with_calibration(fields, args)
     return EngineConfig(**fields)
+
+
+def with_calibration(fields: dict[str, Any], args: argparse.Namespace) -> None:
+    """``fields`` with ``--calibration``'s profile: its calibration, and the deployment's
+    device, model and knobs where no flag set them."""
+    from servetune.results.calibration_file import read_calibration
+
+    cal = read_calibration(args.calibration).calibration
+    dep = cal.deployment
+    fields["calibration"] = cal
+    if not getattr(args, "gpu", None):
+        fields["gpu"] = dep.device.name
+    if not getattr(args, "model", None):
+        fields["model"] = dep.model
+    for k, v in dep.knobs.items():
+        if k in SIM_KNOBS and k != "served_model_name" and fields.get(k) is None:
+            fields[k] = v

@@ -12,12 +12,14 @@ to the model's ``max_position_embeddings``. The offline ``LLM`` class's budget d
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from servetune.arch.architecture import Architecture
-from servetune.arch.gpus import GpuSpec, find_gpu
+from servetune.arch.cpu import find_device
+from servetune.arch.gpus import GpuSpec
 from servetune.arch.models import find_model
 from servetune.arch.parallel import Parallelism
 from servetune.arch.precision import kv_dtype_bytes, weight_format
@@ -35,6 +37,7 @@ from servetune.knobs import (
 from servetune.knobs.model import Spelling
 from servetune.profiles import PROFILES
 from servetune.profiles import find as find_profile
+from servetune.results.calibration_file import Calibration
 from servetune.sim.speculative import MTP_METHODS, Speculation, default_acceptance
 
 _V = TypeVar("_V", int, bool)
@@ -124,6 +127,9 @@ class EngineConfig(BaseModel):
     spec_acceptance_rate: float | None = None
     """Not a vLLM flag: the per-token acceptance rate of the drafts (0-1) on the traffic
     simulated; None: the method's published default (:mod:`servetune.sim.speculative`)."""
+    calibration: Calibration | None = None
+    """Not an engine flag: the simulator fitted to this deployment's own runs
+    (``servetune sim calibrate``); its constants replace the catalog's."""
 
     @field_validator("engine")
     @classmethod
@@ -239,6 +245,8 @@ class ResolvedConfig(BaseModel):
     expert_parallel_size: int = 1
     enable_dp_attention: bool = False
     sglang_version: str | None = None
+    calibration: Calibration | None = None
+    """The calibration applied (its constants and KV pool), None: the catalog's."""
 
     @property
     def semantics(self) -> str:
@@ -280,6 +288,7 @@ class ResolvedConfig(BaseModel):
             "semantics": self.semantics,
             "gpu": self.gpu.name,
             "model": self.model.name,
+            **({"model_path": ref} if (ref := model_ref(self.model)) != self.model.name else {}),
             "tensor_parallel_size": self.tensor_parallel_size,
             "data_parallel_size": self.data_parallel_size,
             "enable_expert_parallel": self.enable_expert_parallel,
@@ -296,6 +305,7 @@ class ResolvedConfig(BaseModel):
             "interconnect_gb_s": self.interconnect_gb_s,
             **({"speculative": self.speculation.model_dump()} if self.speculation else {}),
             "defaults_applied": self.defaults_applied,
+            **({"calibration": self.calibration.model_dump()} if self.calibration else {}),
         }
         if self.semantics == SGLANG_SRT:
             out.update(
@@ -308,6 +318,13 @@ class ResolvedConfig(BaseModel):
                 sglang_version=self.sglang_version,
             )
         return out
+
+
+def model_ref(m: Architecture) -> str:
+    """How a configuration names its model again: the local config.json it was read from,
+    else the catalog name."""
+    src = m.source
+    return src if src.endswith(".json") and Path(src).is_absolute() else m.name
 
 
 def batch_defaults(gpu: GpuSpec, usage: UsageContext) -> tuple[int, int]:
@@ -377,7 +394,8 @@ SGLANG_ONLY: frozenset[str] = frozenset(
 
 def resolve(cfg: EngineConfig) -> ResolvedConfig:
     """Look up the GPU and model and apply the simulated engine's defaults and checks."""
-    return _RESOLVERS[semantics_of(cfg.engine)](cfg)
+    r = _RESOLVERS[semantics_of(cfg.engine)](cfg)
+    return r if cfg.calibration is None else r.model_copy(update={"calibration": cfg.calibration})
 
 
 def _refuse_sglang_only(cfg: EngineConfig) -> None:
@@ -397,7 +415,7 @@ def _refuse_sglang_only(cfg: EngineConfig) -> None:
 
 def _resolve_vllm(cfg: EngineConfig) -> ResolvedConfig:
     _refuse_sglang_only(cfg)
-    gpu = find_gpu(cfg.gpu)
+    gpu = find_device(cfg.gpu, cfg.calibration.deployment.device if cfg.calibration else None)
     model = find_model(cfg.model)
     applied: dict[str, KnobValue] = {}
     tp = cfg.tensor_parallel_size
@@ -622,7 +640,7 @@ def _resolve_sglang(cfg: EngineConfig) -> ResolvedConfig:
             hint="drop --speculative-method, or simulate it with --engine vllm",
             code="sim.config",
         )
-    gpu = find_gpu(cfg.gpu)
+    gpu = find_device(cfg.gpu, cfg.calibration.deployment.device if cfg.calibration else None)
     model = find_model(cfg.model)
     rules = ms.rules_for(cfg.sglang_version)
     applied: dict[str, KnobValue] = {}

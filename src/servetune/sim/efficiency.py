@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
 from servetune.arch.gpus import GpuSpec
+
+if TYPE_CHECKING:
+    from servetune.sim.config import ResolvedConfig
 
 
 class Efficiency(BaseModel):
@@ -75,3 +78,12 @@ def efficiency(gpu: GpuSpec) -> Efficiency:
     entry = table["gpus"].get(gpu.name) or table["default"]
     host = table.get("host") or {}
     return Efficiency.model_validate({**{k: v for k, v in host.items() if k != "source"}, **entry})
+
+
+def calibrated(r: ResolvedConfig) -> Efficiency:
+    """The constants a configuration runs with: its calibration's (``sim calibrate``) over the
+    GPU's catalog entry, else the catalog's."""
+    base = efficiency(r.gpu)
+    if r.calibration is None or not r.calibration.constants:
+        return base
+    return base.model_copy(update=dict(r.calibration.constants))

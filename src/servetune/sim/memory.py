@@ -24,5 +24,40 @@ def plan_memory(
     if r.semantics == SGLANG_SRT:
         seqs = cfg.max_num_seqs if isinstance(cfg, EngineConfig) else None
         given = r.max_num_seqs * r.parallelism.attn_dp if seqs is None else seqs
-        return memory_sglang.plan_for(r, r.sglang_version, given)
-    return plan_for(r, vllm_version, sampler, hopper_mxfp4)
+        plan: MemoryPlan = memory_sglang.plan_for(r, r.sglang_version, given)
+    else:
+        plan = plan_for(r, vllm_version, sampler, hopper_mxfp4)
+    return measured_pool(r, plan)
+
+
+def pool_applies(r: ResolvedConfig) -> bool:
+    """Does the KV pool a calibration measured apply to ``r``? Only at the deployment's own
+    memory layout: the same tensor-parallel size, memory share, KV dtype and weights (any
+    other changes the pool, and the planner sizes it)."""
+    cal = r.calibration
+    if cal is None or cal.kv_cache_tokens is None:
+        return False
+    dep = cal.deployment
+    if r.tensor_parallel_size != dep.tensor_parallel_size:
+        return False
+    for knob in ("gpu_memory_utilization", "kv_cache_dtype", "quantization", "block_size"):
+        if knob in dep.knobs and dep.knobs[knob] != getattr(r, knob):
+            return False
+    return True
+
+
+def measured_pool(r: ResolvedConfig, plan: MemoryPlan) -> MemoryPlan:
+    """``plan`` with the KV pool the calibration's server showed, where it applies."""
+    if not pool_applies(r):
+        return plan
+    assert r.calibration is not None and r.calibration.kv_cache_tokens is not None
+    tokens = r.calibration.kv_cache_tokens
+    blocks = max(1, tokens // plan.block_size)
+    return plan.model_copy(
+        update={
+            "kv_cache_tokens": blocks * plan.block_size,
+            "num_gpu_blocks": blocks,
+            "engine_blocks": 0,
+            "kv_cache_gib": blocks * plan.block_size * plan.kv_bytes_per_token / 2**30,
+        }
+    )

@@ -37,6 +37,7 @@ from servetune.results.io import (
 )
 from servetune.results.schema import BenchConfig, RunResult
 from servetune.routing.config import RoutingConfig
+from servetune.sim.calibration_use import use_warnings
 from servetune.sim.config import EngineConfig, ResolvedConfig
 from servetune.sim.memory import plan_memory
 from servetune.sim.offline_plan import workload_plan
@@ -226,6 +227,16 @@ def _simulate(
         tok_exact,
         sim.itl_ms,
     )
+    if r.calibration is not None:
+        specs = plan.requests
+        n = max(1, len(specs))
+        result.warnings.extend(
+            use_warnings(
+                r,
+                sum(s.input_len for s in specs) / n,
+                sum(s.output_len or 0 for s in specs) / n,
+            )
+        )
     if plan.sessions is not None or bench_cfg.dataset_name == "trace":
         # the reuse these workloads are about: what an unbounded cache could serve of them
         result.workload = workload_facts(

@@ -21,6 +21,7 @@ from servetune.sim.config import (
     SGLANG_SRT,
     EngineConfig,
     ResolvedConfig,
+    model_ref,
     sglang_command,
 )
 from servetune.sim.engine import Engine
@@ -44,7 +45,8 @@ def launch_argv(r: ResolvedConfig) -> list[str]:
         "serve",
         *EngineConfig(
             gpu=r.gpu.name,
-            model=r.model.name,
+            model=model_ref(r.model),
+            calibration=r.calibration,
             tensor_parallel_size=r.tensor_parallel_size,
             max_num_seqs=r.max_num_seqs,
             max_num_batched_tokens=r.max_num_batched_tokens,

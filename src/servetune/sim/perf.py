@@ -51,7 +51,7 @@ from servetune.arch.precision import linear_rate
 from servetune.arch.weights import mtp_layer_weights, rank_weights
 from servetune.errors import SimError
 from servetune.sim.config import SGLANG_SRT, ResolvedConfig
-from servetune.sim.efficiency import Efficiency, efficiency
+from servetune.sim.efficiency import Efficiency, calibrated
 
 __all__ = ["DecodeCoeffs", "ModelFlops", "StepModel", "capture_sizes", "model_flops", "peak_flops"]
 
@@ -110,7 +110,7 @@ class StepModel:
     """Step-time model for one resolved configuration."""
 
     def __init__(self, r: ResolvedConfig, eff: Efficiency | None = None) -> None:
-        self.eff = eff or efficiency(r.gpu)
+        self.eff = eff or calibrated(r)
         m = r.model
         par = r.parallelism
         self.tp = par.attn_tp
