@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from servetune.errors import ConfigError
-from servetune.loadgen.runfile import open_run
+from servetune.metrics.run_finish import open_run
 from servetune.results.io import RUN_FILE, SWEEP_FILE, read_records
 from servetune.results.record import RequestRecord
 from servetune.results.schema import RunResult
