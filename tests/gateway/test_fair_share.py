@@ -1,8 +1,9 @@
 """Fair share without per-tenant caps, live: a light tenant under a 10× flood of another at the
 same priority, neither capped, through the gateway on the scripted server (4 slots, ~100 ms a
-request). With the share rule (``queue.fair_share_s``, the default) light rarely waits for a
-slot and its P99 TTFT stays near its figure alone; with the rule off (fair queueing alone, as
-before) nearly every light request waits for one of the flood's to end. Side by side in one test,
+request). With the share rule (``queue.fair_share_s``, the default) light almost never waits
+for a slot (slots kept for its 0.99 quantile of concurrency, one over the limit past its share)
+and its P99 TTFT stays near its figure alone; with the rule off (fair queueing alone) nearly
+every light request waits for one of the flood's to end. Side by side in one test,
 generous margins (the figures: ``benchmarks/gateway_fair_share.py``)."""
 
 from __future__ import annotations
@@ -115,7 +116,11 @@ def test_a_light_tenant_keeps_its_ttft_under_an_uncapped_flood(
     # the mechanism, counted by the gateway itself (robust to a loaded box): before, light
     # waited for a slot in most of its flooded requests; with the share rule in few
     assert before["light_waited"] > 0.5 * len(before["under"]), summary
-    assert after["light_waited"] < 0.4 * before["light_waited"], summary
+    # with the rule, light's arrivals find a slot kept (or go one over the limit) unless it
+    # already has 3 running: 1.4 % of them at λS = 0.5 (the share rule of 7277f90, two kept
+    # and no burst past its share, made 9 % wait: 2-9 of 36; the deterministic case is
+    # tests/gateway/test_shares.py)
+    assert after["light_waited"] <= 0.1 * len(after["under"]), summary
     assert after["flood_waited"] > 0, summary  # the flood was flooding (its queue was full)
     # the outcome, with a generous margin: this test's clients share one event loop with the
     # gateway on a busy 2-core box, so its P99 is the box's (the P99 ratio is the benchmark's,

@@ -163,15 +163,20 @@ class QueuePolicy(_Strict):
     higher-class request active, every slot is open to all (see :mod:`servetune.gateway.pool`)."""
     fair_share_s: float = Field(default=10.0, ge=0, le=3600)
     """Fair share of each group's slots among its active tenants, without per-tenant caps: a
-    tenant at its share leaves one slot free for each other tenant below its share that sent a
-    request within this many seconds (0: off; see :mod:`servetune.gateway.shares`)."""
-    fair_share_ahead: int = Field(default=2, ge=1, le=1024)
-    """Slots kept free for each active tenant below its share (at most its share minus what it
-    holds): its requests that arrive while it has fewer than this running never wait for a
-    slot; more cost the other tenants more idle slots."""
+    tenant that sent a request within this many seconds (also the time constant of its
+    request rate) has slots kept free for its next requests — the ``fair_share_quantile`` of
+    its concurrency, at most its share — which the others may not take (0: off; see
+    :mod:`servetune.gateway.shares`)."""
+    fair_share_ahead: int | None = Field(default=None, ge=1, le=1024)
+    """The most slots kept free for one active tenant (None: its share of the slots, rounded
+    down)."""
     fair_share_burst: int = Field(default=1, ge=0, le=64)
-    """Slots over an upstream's admission limit that a tenant below its share may take when
-    none is free to it (0: the limit is never passed)."""
+    """Slots over an upstream's admission limit that a tenant may take when none is free to
+    it, while its mean concurrency is below its share and it runs fewer than its
+    ``fair_share_quantile`` (0: the limit is never passed)."""
+    fair_share_quantile: float = Field(default=0.99, ge=0.5, lt=1.0)
+    """The quantile of a tenant's concurrency (Poisson of its rate × its mean slot time) its
+    reservation covers."""
     output_weight: float = Field(default=1.0, ge=0)
     """Fair-queueing cost of an output token relative to an input token."""
 

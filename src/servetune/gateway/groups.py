@@ -85,6 +85,7 @@ def rebuild_pools(
             q.fair_share_s,
             q.fair_share_ahead,
             q.fair_share_burst,
+            q.fair_share_quantile,
         )
         if old is not None:  # keep the waiters and the fairness counters
             pool.queue = old.queue
@@ -96,8 +97,8 @@ def rebuild_pools(
             # in-flight requests release into the pool they started on: one count for both
             old.running.extend([0] * (classes - len(old.running)))
             pool.running = old.running
-            old.shares.window_s, old.shares.ahead = q.fair_share_s, q.fair_share_ahead
-            old.shares.burst = q.fair_share_burst
+            old.shares.window_s, old.shares.cap = q.fair_share_s, q.fair_share_ahead
+            old.shares.burst, old.shares.quantile = q.fair_share_burst, q.fair_share_quantile
             pool.shares = old.shares  # the slots each tenant holds, released into either
         pools[g.name] = pool
     live = {(g.name, url) for g in cfg.groups for url in g.urls}

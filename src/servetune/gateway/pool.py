@@ -108,8 +108,9 @@ class Pool:
         headroom: int = 0,
         routing: RoutingConfig | None = None,
         share_window_s: float = 0.0,
-        share_ahead: int = 1,
+        share_cap: int | None = None,
         share_burst: int = 0,
+        share_quantile: float = 0.99,
     ) -> None:
         self.name = name
         self.upstreams = upstreams
@@ -125,7 +126,7 @@ class Pool:
         """Slots of each upstream kept for the higher priority classes while one is active."""
         self.running = [0] * max(1, classes)
         """Requests holding a slot in this group, per priority class."""
-        self.shares = TenantShares(share_window_s, share_ahead, share_burst)
+        self.shares = TenantShares(share_window_s, share_cap, share_burst, share_quantile)
         """Each active tenant's share of the slots (:mod:`servetune.gateway.shares`)."""
         self.service_ewma_s = 1.0
         self._wake: asyncio.TimerHandle | None = None
@@ -225,35 +226,51 @@ class Pool:
         tenant: str = "",
     ) -> Upstream | None:
         """A slot now for a request of ``tenant`` in class ``priority``, if one is free to it
-        (the headroom above; the slots kept for active tenants below their share,
+        (the headroom above; the slots kept for other active tenants' reservations,
         :mod:`~servetune.gateway.shares`) and no request of its class or a higher one waits
-        (they go first — unless the tenant is below its share and has none of its own
-        waiting: those waiting are then tenants the share rule holds back)."""
+        (they go first — unless the tenant is within its reservation and has none of its own
+        waiting: those waiting are then tenants the share rule holds back); or one over an
+        upstream's limit (``burst``) for a tenant below its share and its need when none is
+        free."""
         queue = self.queue
         shares = self.shares
+        on = bool(shares.window_s) and len(shares.seen) > 1
+        burst_only = False
         if len(queue) and queue.head_class() <= priority:
-            if not (
-                shares.window_s
-                and queue.head_class() == priority
-                and not queue.waiting(tenant)
-                and shares.under_share(tenant, self.capacity(), time.monotonic())
-            ):
+            # those waiting go first, unless this tenant has none of its own waiting and is
+            # within its reservation (those waiting are then held back by it), or may burst
+            # over the limit when no slot is free (a free one is kept for someone else)
+            if not (on and queue.head_class() == priority and not queue.waiting(tenant)):
                 return None
-        elif shares.window_s and shares.blocked(
-            tenant, self.capacity() - self.inflight(), self.capacity(), time.monotonic()
+            now, cap = time.monotonic(), self.capacity()
+            svc = self.service_ewma_s
+            if not shares.within(tenant, cap, now, svc):
+                if not shares.may_burst(tenant, cap, now, svc) or self._free_count(0):
+                    return None
+                burst_only = True
+        elif on and shares.blocked(
+            tenant,
+            self.capacity() - self.inflight(),
+            self.capacity(),
+            time.monotonic(),
+            self.service_ewma_s,
         ):
             return None
         keep = self._keep(priority)
-        u = self._free(avoid, keep, route)
+        u = None if burst_only else self._free(avoid, keep, route)
         if (
             u is None
+            and on
             and not keep  # never past the headroom kept for a higher class
             and shares.burst
-            and shares.window_s
-            and shares.under_share(tenant, self.capacity(), time.monotonic())
+            and not queue.waiting(tenant)
+            and (
+                burst_only
+                or shares.may_burst(tenant, self.capacity(), time.monotonic(), self.service_ewma_s)
+            )
         ):
-            # a tenant below its share finds no slot (its kept ones in use): up to ``burst``
-            # over an upstream's limit rather than a wait for another tenant's request to end
+            # below its share and its need and nothing free: up to ``burst`` over an
+            # upstream's limit rather than a wait for another tenant's request to end
             u = self._free(avoid, -shares.burst, route)
         if u is None or not u.breaker.allows():
             return None
@@ -371,7 +388,7 @@ class Pool:
         u.inflight -= 1
         self.running[priority] -= 1
         if self.shares.window_s:
-            self.shares.gave(tenant)
+            self.shares.gave(tenant, service_s)
         if service_s is not None:
             self.service_ewma_s += 0.05 * (service_s - self.service_ewma_s)
         if len(self.queue):
@@ -395,7 +412,7 @@ class Pool:
                     self.capacity(),
                     time.monotonic(),
                 )
-                w = queue.pop(partial(_held_back, shares, free, cap, now))
+                w = queue.pop(partial(_held_back, shares, free, cap, now, self.service_ewma_s))
             else:
                 w = queue.pop()
             if w is None:
@@ -430,8 +447,15 @@ class Pool:
         )
 
 
-def _held_back(shares: TenantShares, free: float, cap: float, now: float, tenant: str) -> bool:
-    return shares.blocked(tenant, free, cap, now)
+def _held_back(
+    shares: TenantShares,
+    free: float,
+    cap: float,
+    now: float,
+    service_s: float,
+    tenant: str,
+) -> bool:
+    return shares.blocked(tenant, free, cap, now, service_s)
 
 
 class RoutedWaiter(Waiter):
