@@ -126,8 +126,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--gpus",
         type=_list,
-        default=list(DEFAULT_GPUS),
-        help=f"GPU types (default: {','.join(DEFAULT_GPUS)})",
+        default=None,
+        help=f"GPU types (default: {','.join(DEFAULT_GPUS)}; with --calibration, the "
+        "profile's device)",
     )
     s.add_argument(
         "--tp",
@@ -166,6 +167,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="'default' or KNOB=V,KNOB=V (repeatable; default: "
         + "; ".join(DEFAULT_KNOB_SETS)
         + ")",
+    )
+    from servetune.commands._calibration_args import add_calibration_argument
+
+    add_calibration_argument(
+        s,
+        "every candidate carries it (one on another GPU or model than the profile's is "
+        "noted: its constants transferred); unset --model and --gpus take the deployment's",
     )
     s.add_argument("--max-replicas", type=int, default=64)
     s.add_argument(
@@ -213,6 +221,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
 def _request(args: argparse.Namespace) -> PlanRequest:
     from servetune.arch.models import find_model
     from servetune.checks import validated
+    from servetune.commands._calibration_args import calibration_of
     from servetune.commands._workload_args import flag_of
     from servetune.errors import ConfigError
     from servetune.metrics.slo_spec import p99_slo, parse_slos
@@ -229,6 +238,8 @@ def _request(args: argparse.Namespace) -> PlanRequest:
     )
 
     _check_numbers(args)
+    profile = calibration_of(args)
+    cal, cal_ref = profile if profile is not None else (None, None)
     n_specs = max(4 * args.requests_per_point, 4000)
     sessions = None
     model = args.model
@@ -265,7 +276,7 @@ def _request(args: argparse.Namespace) -> PlanRequest:
     if peak is None:
         peak = avg
     if model is None:
-        model = "Qwen/Qwen2.5-7B-Instruct"
+        model = cal.deployment.model if cal is not None else "Qwen/Qwen2.5-7B-Instruct"
     arch = find_model(model)
     if not model.endswith(".json") and not ("/" in model and model in arch.aliases):
         model = arch.name  # an alias's Hugging Face id is served as asked (DeepSeek-R1)
@@ -283,8 +294,10 @@ def _request(args: argparse.Namespace) -> PlanRequest:
         raise ConfigError("--tp sizes must be ≥ 1", hint="e.g. --tp 1,2,4")
     layouts = [parse_layout(x) for x in args.layouts] if args.layouts else None
     from servetune.cost.prices import canonical_gpu
+    from servetune.plan.space import DEFAULT_GPUS
 
-    gpus = [canonical_gpu(g) for g in args.gpus]
+    given = args.gpus or ([cal.deployment.device.name] if cal is not None else DEFAULT_GPUS)
+    gpus = [canonical_gpu(g) for g in given]
     cands = candidates(
         model,
         gpus,
@@ -293,6 +306,7 @@ def _request(args: argparse.Namespace) -> PlanRequest:
         args.knob_sets or list(DEFAULT_KNOB_SETS),
         layouts=layouts,
         engines=args.engines,
+        calibration=cal,
     )
     if args.router:
         from servetune.routing.config import POLICIES
@@ -319,6 +333,7 @@ def _request(args: argparse.Namespace) -> PlanRequest:
         confirm_rows=args.top,
         sessions=sessions,
         replicas=args.replicas,
+        calibration=cal_ref,
     )
     flags = {"average_rate": "--rate", "confirm_rows": "--top"}
     out: PlanRequest = validated(PlanRequest, fields, name=lambda f: flags.get(f) or flag_of(f))
@@ -523,6 +538,10 @@ def _print(res: PlanResult, top: int | None) -> None:
             f"fleets behind {', '.join(res.routers)}: {size} whose whole fleet, simulated "
             "behind the router at the peak, holds the SLOs (SLO-max/replica = peak ÷ replicas)"
         )
+    if res.calibration is not None:
+        from servetune.commands._calibration_args import describe
+
+        con.print(describe(res.calibration))
     ok = [c for c in res.candidates if c.status == "ok"]
     shown = ok if top is None else ok[:top]
     settled = min(res.settled_rows, len(shown))

@@ -57,6 +57,7 @@ def price(req: PlanRequest, prices: PriceBook, cand: Candidate, o: Outcome) -> P
         engine_kv_tokens=o.engine_kv_tokens,
         max_concurrency_at_max_len=o.max_concurrency,
         router=cand.router,
+        notes=list(o.calibration_notes),
     )
     if o.refused is None and o.fleet is not None:
         return _price_fleet(req, prices, cand, o.fleet, base)

@@ -9,6 +9,7 @@ from servetune.checks import Invalid
 from servetune.plan.fleet import FleetTraffic
 from servetune.plan.space import Candidate
 from servetune.plan.workload import Workload
+from servetune.results.calibration_ref import CalibrationRef
 from servetune.results.schema import BenchConfig, Slo
 
 CONFIRM_ROWS = 12
@@ -39,6 +40,8 @@ class PlanRequest(BaseModel):
     fleets behind the candidates' routers (:mod:`servetune.plan.fleet`)."""
     replicas: int | None = Field(None, ge=1, examples=[4])
     """Fleets of exactly this many replicas behind the router (default: the fewest)."""
+    calibration: CalibrationRef | None = None
+    """``--calibration``: the profile every candidate's engine configuration carries."""
 
     def fleet(self) -> FleetTraffic | None:
         """What the fleets behind a router are planned for (None: no candidate has one)."""

@@ -141,8 +141,42 @@ def _assemble(
         confirm_draws=DRAWS,
         routers=list(dict.fromkeys(c.router for c in cands if c.router is not None)),
         replicas=req.replicas,
+        calibration=req.calibration,
     )
+    if req.calibration is not None:
+        result.warnings = _transferred(req, cands, outcomes) + result.warnings
     return result, sims
+
+
+def _transferred(
+    req: PlanRequest, cands: list[Candidate], outcomes: dict[int, Outcome]
+) -> list[str]:
+    """A plan-wide line per kind of calibration note (each candidate's are in its notes)."""
+    assert req.calibration is not None
+    kinds: dict[str, int] = {}
+    for i in range(len(cands)):
+        for n in outcomes[i].calibration_notes:
+            kind = (
+                "another device"
+                if n.endswith("another device")
+                else "another model"
+                if n.endswith("another model")
+                else "outside what it measured"
+            )
+            kinds[kind] = kinds.get(kind, 0) + 1
+    ref = req.calibration
+    out = []
+    for kind, k in kinds.items():
+        what = (
+            f"its constants transferred to {kind}"
+            if kind.startswith("another")
+            else "questions outside what its runs measured"
+        )
+        out.append(
+            f"calibration {ref.id} (measured on {ref.model}, {ref.device}): {k} of "
+            f"{len(cands)} candidates — {what} (each candidate's notes in plan.json)"
+        )
+    return out
 
 
 def _progress_line(done: int, total: int, c: Candidate, o: Outcome) -> str:

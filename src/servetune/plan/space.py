@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servetune.arch.models import find_model
 from servetune.errors import ConfigError
+from servetune.results.calibration_file import Calibration
 from servetune.sim.config import EngineConfig
 
 QUANTIZATIONS = {
@@ -209,12 +210,21 @@ def check_engines(items: list[str]) -> list[str]:
 
 
 def engine_config(
-    engine: str, gpu: str, model: str, layout: Layout, quantization: str, knobs: dict[str, Any]
+    engine: str,
+    gpu: str,
+    model: str,
+    layout: Layout,
+    quantization: str,
+    knobs: dict[str, Any],
+    calibration: Calibration | None = None,
 ) -> EngineConfig:
     """One candidate's simulated configuration (the seam where another engine's semantics
-    plug in: today every engine the planner has is vLLM V1's)."""
+    plug in: today every engine the planner has is vLLM V1's), with ``--calibration``'s
+    constants when given (on every candidate: one on another GPU or model than the profile's
+    transfers them, and its notes say so)."""
     assert engine in ENGINES, engine
     return EngineConfig(
+        calibration=calibration,
         gpu=gpu,
         model=model,
         tensor_parallel_size=layout.tp,
@@ -233,6 +243,7 @@ def candidates(
     knob_sets: list[str],
     layouts: list[Layout] | None = None,
     engines: list[str] | None = None,
+    calibration: Calibration | None = None,
 ) -> list[Candidate]:
     """Every engine × GPU × layout × quantization × knob set (``layouts``: the default ones
     of ``tps``, :func:`default_layouts`)."""
@@ -246,7 +257,7 @@ def candidates(
                     for spec in knob_sets:
                         knobs = parse_knob_set(spec)
                         try:
-                            cfg = engine_config(engine, gpu, model, lay, q, knobs)
+                            cfg = engine_config(engine, gpu, model, lay, q, knobs, calibration)
                         except ValidationError as exc:
                             raise ConfigError(
                                 f"--knob-set {spec!r}: {exc.errors()[0]['msg']}"

@@ -17,6 +17,7 @@ from servetune.plan.simulate import Point
 from servetune.plan.space import Candidate
 from servetune.plan.workload import Workload
 from servetune.results.schema import Slo
+from servetune.sim.calibration_use import use_warnings
 from servetune.sim.memory import plan_memory
 
 
@@ -33,6 +34,9 @@ class Outcome(BaseModel):
     capacity: Capacity | None = None
     fleet: FleetCapacity | None = None
     """Behind a router: the fewest replicas that held the peak (no per-replica capacity)."""
+    calibration_notes: list[str] = []
+    """What of the candidate its calibration did not measure (another GPU or model than the
+    profile's: its constants transferred; batches, contexts or prompts beyond its runs')."""
 
 
 _W: dict[str, Any] = {}
@@ -49,8 +53,10 @@ def evaluate(index: int, cand: Candidate) -> Outcome:
     except SimError as exc:
         return Outcome(index=index, refused=exc.message)
     serve = "vllm serve " + " ".join(cand.engine.vllm_args())
+    w: Workload = _W["workload"]
     out = Outcome(
         index=index,
+        calibration_notes=use_warnings(r, w.mean_input, w.mean_output),
         vllm_serve=serve,
         kv_cache_tokens=mem.kv_cache_tokens,
         engine_kv_tokens=(mem.engine_blocks or mem.num_gpu_blocks) * r.block_size,

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, computed_field
 
 from servetune.errors import ResultError
+from servetune.results.calibration_ref import CalibrationRef
 from servetune.results.jsonfile import read_model_file, write_json_atomic
 from servetune.results.schema import Slo
 
@@ -127,6 +128,9 @@ class PlanResult(BaseModel):
     time)."""
     replicas: int | None = None
     """``--replicas``: the fleets' fixed size (None: the fewest that hold the peak)."""
+    calibration: CalibrationRef | None = None
+    """``--calibration``: the profile the candidates were simulated with (each candidate's
+    notes say where its constants are transferred to another GPU or model)."""
     candidates: list[PlannedCandidate]
     winner: PlannedCandidate | None = None
     confirmed: PlannedPoint | None = None
