@@ -5,8 +5,9 @@ the length mix (mean prompt and output tokens, to 10%). The largest group is the
 other group is held out whole (another ``--max-num-seqs``, another mix: questions the profile
 must answer without having seen them), and within the fit's group one interior level (the
 middle one by load) is held out too, when the group has three or more. A run that repeats
-another (same group, offered rate within 5%) is held out as a repeat, and the pair gives the
-noise. ``none`` holds nothing out; a list of labels holds out exactly those.
+another (same group, same concurrency cap, offered rate within 5%) is held out as a
+repeat, and the pair gives the noise. ``none`` holds nothing out; a list of labels holds
+out exactly those.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ class Used:
         rate = self.ev.run.config.request_rate
         return float(rate) if math.isfinite(rate) else math.inf
 
+    @property
+    def cap(self) -> int | None:
+        """The client's concurrency cap (a closed-loop level)."""
+        return self.ev.run.config.max_concurrency
+
 
 def _knobs(u: Used) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, str(v)) for k, v in u.it.config.knob_values().items()))
@@ -82,7 +88,12 @@ def split(
     for members in groups:
         for j, a in enumerate(members):
             for b in members[j + 1 :]:
-                if _same_rate(used[a].offered, used[b].offered) and all(b != y for _, y in repeats):
+                ua, ub = used[a], used[b]
+                if (
+                    ua.cap == ub.cap
+                    and _same_rate(ua.offered, ub.offered)
+                    and all(b != y for _, y in repeats)
+                ):
                     repeats.append((a, b))
                     break
     noise = _noise(used, repeats)

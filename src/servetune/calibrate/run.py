@@ -32,6 +32,7 @@ from servetune.results.calibration_file import (
     RunError,
     median_abs,
 )
+from servetune.sim.efficiency import efficiency
 from servetune.sim.memory import plan_memory
 
 LARGE_HELD_OUT = {"output_throughput": 0.10, "mean_ttft_ms": 0.15, "mean_tpot_ms": 0.15}
@@ -189,6 +190,13 @@ def calibrate(
                 error={f: rel_error(sim.get(f), case.measured.get(f)) for f in FIGURES},
             )
         )
+    base = efficiency(cases[0].r.gpu)
+    catalog = {k: float(getattr(base, k)) for k in result.constants}
+    uncalibrated: list[dict[str, float | None]] = []
+    for i in held_idx:
+        sim = simulated_figures(cases[i], catalog)
+        uncalibrated.append({f: rel_error(sim.get(f), cases[i].measured.get(f)) for f in FIGURES})
+    catalog_held = {f: median_abs([u[f] for u in uncalibrated]) for f in FIGURES}
     in_sample = {f: median_abs([e.error[f] for e in errors if e.role == "fit"]) for f in FIGURES}
     held = {f: median_abs([e.error[f] for e in errors if e.role == "held_out"]) for f in FIGURES}
     warnings = [n for it in its for n in it.notes]
@@ -226,6 +234,7 @@ def calibrate(
         errors=errors,
         in_sample=in_sample,
         held_out=held,
+        catalog_held_out=catalog_held,
         noise=noise,
         warnings=warnings,
         took_s=round(time.monotonic() - t0, 2),

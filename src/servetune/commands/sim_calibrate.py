@@ -67,6 +67,11 @@ def render(p: CalibrationProfile) -> list[str]:
         f"  {'median |error| held out':<38}"
         + "".join(f"{_abs(p.held_out.get(f)):>10}" for f in FIGURES)
     )
+    if any(v is not None for v in p.catalog_held_out.values()):
+        lines.append(
+            f"  {'held out, catalog constants':<38}"
+            + "".join(f"{_abs(p.catalog_held_out.get(f)):>10}" for f in FIGURES)
+        )
     if any(v is not None for v in p.noise.values()):
         lines.append(
             f"  {'run-to-run noise (repeats)':<38}"

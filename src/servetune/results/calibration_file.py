@@ -155,6 +155,9 @@ class CalibrationProfile(BaseModel):
     """Median |relative error| per figure over the fit runs."""
     held_out: dict[str, float | None] = Field(default_factory=dict)
     """Median |relative error| per figure over the held-out runs (None: nothing held out)."""
+    catalog_held_out: dict[str, float | None] = Field(default_factory=dict)
+    """The same held-out median errors with the catalog's constants (the uncalibrated
+    simulator): what the calibration bought."""
     noise: dict[str, float | None] = Field(default_factory=dict)
     """Run-to-run noise per figure where the evidence has repeats (relative spread)."""
     warnings: list[str] = Field(default_factory=list)
