@@ -314,7 +314,7 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _turns(text: str) -> tuple[int, int]:
+def turn_range(text: str) -> tuple[int, int]:
     lo, sep, hi = text.partition(":")
     try:
         a = int(lo)
@@ -345,7 +345,7 @@ def add_session_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sessions and traces")
     g.add_argument(
         "--multiturn-turns",
-        type=_turns,
+        type=turn_range,
         default=(4, 4),
         metavar="N|MIN:MAX",
         help="turns per synthetic session, fixed or uniform in MIN:MAX (default 4); a user "
@@ -459,7 +459,7 @@ def session_configs(args: argparse.Namespace) -> dict[str, Any]:
                 session_header=args.session_header,
             )
         except ValidationError as exc:
-            raise _flag_error(exc, flags) from None
+            raise flag_error(exc, flags) from None
     if hasattr(args, "trace_format"):
         start, end = args.trace_window if args.trace_window is not None else (0.0, None)
         tflags = {
@@ -475,11 +475,11 @@ def session_configs(args: argparse.Namespace) -> dict[str, Any]:
                 window_end_s=end,
             )
         except ValidationError as exc:
-            raise _flag_error(exc, tflags) from None
+            raise flag_error(exc, tflags) from None
     return out
 
 
-def _flag_error(exc: Any, flags: dict[str, str]) -> ConfigError:
+def flag_error(exc: Any, flags: dict[str, str]) -> ConfigError:
     err = exc.errors()[0]
     field = str(err["loc"][0]) if err.get("loc") else ""
     flag = flags.get(field, field)

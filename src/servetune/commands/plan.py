@@ -80,7 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     w.add_argument("--burstiness", type=float, default=1.0, help="1 = Poisson arrivals")
     w.add_argument("--seed", type=int, default=0)
-    from servetune.commands._workload_args import _turns
+    from servetune.commands._workload_args import turn_range
 
     m = p.add_argument_group(
         "multi-turn sessions (planned as fleets behind --router: a user message is "
@@ -88,7 +88,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     m.add_argument(
         "--multiturn-turns",
-        type=_turns,
+        type=turn_range,
         default=None,
         metavar="N|MIN:MAX",
         help="turns per session, fixed or uniform in MIN:MAX (gives the traffic sessions)",
@@ -346,7 +346,7 @@ def _sessions(args: argparse.Namespace, n: int) -> tuple[Any, Any]:
     from pydantic import ValidationError
 
     from servetune.checks import validated
-    from servetune.commands._workload_args import _flag_error
+    from servetune.commands._workload_args import flag_error
     from servetune.plan.workload import Workload
     from servetune.results.conversation import MultiturnConfig
     from servetune.results.schema import BenchConfig
@@ -364,7 +364,7 @@ def _sessions(args: argparse.Namespace, n: int) -> tuple[Any, Any]:
             rate_unit="requests",
         )
     except ValidationError as exc:
-        raise _flag_error(
+        raise flag_error(
             exc,
             {
                 "turns_min": "--multiturn-turns",

@@ -69,7 +69,7 @@ def shared_prefix_blocks(cfg: BenchConfig, block_size: int) -> int:
     return cfg.prefix_len // block_size if cfg.dataset_name == "prefix" else 0
 
 
-class _Sessions:
+class SessionState:
     """A plan's sessions on the virtual clock: which turn each request is, what each
     conversation holds, and the prefix-cache keys of its blocks.
 
@@ -172,7 +172,7 @@ class Feed:
 
     __slots__ = ("closing", "due", "ends", "limit_ns", "sessions", "sink")
 
-    def __init__(self, sessions: _Sessions | None, sink: list[tuple[int, int]]) -> None:
+    def __init__(self, sessions: SessionState | None, sink: list[tuple[int, int]]) -> None:
         self.sessions = sessions
         self.sink = sink
         self.due: list[tuple[int, int]] = []
@@ -248,7 +248,7 @@ class OfflineRun:
         requests of a step all get its delivery time), so a run makes one int per step, not
         one per token."""
         """Finished requests whose records are not made yet (made by the 256)."""
-        self._sess: _Sessions | None = None
+        self._sess: SessionState | None = None
         self._ends: list[int] = []
         """Session runs: when each request of ``eng.finished`` ended, in its order."""
         self._offsets: list[int] = plan.offsets_ns
@@ -300,7 +300,7 @@ class OfflineRun:
         if feed is not None:
             sess = feed.sessions
         elif plan.sessions is not None:
-            sess = _Sessions(plan, cfg, self.r.max_model_len, self.r.block_size)
+            sess = SessionState(plan, cfg, self.r.max_model_len, self.r.block_size)
         else:
             sess = None
         self._sess = sess

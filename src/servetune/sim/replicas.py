@@ -8,7 +8,7 @@ requests not sent yet, soonest first: a plan's requests at their send times, a s
 first turn at the session's start — and a session's later turn once the answer before it
 ended (on whichever replica served it) and the think time passed: the session runs
 closed-loop across the replicas, with the single engine's session code
-(:class:`~servetune.sim.offline_run._Sessions`, one state for the whole fleet: the prompt
+(:class:`~servetune.sim.offline_run.SessionState`, one state for the whole fleet: the prompt
 grows by the answers as they were served, the client's context cap truncates or ends it).
 
 At a request's send time the policy (:class:`~servetune.routing.policies.Balancer`, the one
@@ -48,7 +48,7 @@ from servetune.routing.config import RoutingConfig
 from servetune.routing.keys import prompt_blocks, stable_hash
 from servetune.routing.policies import Balancer
 from servetune.sim.config import ResolvedConfig
-from servetune.sim.offline_run import Feed, OfflineRun, _Sessions
+from servetune.sim.offline_run import Feed, OfflineRun, SessionState
 from servetune.workload.plan import Plan
 from servetune.workload.spec import RequestSpec
 
@@ -94,7 +94,7 @@ class TurnRoute:
 class _TurnKeys:
     """The routing keys of the conversations' blocks, each made once."""
 
-    def __init__(self, sess: _Sessions) -> None:
+    def __init__(self, sess: SessionState) -> None:
         self.sess = sess
         self._ints: dict[tuple[Any, ...], int] = {}
 
@@ -148,13 +148,13 @@ class Router:
         B = r.block_size
         self.queue: list[tuple[int, int]] = []
         """Requests not sent yet, (run ns, plan index), soonest first."""
-        self.sess: _Sessions | None = None
+        self.sess: SessionState | None = None
         self.keys: _TurnKeys | None = None
         self.think_ns = INF
         """The shortest think time before a later turn (no sessions: no request is made
         during the run, the bound is infinite)."""
         if plan.sessions is not None:
-            self.sess = _Sessions(plan, cfg, r.max_model_len, B)
+            self.sess = SessionState(plan, cfg, r.max_model_len, B)
             self.keys = _TurnKeys(self.sess)
             self.queue = [(at, self.sess.first[j]) for j, at in enumerate(self.sess.starts)]
             thinks = [t.think_s for s in plan.sessions for t in s.turns[1:]]
