@@ -17,7 +17,7 @@ from real_engines import scrape, series
 
 from servetune.engines import EngineProcess
 from servetune.gateway.app import Gateway
-from servetune.gateway.config_load import parse_config
+from servetune.gateway.config import parse_config
 from servetune.gateway.requests import InputCounter, parse_body
 
 pytestmark = pytest.mark.real_engine

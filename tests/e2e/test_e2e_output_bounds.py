@@ -20,7 +20,7 @@ from real_engines import scrape, series
 
 from servetune.engines import EngineProcess
 from servetune.gateway.app import Gateway
-from servetune.gateway.config_load import parse_config
+from servetune.gateway.config import parse_config
 from servetune.gateway.keys import hash_key, new_key
 
 pytestmark = pytest.mark.real_engine

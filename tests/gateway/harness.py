@@ -13,8 +13,7 @@ from typing import Any
 import aiohttp
 
 from servetune.gateway.app import Gateway
-from servetune.gateway.config import GatewayConfig
-from servetune.gateway.config_load import parse_config
+from servetune.gateway.config import GatewayConfig, parse_config
 from servetune.sim.config import EngineConfig
 from servetune.sim.embedded import EmbeddedServer, start_embedded
 

@@ -12,7 +12,7 @@ import aiohttp
 from harness import gateway_config, running, sim, url
 
 from servetune.gateway.audit import read_audit
-from servetune.gateway.config_load import load_config
+from servetune.gateway.config import load_config
 from servetune.gateway.keys import hash_key, new_key
 
 TIMEOUT = aiohttp.ClientTimeout(total=30)

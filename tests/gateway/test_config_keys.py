@@ -12,7 +12,7 @@ import pytest
 
 from servetune.errors import ConfigError
 from servetune.gateway.audit import AuditLog, read_audit
-from servetune.gateway.config_load import config_from_flags, load_config
+from servetune.gateway.config import config_from_flags, load_config
 from servetune.gateway.keys import KeyRing, hash_key, new_key, parse_hashed, read_key_file
 from servetune.gateway.peak import PeakHours
 from servetune.gateway.quality_gate import read_file, run_command

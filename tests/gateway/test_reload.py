@@ -115,7 +115,7 @@ def test_a_reload_refused_late_changes_nothing_that_runs(tmp_path: Path) -> None
     limit and circuit threshold (they were changed first, then the refusal said "kept"), and
     a gateway without keys stays open (auth was switched before the groups were checked)."""
     from servetune.gateway.app import Gateway
-    from servetune.gateway.config_load import load_config
+    from servetune.gateway.config import load_config
 
     cfg = tmp_path / "gateway.yaml"
     group = "groups:\n  - name: g\n    urls: [http://127.0.0.1:9/v1]\n    adaptive: false\n"

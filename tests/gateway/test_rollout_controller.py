@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from servetune.gateway import rollout
 from servetune.gateway.audit import AuditLog, read_audit
 from servetune.gateway.canary import Observation
 from servetune.gateway.config import CanaryPolicy
 from servetune.gateway.rollout import Hooks, RolloutController, RolloutState
+from servetune.gateway.rollout import controller as rollout
 
 
 class FakeGateway:

@@ -107,7 +107,7 @@ def _hash_key() -> int:
 
 def _check(path: str) -> int:
     from servetune.gateway.app import Gateway
-    from servetune.gateway.config_load import load_config
+    from servetune.gateway.config import load_config
 
     cfg = load_config(path)
     gw = Gateway(cfg, path)  # builds keys, tenants and limits: every error surfaces here
@@ -150,7 +150,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from servetune import aio
     from servetune.errors import ConfigError
-    from servetune.gateway.config_load import config_from_flags, load_config
+    from servetune.gateway.config import config_from_flags, load_config
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

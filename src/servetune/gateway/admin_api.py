@@ -25,8 +25,7 @@ from servetune.gateway.keys import KeyRing
 from servetune.gateway.pool import Pool, Router
 from servetune.gateway.quota import QuotaStore
 from servetune.gateway.requests import BadRequest, error_body, presented_key
-from servetune.gateway.rollout import parse_steps
-from servetune.gateway.rollout_control import RolloutControl
+from servetune.gateway.rollout import RolloutControl, parse_steps
 from servetune.http import Exchange
 from servetune.http import Router as HTTPRouter
 

@@ -27,7 +27,7 @@ Steps 1–4 run in :meth:`Gateway._generate`, in the HTTP server's callback; ste
 
 ``/v1/models`` is passed through (auth only); ``/health``, ``/metrics`` (Prometheus) and the
 admin API (:mod:`servetune.gateway.admin_api`; admin key) are the gateway's own. A rollout is
-driven by :mod:`servetune.gateway.rollout_control`; a request only reads its step and hands it
+driven by :mod:`servetune.gateway.rollout.control`; a request only reads its step and hands it
 an observation. SIGHUP reloads the configuration without dropping streams: in-flight requests
 finish on the objects they started with (what a configuration builds, and in which order so
 that a refused reload changes nothing: :mod:`~servetune.gateway.tenants`,
@@ -51,8 +51,7 @@ from servetune.gateway.admission import LiveSignals
 from servetune.gateway.audit import AuditLog, config_hash
 from servetune.gateway.canary import Observation
 from servetune.gateway.checks import Prepared, prepare
-from servetune.gateway.config import GatewayConfig, host_port
-from servetune.gateway.config_load import load_config
+from servetune.gateway.config import GatewayConfig, host_port, load_config
 from servetune.gateway.deadlines import HeadDeadlines
 from servetune.gateway.exposition import GatewayMetrics, labels
 from servetune.gateway.flight import Flight
@@ -69,7 +68,7 @@ from servetune.gateway.pool import Pool, Router, Upstream
 from servetune.gateway.redis_state import RedisState, replica_id
 from servetune.gateway.refusals import quota_refused
 from servetune.gateway.requests import ENDPOINTS, error_body
-from servetune.gateway.rollout_control import RolloutControl
+from servetune.gateway.rollout import RolloutControl
 from servetune.gateway.tenants import (
     TenantRuntime,
     auth_changes,

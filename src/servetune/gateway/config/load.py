@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from servetune.errors import ConfigError
-from servetune.gateway.config import GatewayConfig
+from servetune.gateway.config.model import GatewayConfig
 
 
 def _yaml_error(path: Path, exc: Exception) -> ConfigError:

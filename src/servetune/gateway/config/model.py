@@ -1,5 +1,5 @@
 """The gateway's configuration: the model of ``gateway.yaml`` and of the first-run flags (read
-into it by :mod:`servetune.gateway.config_load`).
+into it by :mod:`servetune.gateway.config.load`).
 
 A configuration names upstream *groups* (a baseline and, during a rollout, a candidate), the
 *tenants* with their keys, limits, weight and priority class, and the gateway's own policy

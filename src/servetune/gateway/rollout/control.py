@@ -1,4 +1,5 @@
-"""The gateway's side of a rollout: start the :class:`~servetune.gateway.rollout.RolloutController`
+"""The gateway's side of a rollout: start the
+:class:`~servetune.gateway.rollout.controller.RolloutController`
 and drive it — feed it what the gateway measured, apply (and share) the weights it sets, publish
 its state — and, on a replica that does not decide, follow the state and the weights another
 replica shares. Operator weight changes go through here too, so that every change of the
@@ -30,7 +31,7 @@ from servetune.gateway.canary import Observation
 from servetune.gateway.config import CanaryPolicy
 from servetune.gateway.pool import Router
 from servetune.gateway.redis_state import RedisState
-from servetune.gateway.rollout import Hooks, RolloutController, RolloutState
+from servetune.gateway.rollout.controller import Hooks, RolloutController, RolloutState
 
 log = logging.getLogger(__name__)
 
