@@ -41,7 +41,7 @@ def test_bench_config_refuses_in_its_own_names(fields: dict[str, object], said: 
 
 
 def test_the_cli_names_the_flag_and_keeps_the_hint() -> None:
-    from servetune.commands._workload_args import flag_of
+    from servetune.commands._flags import flag_of
 
     with pytest.raises(ConfigError) as exc:
         validated(BenchConfig, {"num_prompts": -1}, name=flag_of)

@@ -4,9 +4,11 @@ A model that crosses a file, a process or the Python API carries its ranges as `
 constraints and its consistency rules as validators that raise :class:`Invalid` — a message
 written over the model's fields (``{burstiness} 0.5 shapes random gaps``). Who reports the
 error decides how a field is named: a library caller reads the field's own name
-(``burstiness``), the CLI the flag that set it (``--burstiness``, :func:`config_error` with
-``name=``). So no library layer names a CLI flag, and no command re-checks what the model
-checks.
+(``burstiness``), the CLI the flag that set it (``--burstiness``): :func:`config_error`
+without ``name=`` gives an error over fields
+(:meth:`~servetune.errors.ServetuneError.over_fields`) that the CLI shows with the flags of its
+command line (``commands/_flags.py``), or with ``name=`` names them up front. So no library
+layer names a CLI flag, and no command re-checks what the model checks.
 
     try:
         BenchConfig(num_prompts=-1)
@@ -20,7 +22,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from servetune.errors import ConfigError
+from servetune.errors import ConfigError, fill_fields
 
 if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationError
@@ -36,24 +38,14 @@ class Invalid(ValueError):
     filled with the field's name, or the flag that set it."""
 
     def __init__(self, message: str, hint: str | None = None, code: str = "config") -> None:
-        super().__init__(message.replace("{", "").replace("}", ""))
+        super().__init__(fill_fields(message, str))
         self.template = message
         self.hint_template = hint
         self.code = code
 
     def render(self, name: Namer) -> tuple[str, str | None]:
-        fields = _Fields(name)
-        hint = self.hint_template.format_map(fields) if self.hint_template else None
-        return self.template.format_map(fields), hint
-
-
-class _Fields(dict[str, str]):
-    def __init__(self, name: Namer) -> None:
-        super().__init__()
-        self.name = name
-
-    def __missing__(self, key: str) -> str:
-        return self.name(key)
+        hint = fill_fields(self.hint_template, name) if self.hint_template else None
+        return fill_fields(self.template, name), hint
 
 
 def _bounds(model: type[BaseModel] | None, field: str) -> str:
@@ -97,7 +89,7 @@ def _example(model: type[BaseModel] | None, field: str, name: Namer) -> str | No
     if not examples:
         return None
     shown = name(field)
-    joiner = " " if shown.startswith("-") else "="
+    joiner = " " if shown.startswith("-") else "="  # "{field}=" in a message over fields
     return "e.g. " + " or ".join(f"{shown}{joiner}{e}" for e in examples)
 
 
@@ -107,13 +99,26 @@ def config_error(
     """EXC (the first of its errors) as a ConfigError with a hint, each field shown by NAME
     (default: its own name). MODEL: the model that refused (for its ranges and examples;
     read from EXC when it says)."""
-    namer: Namer = name or (lambda f: f)
+    if name is None:  # over fields: shown by their names here, by their flags in the CLI
+        message, hint = _refusal(exc, lambda f: "{" + f + "}", model)
+        return ConfigError.over_fields(message, hint, code=_code(exc))
+    message, hint = _refusal(exc, name, model)
+    return ConfigError(message, hint=hint, code=_code(exc))
+
+
+def _code(exc: ValidationError) -> str:
+    cause = (exc.errors(include_url=False)[0].get("ctx") or {}).get("error")
+    return cause.code if isinstance(cause, Invalid) else "config"
+
+
+def _refusal(
+    exc: ValidationError, namer: Namer, model: type[BaseModel] | None
+) -> tuple[str, str | None]:
     err = exc.errors(include_url=False)[0]
     ctx = err.get("ctx") or {}
     cause = ctx.get("error")
     if isinstance(cause, Invalid):
-        message, hint = cause.render(namer)
-        return ConfigError(message, hint=hint, code=cause.code)
+        return cause.render(namer)
     loc = [str(x) for x in err.get("loc", ())]
     field = loc[0] if loc else ""
     shown = namer(field) if field else "the configuration"
@@ -130,8 +135,7 @@ def config_error(
         what = err["msg"].lower().replace("input should be ", "").replace("value error, ", "")
     if kind != "finite_number" and _unit(model, field):
         what += f" {_unit(model, field)}"
-    message = f"{shown} must be {what} (got {_got(value)})"
-    return ConfigError(message, hint=_example(model, field, namer), code="config")
+    return f"{shown} must be {what} (got {_got(value)})", _example(model, field, namer)
 
 
 def validated(model: type[Any], data: dict[str, Any], name: Namer | None = None) -> Any:

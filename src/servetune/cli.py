@@ -156,9 +156,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = _load(args.command).run(args)
         return code
     except ServetuneError as exc:
-        print(f"{_innermost(parser, args).prog}: error: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"  hint: {exc.hint}", file=sys.stderr)
+        from servetune.commands._flags import flag_namer
+
+        inner = _innermost(parser, args)
+        message, hint = exc.shown(flag_namer(inner, args_list))  # fields as the flags set them
+        print(f"{inner.prog}: error: {message}", file=sys.stderr)
+        if hint:
+            print(f"  hint: {hint}", file=sys.stderr)
         return 2
     except MemoryError:
         # A size asked for that no machine holds (--num-prompts 99999999999, a --duration

@@ -52,12 +52,29 @@ a specific one. The codes decided on today:
 
 from __future__ import annotations
 
-from typing import ClassVar
+import re
+from collections.abc import Callable
+from typing import ClassVar, Self
+
+_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def fill_fields(text: str, name: Callable[[str], str]) -> str:
+    """TEXT with each ``{field}`` replaced by NAME(field); other braces are left alone."""
+    return _FIELD.sub(lambda m: name(m.group(1)), text)
+
+
+def _own(field: str) -> str:
+    return field
 
 
 class ServetuneError(Exception):
     """An error caused by input; carries a one-line hint on what to do about it and a
-    reason code (see the module docstring)."""
+    reason code (see the module docstring).
+
+    A library layer names what it was given by its field or parameter, never by a CLI flag:
+    :meth:`over_fields` writes the message over ``{field}`` placeholders, shown by the field's
+    own name here and by the flag that set it where the CLI prints it (:meth:`shown`)."""
 
     default_code: ClassVar[str] = "error"
 
@@ -66,6 +83,23 @@ class ServetuneError(Exception):
         self.message = message
         self.hint = hint
         self.code = code or self.default_code
+        self.templates: tuple[str, str | None] | None = None
+        """The message and hint over ``{field}`` placeholders (:meth:`over_fields`)."""
+
+    @classmethod
+    def over_fields(cls, message: str, hint: str | None = None, code: str | None = None) -> Self:
+        """An error whose MESSAGE and HINT name fields as ``{field}``: ``message`` and ``hint``
+        show each by its own name, :meth:`shown` by another (the CLI: its flag)."""
+        out = cls(fill_fields(message, _own), fill_fields(hint, _own) if hint else None, code)
+        out.templates = (message, hint)
+        return out
+
+    def shown(self, name: Callable[[str], str]) -> tuple[str, str | None]:
+        """(message, hint) with each field named by NAME (as written when not over fields)."""
+        if self.templates is None:
+            return self.message, self.hint
+        message, hint = self.templates
+        return fill_fields(message, name), fill_fields(hint, name) if hint else None
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"

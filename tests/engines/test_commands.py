@@ -219,7 +219,7 @@ def test_long_prefill_token_threshold_is_a_vllm_flag_the_others_lack() -> None:
     assert sim.argv[0] == sys.executable
     # the simulator takes it as vLLM does: `sim serve` parses it into its engine config
     from servetune.cli import build_parser
-    from servetune.sim.cli_args import engine_config_from_args
+    from servetune.commands._engine_args import engine_config_from_args
 
     args = build_parser().parse_args(sim.argv[sim.argv.index("sim") :])
     assert engine_config_from_args(args).long_prefill_token_threshold == 512

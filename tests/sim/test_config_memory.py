@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from pydantic import ValidationError
 
 from servetune.arch.gpus import find_gpu
 from servetune.arch.models import find_model, model_from_hf_config
 from servetune.errors import SimError
-from servetune.sim.config import EngineConfig
+from servetune.sim.config import EngineConfig, refusal
 from servetune.sim.memory import plan_memory
 
 
@@ -54,19 +57,59 @@ def test_batched_tokens_below_max_model_len_without_chunking_is_refused() -> Non
         EngineConfig(
             enable_chunked_prefill=False, max_num_batched_tokens=8192, max_model_len=32768
         ).resolve()
-    assert "--max-num-batched-tokens" in (e.value.hint or "")
+    # the library names the fields; the CLI the flags that set them
+    assert "raise max_num_batched_tokens to ≥ 32768" in (e.value.hint or "")
+    assert "--" not in (e.value.hint or "")
+    _, hint = e.value.shown(lambda f: "--" + f.replace("_", "-"))
+    assert hint is not None and "raise --max-num-batched-tokens to ≥ 32768" in hint
 
 
 def test_tp_must_divide_the_heads() -> None:
     with pytest.raises(SimError, match="divisible by tensor parallel size") as e:
         EngineConfig(model="Qwen2.5-7B-Instruct", tensor_parallel_size=3).resolve()
-    assert "--tensor-parallel-size" in (e.value.hint or "")
+    assert "choose a tensor_parallel_size that divides 28" in (e.value.hint or "")
 
 
-@pytest.mark.parametrize("util", [0.0, -0.1, 1.2])
-def test_utilisation_outside_0_1_is_refused(util: float) -> None:
-    with pytest.raises(SimError, match=r"gpu_memory_utilization must be in \(0, 1\]"):
-        EngineConfig(gpu_memory_utilization=util).resolve()
+@pytest.mark.parametrize("util", [0.0, -0.1, 1.2, float("nan")])
+def test_utilisation_outside_its_range_is_refused_by_the_model(util: float) -> None:
+    with pytest.raises(ValidationError, match="gpu_memory_utilization"):
+        EngineConfig(gpu_memory_utilization=util)
+    # a copy made with model_copy skips the model's checks: resolving checks them again
+    copy = EngineConfig().model_copy(update={"gpu_memory_utilization": util})
+    with pytest.raises(
+        SimError, match=r"gpu_memory_utilization must be (in \[0.05, 1\]|a fin)"
+    ) as e:
+        copy.resolve()
+    assert e.value.code == "sim.config"
+
+
+@pytest.mark.parametrize(
+    ("kw", "words"),
+    [
+        ({"max_num_seqs": 0}, r"max_num_seqs must be ≥ 1 \(got 0\)"),
+        ({"max_num_batched_tokens": -5}, "max_num_batched_tokens must be ≥ 1"),
+        ({"max_model_len": 0}, "max_model_len must be ≥ 1"),
+        ({"tensor_parallel_size": 0}, "tensor_parallel_size must be ≥ 1"),
+        ({"data_parallel_size": 0}, "data_parallel_size must be ≥ 1"),
+        ({"block_size": 12}, "block_size must be one of 1, 8, 16, 32, 64, 128"),
+        ({"long_prefill_token_threshold": -1}, "long_prefill_token_threshold must be ≥ 0"),
+        ({"interconnect_gb_s": 0.0}, "interconnect_gb_s must be > 0"),
+        ({"chunked_prefill_size": 4096}, "chunked_prefill_size: SGLang's knob"),
+        ({"sglang_version": "0.4.6"}, "sglang_version applies to SGLang's semantics"),
+        ({"engine": "sglang", "data_parallel_size": 2}, "without enable_dp_attention"),
+        (
+            {"engine": "sglang", "tensor_parallel_size": 4, "expert_parallel_size": 3},
+            "expert_parallel_size 3 must divide tensor_parallel_size 4",
+        ),
+        ({"engine": "sglang", "schedule_conservativeness": -1.0}, "must be ≥ 0"),
+    ],
+)
+def test_the_model_checks_ranges_and_rules_in_python(kw: dict[str, object], words: str) -> None:
+    with pytest.raises(ValidationError) as e:
+        EngineConfig(**kw)  # type: ignore[arg-type]
+    err = refusal(e.value)
+    assert re.search(words, err.message), err.message
+    assert "--" not in err.message + (err.hint or "")
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from servetune.checks import validated
+from servetune.commands._flags import flag_of
 from servetune.errors import ConfigError
 from servetune.results.schema import (
     DEFAULT_MAX_FAILURE_RATE,
@@ -496,12 +497,6 @@ _FINITE_FLAGS = {
     "trace_time_scale": ("--trace-time-scale", "--trace-time-scale 0.5"),
 }
 """The flags of session and trace workloads (BenchConfig checks its own fields)."""
-
-
-def flag_of(field: str) -> str:
-    """The flag that sets a model's FIELD: its name with ``-`` for ``_``, a unit suffix
-    dropped (``duration_s`` → ``--duration``)."""
-    return "--" + field.removesuffix("_s").replace("_", "-")
 
 
 def _check_numbers(args: argparse.Namespace) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from servetune.commands._engine_args import add_engine_arguments
 from servetune.commands._result_dir import add_result_dir_argument, result_dir
 from servetune.commands._url_args import http_url
 from servetune.commands._workload_args import (
@@ -16,7 +17,6 @@ from servetune.commands._workload_args import (
     num_prompts_given,
     workload_config_from_args,
 )
-from servetune.sim.cli_args import add_engine_arguments
 
 if TYPE_CHECKING:
     from servetune.results.schema import BenchConfig, RunResult
@@ -46,8 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from servetune.commands._engine_args import refuse_engine_flags_with_base_url
     from servetune.commands.summary_print import print_summary
-    from servetune.sim.cli_args import refuse_engine_flags_with_base_url
     from servetune.workload.plan import validate_config
 
     cfg = workload_config_from_args(args)
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     if cfg.base_url is None:
-        from servetune.sim.cli_args import engine_config_from_args
+        from servetune.commands._engine_args import engine_config_from_args
         from servetune.sim.embedded import start_embedded
 
         engine = engine_config_from_args(args)

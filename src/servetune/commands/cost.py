@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
             "nothing to price", hint="give a run or sweep directory (or --prices for the catalog)"
         )
     from servetune.checks import validated
-    from servetune.commands._workload_args import flag_of
+    from servetune.commands._flags import flag_of
     from servetune.cost.analyze import cost_of
     from servetune.results.cost_file import COST_FILE, CostRequest, write_cost_report
 

@@ -222,7 +222,7 @@ def _request(args: argparse.Namespace) -> PlanRequest:
     from servetune.arch.models import find_model
     from servetune.checks import validated
     from servetune.commands._calibration_args import calibration_of
-    from servetune.commands._workload_args import flag_of
+    from servetune.commands._flags import flag_of
     from servetune.errors import ConfigError
     from servetune.metrics.slo_spec import p99_slo, parse_slos
     from servetune.plan import workload as wl

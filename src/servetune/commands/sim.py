@@ -35,7 +35,7 @@ sends on schedule and never times out) and its engine generates exactly the plan
 
 
 def _engine_group(p: argparse.ArgumentParser) -> None:
-    from servetune.sim.cli_args import add_engine_arguments
+    from servetune.commands._engine_args import add_engine_arguments
 
     add_engine_arguments(
         p.add_argument_group(
@@ -248,7 +248,7 @@ def _models(as_json: bool) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from servetune.sim.cli_args import engine_config_from_args
+    from servetune.commands._engine_args import engine_config_from_args
     from servetune.sim.memory import plan_memory
 
     cfg = engine_config_from_args(args)
@@ -266,7 +266,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from servetune.sim.cli_args import engine_config_from_args
+    from servetune.commands._engine_args import engine_config_from_args
     from servetune.sim.server import serve_forever
 
     cfg = engine_config_from_args(args)
@@ -275,10 +275,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from servetune.commands._engine_args import engine_config_from_args
     from servetune.commands._workload_args import workload_config_from_args
     from servetune.errors import ConfigError
     from servetune.results.io import free_run_dir
-    from servetune.sim.cli_args import engine_config_from_args
     from servetune.sim.memory import plan_memory
     from servetune.sim.offline import run_offline
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from servetune.commands._engine_args import add_engine_arguments
 from servetune.commands._result_dir import add_result_dir_argument, result_dir
 from servetune.commands._url_args import http_url
 from servetune.commands._workload_args import (
@@ -17,7 +18,6 @@ from servetune.commands._workload_args import (
     num_prompts_given,
     workload_config_from_args,
 )
-from servetune.sim.cli_args import add_engine_arguments
 
 if TYPE_CHECKING:
     from servetune.results.sweep_schema import SweepConfig, SweepResult, TargetKind
@@ -144,11 +144,11 @@ def sweep_config_from_args(args: argparse.Namespace) -> SweepConfig:
     else:
         target = "url"
     if target == "url":
-        from servetune.sim.cli_args import refuse_engine_flags_with_base_url
+        from servetune.commands._engine_args import refuse_engine_flags_with_base_url
 
         refuse_engine_flags_with_base_url(args)
     if target in ("offline", "embedded"):
-        from servetune.sim.cli_args import engine_config_from_args
+        from servetune.commands._engine_args import engine_config_from_args
 
         engine = engine_config_from_args(args).model_dump(mode="json")
         bench = bench.model_copy(update={"model": None})

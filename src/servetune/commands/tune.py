@@ -161,7 +161,8 @@ def _at_least(flag: str, value: int | None, least: int, example: str) -> None:
 
 def _spec(args: argparse.Namespace) -> Any:
     from servetune.checks import validated
-    from servetune.commands._workload_args import flag_of, workload_config_from_args
+    from servetune.commands._flags import flag_of
+    from servetune.commands._workload_args import workload_config_from_args
     from servetune.errors import ConfigError
     from servetune.metrics.slo_spec import as_goodput, parse_slos
     from servetune.results.io import read_run_result

@@ -13,9 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from servetune.arch.architecture import Architecture
 from servetune.arch.cpu import find_device
@@ -23,6 +31,7 @@ from servetune.arch.gpus import GpuSpec
 from servetune.arch.models import find_model
 from servetune.arch.parallel import Parallelism
 from servetune.arch.precision import kv_dtype_bytes, weight_format
+from servetune.checks import Invalid, config_error
 from servetune.errors import ConfigError, SimError
 from servetune.knobs import (
     DefaultContext,
@@ -35,6 +44,7 @@ from servetune.knobs import (
     vllm_batch_defaults,
 )
 from servetune.knobs.model import Spelling
+from servetune.knobs.registry import knob as registry_knob
 from servetune.profiles import PROFILES
 from servetune.profiles import find as find_profile
 from servetune.results.calibration_file import Calibration
@@ -60,17 +70,30 @@ def semantics_of(engine: str) -> str:
     sem = found.sim_semantics if found is not None else None
     if sem is None:
         modelled = ", ".join(p.id for p in PROFILES if p.sim_semantics and not p.simulated)
-        raise SimError(
+        raise SimError.over_fields(
             f"the simulated engine does not model {engine!r}",
-            hint=f"--engine takes: {modelled}",
+            hint=f"{{engine}} takes: {modelled}",
             code="sim.config",
         )
     return sem
 
 
 def simulated_engines() -> list[str]:
-    """The engines ``--engine`` may name (their profiles say how the simulator models them)."""
+    """The engines ``engine`` may name (their profiles say how the simulator models them)."""
     return [p.id for p in PROFILES if p.sim_semantics and not p.simulated]
+
+
+def _knob_range(name: str) -> Any:
+    """The knob registry's range of knob NAME, as ``Field`` constraints."""
+    k = registry_knob(name)
+    return {
+        **({"ge": k.low} if k.low is not None else {}),
+        **({"le": k.high} if k.high is not None else {}),
+    }
+
+
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
+"""The KV block sizes vLLM's ``--block-size`` takes (SGLang's page size: any in range)."""
 
 
 class EngineConfig(BaseModel):
@@ -82,34 +105,38 @@ class EngineConfig(BaseModel):
     """The engine simulated: its profile's ``sim_semantics`` decide the semantics."""
     gpu: str = "A100-80GB"
     model: str = "Qwen/Qwen2.5-7B-Instruct"
-    tensor_parallel_size: int = 1
-    data_parallel_size: int = 1
+    tensor_parallel_size: int = Field(1, **_knob_range("tensor_parallel_size"))
+    data_parallel_size: int = Field(1, **_knob_range("data_parallel_size"))
     """Replicas of the attention (and of the whole engine for a dense model); with a MoE
     model their MoE layers run together (data-parallel attention)."""
     enable_expert_parallel: bool = False
     async_scheduling: bool | None = None
     """None: the GPU calibration's (``efficiency.json``: on where the calibrated releases
     had it on by default)."""
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    gpu_memory_utilization: float = 0.9
-    max_model_len: int | None = None
+    max_num_seqs: int | None = Field(None, **_knob_range("max_num_seqs"))
+    max_num_batched_tokens: int | None = Field(None, **_knob_range("max_num_batched_tokens"))
+    gpu_memory_utilization: float = Field(0.9, **_knob_range("gpu_memory_utilization"))
+    """vLLM's share of the GPU's memory; SGLang's --mem-fraction-static."""
+    max_model_len: int | None = Field(None, **_knob_range("max_model_len"))
     enable_chunked_prefill: bool | None = None
     enable_prefix_caching: bool | None = None
     quantization: str | None = None
     kv_cache_dtype: str = "auto"
-    block_size: int = 16
-    long_prefill_token_threshold: int = 0
+    block_size: int = Field(16, **_knob_range("block_size"))
+    """vLLM: one of :data:`VLLM_BLOCK_SIZES`; SGLang: its page size (default 1 there)."""
+    long_prefill_token_threshold: int = Field(0, **_knob_range("long_prefill_token_threshold"))
     """V1: cap on one request's prefill chunk per step (0 = none), so that a long prompt being
     chunked leaves budget for the requests behind it."""
-    chunked_prefill_size: int | None = None
+    chunked_prefill_size: int | None = Field(None, **_knob_range("chunked_prefill_size"))
     """SGLang: tokens of one prefill chunk (-1: off); None: SGLang's rule by GPU memory."""
-    schedule_conservativeness: float = 1.0
+    schedule_conservativeness: float = Field(1.0, **_knob_range("schedule_conservativeness"))
     """SGLang: scales the new-token ratio its admission reserves for running requests."""
-    max_cudagraph_capture_size: int | None = None
+    max_cudagraph_capture_size: int | None = Field(
+        None, **_knob_range("max_cudagraph_capture_size")
+    )
     """The largest batch captured as a CUDA graph (SGLang's --cuda-graph-max-bs); None: the
     engine's rule."""
-    expert_parallel_size: int | None = None
+    expert_parallel_size: int | None = Field(None, **_knob_range("expert_parallel_size"))
     """SGLang's --ep-size (None: 1)."""
     enable_dp_attention: bool = False
     """SGLang's data-parallel attention (--dp replicas of the attention within --tp GPUs)."""
@@ -119,12 +146,12 @@ class EngineConfig(BaseModel):
     usage_context: UsageContext = "openai_api_server"
     served_model_name: str | None = None
     seed: int = 0
-    interconnect_gb_s: float | None = None
+    interconnect_gb_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     """Hardware override, not a vLLM flag: the GPUs' all-reduce bandwidth (GB/s) when it is
     not the catalog's (e.g. TP across containers that fall back to sockets)."""
     speculative_method: str | None = None
-    num_speculative_tokens: int | None = None
-    spec_acceptance_rate: float | None = None
+    num_speculative_tokens: int | None = Field(None, **_knob_range("num_speculative_tokens"))
+    spec_acceptance_rate: float | None = Field(None, ge=0.0, le=1.0)
     """Not a vLLM flag: the per-token acceptance rate of the drafts (0-1) on the traffic
     simulated; None: the method's published default (:mod:`servetune.sim.speculative`)."""
     calibration: Calibration | None = None
@@ -146,11 +173,99 @@ class EngineConfig(BaseModel):
         assert info.field_name is not None  # a field validator
         s = spelling("sim", info.field_name)
         if isinstance(s, Spelling) and s.choices and value not in s.choices:
-            raise ValueError(
-                f"the simulated engine models {info.field_name} {', '.join(s.choices)} "
-                f"(got {value!r})" + (f": {s.note}" if s.note else "")
+            raise Invalid(
+                f"the simulated engine models {{{info.field_name}}} {', '.join(s.choices)} "
+                f"(got {value!r})" + (f": {s.note}" if s.note else ""),
+                code="sim.config",
             )
         return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        """The rules between knobs that need no catalog (those that need the GPU or the
+        model, or the defaults they give, are checked when resolved)."""
+        k, a = self.num_speculative_tokens, self.spec_acceptance_rate
+        if self.speculative_method is None and (k is not None or a is not None):
+            given = "{num_speculative_tokens}" if k is not None else "{spec_acceptance_rate}"
+            raise Invalid(
+                f"{given} without a speculative decoding method",
+                hint="give {speculative_method} mtp (the model's MTP layers) or ngram, or drop "
+                f"{given}",
+                code="sim.config",
+            )
+        if semantics_of(self.engine) == SGLANG_SRT:
+            self._sglang_rules()
+        else:
+            self._vllm_rules()
+        return self
+
+    def _vllm_rules(self) -> None:
+        given = sorted(
+            k
+            for k in SGLANG_ONLY
+            if k in self.model_fields_set and getattr(self, k) not in (None, False, 1, 1.0)
+        )
+        if given:
+            raise Invalid(
+                ", ".join("{" + k + "}" for k in given)
+                + ": SGLang's knob(s), which vLLM does not have",
+                hint="give {engine} sglang to simulate SGLang, or drop them",
+                code="sim.config",
+            )
+        if self.sglang_version is not None:
+            raise Invalid(
+                "{sglang_version} applies to SGLang's semantics",
+                hint="give {engine} sglang, or drop {sglang_version}",
+                code="sim.config",
+            )
+        if self.block_size not in VLLM_BLOCK_SIZES:
+            raise Invalid(
+                "{block_size} must be one of "
+                f"{', '.join(map(str, VLLM_BLOCK_SIZES))} (got {self.block_size})",
+                hint="leave it out for 16, vLLM's default",
+                code="sim.config",
+            )
+        method = self.speculative_method
+        if method is not None and method not in MTP_METHODS and self.num_speculative_tokens is None:
+            raise Invalid(
+                f"speculative method {method} needs {{num_speculative_tokens}}",
+                hint="e.g. {num_speculative_tokens} 3",
+                code="sim.config",
+            )
+
+    def _sglang_rules(self) -> None:
+        if self.speculative_method is not None:
+            raise Invalid(
+                "speculative decoding under SGLang's semantics is not modelled (its "
+                "EAGLE/NEXTN draft workers, their memory and their scheduling)",
+                hint="drop {speculative_method}, or simulate it with {engine} vllm",
+                code="sim.config",
+            )
+        tp, dp = self.tensor_parallel_size, self.data_parallel_size
+        if dp > 1 and not self.enable_dp_attention:
+            raise Invalid(
+                f"{{data_parallel_size}} {dp} without {{enable_dp_attention}} runs {dp} "
+                "independent copies of the engine behind SGLang's router, which one "
+                "simulated engine does not model",
+                hint=f"simulate {dp} replicas of one copy ({{replicas}} {dp}), or turn on "
+                "{enable_dp_attention} (DP attention inside {tensor_parallel_size} GPUs)",
+                code="sim.config",
+            )
+        if self.enable_dp_attention and tp % dp:
+            raise Invalid(
+                f"{{tensor_parallel_size}} {tp} must be divisible by {{data_parallel_size}} "
+                f"{dp} with {{enable_dp_attention}}",
+                hint="DP attention splits the {tensor_parallel_size} GPUs into "
+                "{data_parallel_size} attention replicas",
+                code="sim.config",
+            )
+        ep = self.expert_parallel_size or 1
+        if tp % ep:
+            raise Invalid(
+                f"{{expert_parallel_size}} {ep} must divide {{tensor_parallel_size}} {tp}",
+                hint="SGLang spreads the experts over ep of the tp GPUs",
+                code="sim.config",
+            )
 
     def knob_values(self) -> dict[str, Any]:
         """The registry knobs set explicitly (engine-neutral names → values)."""
@@ -349,23 +464,25 @@ def _given_or_default(
 def _interconnect(cfg: EngineConfig, gpu: GpuSpec) -> float:
     """The all-reduce link's GB/s: the override (not an engine flag, either engine) or the
     catalog's."""
-    if cfg.interconnect_gb_s is not None and not cfg.interconnect_gb_s > 0:
-        raise SimError(
-            f"--interconnect-gb-s must be > 0 (got {cfg.interconnect_gb_s})",
-            hint="e.g. --interconnect-gb-s 300, or leave it out for the catalog's bandwidth",
-            code="sim.config",
-        )
     return cfg.interconnect_gb_s or gpu.interconnect_gb_s
 
 
-def _at_least_one(value: int, flag: str) -> int:
-    if value < 1:
-        raise SimError(
-            f"{flag} must be ≥ 1 (got {value})",
-            hint=f"leave {flag} out for vLLM's default",
-            code="sim.config",
-        )
-    return value
+def refusal(exc: ValidationError) -> SimError:
+    """EngineConfig's refusal (EXC) as a SimError over its fields (code ``sim.config``, or
+    the rule's own)."""
+    err = config_error(exc, model=EngineConfig)
+    out = SimError(err.message, err.hint, code="sim.config" if err.code == "config" else err.code)
+    out.templates = err.templates
+    return out
+
+
+def checked(cfg: EngineConfig) -> EngineConfig:
+    """CFG with its ranges and rules checked as the model states them (a copy made with
+    ``model_copy`` skipped them): a SimError over fields."""
+    try:
+        return EngineConfig.model_validate(cfg.model_dump(exclude_unset=True))
+    except ValidationError as exc:
+        raise refusal(exc) from None
 
 
 def _quantization(given: str | None, model: Architecture) -> str | None:
@@ -378,10 +495,10 @@ def _quantization(given: str | None, model: Architecture) -> str | None:
         return given
     if fmt is None:
         return own
-    raise SimError(
+    raise SimError.over_fields(
         f"Quantization method specified in the model config ({own}) does not match the "
         f"quantization method specified in the `quantization` argument ({given}).",
-        hint=f"{model.name} is published as {own}: leave --quantization out (or give {own})",
+        hint=f"{model.name} is published as {own}: leave {{quantization}} out (or give {own})",
         code="sim.config",
     )
 
@@ -394,83 +511,49 @@ SGLANG_ONLY: frozenset[str] = frozenset(
 
 def resolve(cfg: EngineConfig) -> ResolvedConfig:
     """Look up the GPU and model and apply the simulated engine's defaults and checks."""
+    cfg = checked(cfg)
     r = _RESOLVERS[semantics_of(cfg.engine)](cfg)
     return r if cfg.calibration is None else r.model_copy(update={"calibration": cfg.calibration})
 
 
-def _refuse_sglang_only(cfg: EngineConfig) -> None:
-    given = sorted(
-        k
-        for k in SGLANG_ONLY
-        if k in cfg.model_fields_set and getattr(cfg, k) not in (None, False, 1, 1.0)
-    )
-    if given:
-        flags = ", ".join("--" + k.replace("_", "-") for k in given)
-        raise SimError(
-            f"{flags}: SGLang's knob(s), which vLLM does not have",
-            hint="add --engine sglang to simulate SGLang, or drop them",
-            code="sim.config",
-        )
-
-
 def _resolve_vllm(cfg: EngineConfig) -> ResolvedConfig:
-    _refuse_sglang_only(cfg)
     gpu = find_device(cfg.gpu, cfg.calibration.deployment.device if cfg.calibration else None)
     model = find_model(cfg.model)
     applied: dict[str, KnobValue] = {}
     tp = cfg.tensor_parallel_size
-    if tp < 1:
-        raise SimError(
-            f"--tensor-parallel-size must be ≥ 1 (got {tp})",
-            hint="use 1, 2, 4 or 8",
-            code="sim.config",
-        )
     if model.num_attention_heads % tp:
-        raise SimError(
+        raise SimError.over_fields(
             f"Total number of attention heads ({model.num_attention_heads}) must be divisible "
             f"by tensor parallel size ({tp}).",
-            hint="choose a --tensor-parallel-size that divides "
+            hint="choose a {tensor_parallel_size} that divides "
             f"{model.num_attention_heads} (e.g. "
             + ", ".join(str(d) for d in (1, 2, 4, 8) if model.num_attention_heads % d == 0)
             + ")",
             code="sim.heads_not_divisible",
         )
     if model.num_key_value_heads % tp and tp % model.num_key_value_heads:
-        raise SimError(
+        raise SimError.over_fields(
             f"Total number of key/value heads ({model.num_key_value_heads}) and tensor "
             f"parallel size ({tp}) must divide one another.",
-            hint="choose a --tensor-parallel-size that divides the KV heads or a multiple",
+            hint="choose a {tensor_parallel_size} that divides the KV heads or a multiple",
             code="sim.heads_not_divisible",
         )
     dp = cfg.data_parallel_size
-    if dp < 1:
-        raise SimError(
-            f"--data-parallel-size must be ≥ 1 (got {dp})",
-            hint="use 1, 2, 4 or 8",
-            code="sim.config",
-        )
     expert_parallel = cfg.enable_expert_parallel and model.moe is not None
     if cfg.enable_expert_parallel and not expert_parallel:
         applied["enable_expert_parallel"] = False  # vLLM ignores it for a dense model
     quantization = _quantization(cfg.quantization, model)
     util = cfg.gpu_memory_utilization
-    if not 0 < util <= 1:
-        raise SimError(
-            f"gpu_memory_utilization must be in (0, 1] (got {util:g}).",
-            hint="--gpu-memory-utilization is the share of GPU memory vLLM may use, e.g. 0.9",
-            code="sim.config",
-        )
     max_model_len = cfg.max_model_len
     if max_model_len is None:
         max_model_len = model.max_position_embeddings
         applied["max_model_len"] = max_model_len
-    _at_least_one(max_model_len, "--max-model-len")
     if max_model_len > model.max_position_embeddings:
-        raise SimError(
+        raise SimError.over_fields(
             f"User-specified max_model_len ({max_model_len}) is greater than the derived "
             f"max_model_len (max_position_embeddings={model.max_position_embeddings} in "
             "model's config.json).",
-            hint=f"lower --max-model-len to at most {model.max_position_embeddings}",
+            hint=f"lower {{max_model_len}} to at most {model.max_position_embeddings}",
             code="sim.model_len_above_model",
         )
     ctx = DefaultContext(device_name=gpu.name, device_gib=gpu.usable_gib, usage=cfg.usage_context)
@@ -487,41 +570,26 @@ def _resolve_vllm(cfg: EngineConfig) -> ResolvedConfig:
         chunked_prefill=chunked,
         max_model_len=max_model_len,
     )
-    max_num_seqs = _at_least_one(
-        _given_or_default(cfg.max_num_seqs, "max_num_seqs", int, ctx, applied), "--max-num-seqs"
-    )
-    mnbt = _at_least_one(
-        _given_or_default(cfg.max_num_batched_tokens, "max_num_batched_tokens", int, ctx, applied),
-        "--max-num-batched-tokens",
+    max_num_seqs = _given_or_default(cfg.max_num_seqs, "max_num_seqs", int, ctx, applied)
+    mnbt = _given_or_default(
+        cfg.max_num_batched_tokens, "max_num_batched_tokens", int, ctx, applied
     )
     if not chunked and mnbt < max_model_len:
-        raise SimError(
+        raise SimError.over_fields(
             f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len "
             f"({max_model_len}). This effectively limits the maximum sequence length to "
             "max_num_batched_tokens and makes vLLM reject longer sequences. Please increase "
             "max_num_batched_tokens or decrease max_model_len.",
-            hint=f"raise --max-num-batched-tokens to ≥ {max_model_len}, lower --max-model-len, "
-            "or turn on --enable-chunked-prefill",
+            hint=f"raise {{max_num_batched_tokens}} to ≥ {max_model_len}, lower "
+            "{max_model_len}, or turn on {enable_chunked_prefill}",
             code="sim.batch_below_model_len",
         )
     if mnbt < max_num_seqs:
-        raise SimError(
+        raise SimError.over_fields(
             f"max_num_batched_tokens ({mnbt}) must be greater than or equal to "
             f"max_num_seqs ({max_num_seqs}).",
-            hint="raise --max-num-batched-tokens or lower --max-num-seqs",
+            hint="raise {max_num_batched_tokens} or lower {max_num_seqs}",
             code="sim.batch_below_seqs",
-        )
-    if cfg.block_size not in (1, 8, 16, 32, 64, 128):
-        raise SimError(
-            f"--block-size must be one of 1, 8, 16, 32, 64, 128 (got {cfg.block_size})",
-            hint="leave it out for 16, vLLM's default",
-            code="sim.config",
-        )
-    if cfg.long_prefill_token_threshold < 0:
-        raise SimError(
-            f"--long-prefill-token-threshold must be ≥ 0 (got {cfg.long_prefill_token_threshold})",
-            hint="e.g. --long-prefill-token-threshold 512, or 0 for no cap",
-            code="sim.config",
         )
     speculation = _speculation(cfg, model, applied)
     return ResolvedConfig(
@@ -557,67 +625,48 @@ def _speculation(
 ) -> Speculation | None:
     """Speculative decoding as asked (vLLM's rules: the MTP method drafts with the model's
     own MTP layers, ``num_speculative_tokens`` defaulting to how many it has), with its
-    acceptance rate: the user's, or the method's published default."""
+    acceptance rate: the user's, or the method's published default. The rules that need no
+    model (a method for the drafts, their number, the ranges) are the model's."""
     method, k, a = cfg.speculative_method, cfg.num_speculative_tokens, cfg.spec_acceptance_rate
     if method is None:
-        if k is not None or a is not None:
-            given = "--num-speculative-tokens" if k is not None else "--spec-acceptance-rate"
-            raise SimError(
-                f"{given} without a speculative decoding method",
-                hint="give --speculative-method mtp (the model's MTP layers) or ngram, or drop "
-                f"{given}",
-                code="sim.config",
-            )
         return None
     if method in MTP_METHODS and not model.mtp_layers:
-        raise SimError(
+        raise SimError.over_fields(
             f"{model.name} has no multi-token-prediction layers to draft with "
             f"(speculative method {method})",
             hint="mtp needs a model that ships MTP layers (DeepSeek-V3/R1: "
-            "num_nextn_predict_layers); use ngram with --spec-acceptance-rate, or no "
+            "num_nextn_predict_layers); use ngram with {spec_acceptance_rate}, or no "
             "speculative decoding",
             code="sim.config",
         )
-    if k is None:
-        if method not in MTP_METHODS:
-            raise SimError(
-                f"speculative method {method} needs --num-speculative-tokens",
-                hint="e.g. --num-speculative-tokens 3",
-                code="sim.config",
-            )
+    if k is None:  # an MTP method (the model says the others need one)
         k = applied["num_speculative_tokens"] = model.mtp_layers
-    if not 1 <= k <= 16:
-        raise SimError(
-            f"--num-speculative-tokens must be 1-16 (got {k})",
+    if not 1 <= k <= 16:  # the model's MTP layers
+        raise SimError.over_fields(
+            f"{{num_speculative_tokens}} must be 1-16 (got {k})",
             hint="e.g. 1-3 for MTP",
             code="sim.config",
         )
     if a is not None:
-        if not 0.0 <= a <= 1.0:
-            raise SimError(
-                f"--spec-acceptance-rate must be between 0 and 1 (got {a:g})",
-                hint="the share of drafted tokens the target accepts, e.g. 0.8",
-                code="sim.config",
-            )
         source = "--spec-acceptance-rate"
     else:
         a, source = default_acceptance(method, k)
     return Speculation(method=method, k=k, acceptance=a, acceptance_source=source)
 
 
-def _check_heads(model: Architecture, tp: int, flag: str) -> None:
+def _check_heads(model: Architecture, tp: int, fields: str) -> None:
     if model.num_attention_heads % tp:
-        raise SimError(
+        raise SimError.over_fields(
             f"Total number of attention heads ({model.num_attention_heads}) must be divisible "
             f"by the attention's tensor parallel size ({tp}).",
-            hint=f"choose {flag} so that it divides {model.num_attention_heads}",
+            hint=f"choose {fields} so that it divides {model.num_attention_heads}",
             code="sim.heads_not_divisible",
         )
     if model.num_key_value_heads % tp and tp % model.num_key_value_heads:
-        raise SimError(
+        raise SimError.over_fields(
             f"Total number of key/value heads ({model.num_key_value_heads}) and the "
             f"attention's tensor parallel size ({tp}) must divide one another.",
-            hint=f"choose {flag} so that it divides the KV heads or is a multiple of them",
+            hint=f"choose {fields} so that it divides the KV heads or is a multiple of them",
             code="sim.heads_not_divisible",
         )
 
@@ -633,43 +682,16 @@ def _resolve_sglang(cfg: EngineConfig) -> ResolvedConfig:
     from servetune.arch import memory_sglang as ms
 
     given = cfg.model_fields_set
-    if cfg.speculative_method is not None:
-        raise SimError(
-            "speculative decoding under SGLang's semantics is not modelled (its EAGLE/NEXTN "
-            "draft workers, their memory and their scheduling)",
-            hint="drop --speculative-method, or simulate it with --engine vllm",
-            code="sim.config",
-        )
     gpu = find_device(cfg.gpu, cfg.calibration.deployment.device if cfg.calibration else None)
     model = find_model(cfg.model)
     rules = ms.rules_for(cfg.sglang_version)
     applied: dict[str, KnobValue] = {}
-    tp = _at_least_one(cfg.tensor_parallel_size, "--tp")
-    dp = _at_least_one(cfg.data_parallel_size, "--dp")
+    tp = cfg.tensor_parallel_size
+    dp = cfg.data_parallel_size
     dp_attn = cfg.enable_dp_attention
-    if dp > 1 and not dp_attn:
-        raise SimError(
-            f"--dp {dp} without --enable-dp-attention runs {dp} independent copies of the "
-            "engine behind SGLang's router, which one simulated engine does not model",
-            hint=f"simulate one copy with `sim run --replicas {dp}`, or add "
-            "--enable-dp-attention (DP attention inside --tp GPUs)",
-            code="sim.config",
-        )
-    if dp_attn and tp % dp:
-        raise SimError(
-            f"--tp {tp} must be divisible by --dp {dp} with --enable-dp-attention",
-            hint="DP attention splits the --tp GPUs into --dp attention replicas",
-            code="sim.config",
-        )
     attn_dp = dp if dp_attn else 1
-    _check_heads(model, tp // attn_dp, "--tp / --dp")
-    ep = _at_least_one(cfg.expert_parallel_size or 1, "--ep-size")
-    if tp % ep:
-        raise SimError(
-            f"--ep-size {ep} must divide --tp {tp}",
-            hint="SGLang spreads the experts over ep of the tp GPUs",
-            code="sim.config",
-        )
+    _check_heads(model, tp // attn_dp, "{tensor_parallel_size} / {data_parallel_size}")
+    ep = cfg.expert_parallel_size or 1
     if ep > 1 and model.moe is None:
         applied["expert_parallel_size"] = 1  # a dense model has no experts to spread
         ep = 1
@@ -678,13 +700,12 @@ def _resolve_sglang(cfg: EngineConfig) -> ResolvedConfig:
     if max_model_len is None:
         max_model_len = model.max_position_embeddings
         applied["max_model_len"] = max_model_len
-    _at_least_one(max_model_len, "--context-length")
     if max_model_len > model.max_position_embeddings:
-        raise SimError(
+        raise SimError.over_fields(
             f"User-specified context_length ({max_model_len}) is greater than the derived "
             f"context_length ({model.max_position_embeddings}). This may lead to incorrect "
             "model outputs or CUDA errors.",
-            hint=f"lower --context-length to at most {model.max_position_embeddings}",
+            hint=f"lower {{max_model_len}} to at most {model.max_position_embeddings}",
             code="sim.model_len_above_model",
         )
     page = cfg.block_size if "block_size" in given else 1
@@ -693,20 +714,11 @@ def _resolve_sglang(cfg: EngineConfig) -> ResolvedConfig:
     mpt = cfg.max_num_batched_tokens
     if mpt is None:
         mpt = applied["max_num_batched_tokens"] = SGLANG_MAX_PREFILL_TOKENS
-    _at_least_one(mpt, "--max-prefill-tokens")
     chunk_given = cfg.chunked_prefill_size
     if cfg.enable_chunked_prefill is False:
         chunk_given = -1
     mfs_given = cfg.gpu_memory_utilization if "gpu_memory_utilization" in given else None
-    if mfs_given is not None and not 0 < mfs_given <= 1:
-        raise SimError(
-            f"--mem-fraction-static must be in (0, 1] (got {mfs_given:g}).",
-            hint="the share of the free GPU memory for weights and KV cache, e.g. 0.85",
-            code="sim.config",
-        )
     graph_given = cfg.max_cudagraph_capture_size
-    if graph_given is not None:
-        _at_least_one(graph_given, "--cuda-graph-max-bs")
     settings = ms.memory_settings(
         gpu.usable_gib,
         tp,
@@ -722,8 +734,8 @@ def _resolve_sglang(cfg: EngineConfig) -> ResolvedConfig:
     if chunk_given is None:
         applied["chunked_prefill_size"] = chunk
     if chunk > 0 and chunk % page:
-        raise SimError(
-            f"--chunked-prefill-size {chunk} must be a multiple of --page-size {page}",
+        raise SimError.over_fields(
+            f"{{chunked_prefill_size}} {chunk} must be a multiple of {{block_size}} {page}",
             hint="give a chunk size that is a whole number of pages",
             code="sim.config",
         )
@@ -738,15 +750,7 @@ def _resolve_sglang(cfg: EngineConfig) -> ResolvedConfig:
     if overlap is None:
         overlap = True
         applied["async_scheduling"] = True
-    if cfg.schedule_conservativeness < 0:
-        raise SimError(
-            f"--schedule-conservativeness must be ≥ 0 (got {cfg.schedule_conservativeness:g})",
-            hint="1.0 is SGLang's default; lower admits more requests at once",
-            code="sim.config",
-        )
     seqs_given = cfg.max_num_seqs
-    if seqs_given is not None:
-        _at_least_one(seqs_given, "--max-running-requests")
     r = ResolvedConfig(
         engine=cfg.engine,
         gpu=gpu,

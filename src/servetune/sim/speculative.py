@@ -97,10 +97,10 @@ def default_acceptance(method: str, k: int) -> tuple[float, str]:
     base = "mtp" if method in MTP_METHODS else method
     points = sorted((m for m in MEASURED if m.method == base), key=lambda m: m.k)
     if not points:
-        raise SimError(
+        raise SimError.over_fields(
             f"speculative decoding with {method!r} is accepted as often as the text repeats "
             "itself, which the simulated prompts do not model: no default acceptance rate",
-            hint="give the rate measured on your traffic: --spec-acceptance-rate A (0-1; vLLM "
+            hint="give the rate measured on your traffic: {spec_acceptance_rate} A (0-1; vLLM "
             "logs it as 'Draft acceptance rate' and per-position acceptance in its "
             "SpecDecoding metrics)",
             code="sim.config",

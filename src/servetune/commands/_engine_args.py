@@ -160,8 +160,11 @@ def refuse_engine_flags_with_base_url(args: argparse.Namespace) -> None:
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
     """An EngineConfig from parsed flags (absent flags keep the engine's defaults). SGLang's
     spellings (``--mem-fraction-static``) need ``--engine sglang`` and may not be given beside
-    the same knob's own flag."""
+    the same knob's own flag; the values are the model's to check."""
+    from pydantic import ValidationError
+
     from servetune.errors import ConfigError
+    from servetune.sim.config import refusal
 
     engine = getattr(args, "engine", None) or "vllm"
     fields: dict[str, Any] = {
@@ -192,13 +195,12 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
                 hint="give one of them",
             )
         fields[k] = value
-    if semantics_of(engine) != SGLANG_SRT and fields.get("sglang_version"):
-        raise ConfigError(
-            "--sglang-version needs --engine sglang", hint="add --engine sglang or drop it"
-        )
     if getattr(args, "calibration", None):
         with_calibration(fields, args)
-    return EngineConfig(**fields)
+    try:
+        return EngineConfig(**fields)
+    except ValidationError as exc:  # the model's ranges and rules, shown with the flags
+        raise refusal(exc) from None
 
 
 def with_calibration(fields: dict[str, Any], args: argparse.Namespace) -> None:
