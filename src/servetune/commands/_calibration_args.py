@@ -1,7 +1,7 @@
 """``--calibration PROFILE`` for the planning commands (``plan``, ``tune``, ``cost``): the
 flag, and reading it once into the calibration the simulated engine applies plus the record a
 result keeps of it. ``sim run``/``serve``/``bench``/``sweep`` take it with the engine's flags
-(:mod:`servetune.sim.cli_args`)."""
+(:mod:`servetune.commands._engine_args`)."""
 
 from __future__ import annotations
 
