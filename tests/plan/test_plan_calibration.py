@@ -64,8 +64,9 @@ def test_plan_with_a_profile(tmp_path: Path) -> None:
     prof = slow_profile(tmp_path / "slow.json")
     gpus = ["--gpus", "A100-80GB,H100-SXM"]
     assert main([*PLAN, *gpus, "-o", str(tmp_path / "base.json")]) == 0
-    assert main([*PLAN, *gpus, "--calibration", str(prof), "-o", str(tmp_path / "cal.json")]) == 0
-    base, cal = read_plan_result(tmp_path / "base.json"), read_plan_result(tmp_path / "cal.json")
+    cal_out = tmp_path / "cal" / "plan.json"
+    assert main([*PLAN, *gpus, "--calibration", str(prof), "-o", str(cal_out)]) == 0
+    base, cal = read_plan_result(tmp_path / "base.json"), read_plan_result(cal_out)
     assert base.calibration is None
     assert cal.calibration is not None and cal.calibration.id == "slow"
     assert cal.calibration.file == str(prof.resolve())
@@ -85,6 +86,10 @@ def test_plan_with_a_profile(tmp_path: Path) -> None:
         "not H100-SXM: its constants are transferred to another device" in n for n in h100.notes
     )
     assert any("1 of 2 candidates" in w and "another device" in w for w in cal.warnings)
+    # the report shows it beside the plan's settings
+    assert main(["report", str(cal_out.parent), "--no-png"]) == 0
+    html = (cal_out.parent / "report.html").read_text()
+    assert ">calibration</div><div>slow (" in html and "mbu=0.42" in html
 
 
 def test_plan_profile_defaults_to_its_device(

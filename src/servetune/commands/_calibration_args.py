@@ -55,11 +55,3 @@ def calibration_of(args: argparse.Namespace) -> tuple[Calibration, CalibrationRe
     """``--calibration``'s profile, or None when it was not given."""
     path = getattr(args, "calibration", None)
     return read_profile(path) if path else None
-
-
-def describe(ref: CalibrationRef) -> str:
-    """One line for a command's output."""
-    return (
-        f"simulated with calibration {ref.id} ({ref.file}: {ref.engine} {ref.model} on "
-        f"{ref.device})"
-    )

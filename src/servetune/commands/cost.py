@@ -54,6 +54,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model", help="the model served (for the compute-load estimate of a real server's run)"
     )
+    from servetune.commands._calibration_args import add_calibration_argument
+
+    add_calibration_argument(
+        p,
+        "here: the deployment that served the result — its GPUs when neither the flags nor "
+        "the result say, its model for the compute estimate, its measured compute efficiency "
+        "as what the engine reaches",
+    )
     add_price_arguments(p)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.add_argument(
@@ -79,15 +87,25 @@ def run(args: argparse.Namespace) -> int:
             "nothing to price", hint="give a run or sweep directory (or --prices for the catalog)"
         )
     from servetune.checks import validated
+    from servetune.commands._calibration_args import calibration_of
     from servetune.commands._flags import flag_of
     from servetune.cost.analyze import cost_of
     from servetune.results.cost_file import COST_FILE, CostRequest, write_cost_report
 
     fields = {"path": str(args.path), "gpu": args.gpu, "gpus": args.gpus, "r": args.r}
     req: CostRequest = validated(CostRequest, {**fields, "model": args.model}, name=flag_of)
+    profile = calibration_of(args)
     report = cost_of(
-        req.path, price_book(args), gpu=req.gpu, gpus=req.gpus, r=req.r, model=req.model
+        req.path,
+        price_book(args),
+        gpu=req.gpu,
+        gpus=req.gpus,
+        r=req.r,
+        model=req.model,
+        calibration=profile[0] if profile is not None else None,
     )
+    if profile is not None:
+        report.calibration = profile[1]
     written = None
     if not args.no_write:
         written = write_cost_report(args.out or Path(report.source_path) / COST_FILE, report)
@@ -126,6 +144,14 @@ def _print(report: CostReport) -> None:
         f"({where}) = [bold]${report.usd_per_hour:,.2f}/hour[/bold]"
     )
     console.print(f"GPUs from {report.gpu_count_source}")
+    if report.calibration is not None:
+        ceiling = (
+            f"; compute load as a share of its measured compute efficiency "
+            f"{report.compute_ceiling:.0%}"
+            if report.compute_ceiling is not None
+            else ""
+        )
+        console.print(f"calibration {report.calibration.id} ({report.calibration.file}){ceiling}")
     console.print(f"[dim]{report.formula}; r = {report.r:g}[/dim]")
     t = Table(box=None, pad_edge=False, header_style="bold")
     show_gpu = any(x.gpu_utilization_mean is not None for x in report.levels)

@@ -539,9 +539,7 @@ def _print(res: PlanResult, top: int | None) -> None:
             "behind the router at the peak, holds the SLOs (SLO-max/replica = peak ÷ replicas)"
         )
     if res.calibration is not None:
-        from servetune.commands._calibration_args import describe
-
-        con.print(describe(res.calibration))
+        con.print(res.calibration.describe())
     ok = [c for c in res.candidates if c.status == "ok"]
     shown = ok if top is None else ok[:top]
     settled = min(res.settled_rows, len(shown))

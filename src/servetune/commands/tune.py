@@ -41,6 +41,13 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
         help="--engine sim: launch the real-time simulated server per configuration (a real "
         "process loaded over HTTP) instead of the offline virtual clock",
     )
+    from servetune.commands._calibration_args import add_calibration_argument
+
+    add_calibration_argument(
+        g,
+        "--engine sim's trials run with it, a real engine's screening, warm start and "
+        "predictions on the simulated engine too; unset --model and --gpu take the deployment's",
+    )
     add_workload_arguments(p)
     g.add_argument(
         "--workload-from",
@@ -191,11 +198,25 @@ def _spec(args: argparse.Namespace) -> Any:
     else:
         workload = workload_config_from_args(args)
     workload = workload.model_copy(update={"base_url": None, "goodput": as_goodput(slos)})
+    from servetune.commands._calibration_args import calibration_of
+
     gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else []
     engine = args.engine
     model = args.model
     gpu = args.gpu
     simulated = profile(engine).simulated
+    cal = calibration_of(args)
+    if cal is not None:
+        if args.realtime:
+            raise ConfigError(
+                "--calibration with --realtime: the real-time simulated server launched per "
+                "configuration does not take a profile here",
+                hint="drop --realtime (the offline simulated engine runs with the profile)",
+            )
+        dep = cal[0].deployment
+        gpu = gpu or dep.device.name
+        if simulated:
+            model = model or dep.model
     if simulated:
         model = model or "Qwen/Qwen2.5-7B-Instruct"
         gpu = gpu or "A100-80GB"
@@ -249,6 +270,8 @@ def _spec(args: argparse.Namespace) -> Any:
         heartbeat_s=args.heartbeat,
         baseline=baseline,
         baseline_text=args.baseline,
+        calibration=cal[0] if cal is not None else None,
+        calibration_ref=cal[1] if cal is not None else None,
     )
     return validated(TuneSpec, fields, name=flag_of)
 

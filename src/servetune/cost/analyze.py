@@ -24,6 +24,7 @@ from servetune.checks import validated
 from servetune.cost.formula import FORMULA, token_cost
 from servetune.cost.prices import PriceBook, canonical_gpu
 from servetune.errors import ConfigError, ResultError, ServetuneError
+from servetune.results.calibration_file import Calibration
 from servetune.results.cost_file import CostPoint, CostReport, CostRequest, PriceUsed
 from servetune.results.io import RUN_FILE, detect_dir, read_run_result
 from servetune.results.schema import RunResult
@@ -53,9 +54,24 @@ def _from_engine(engine: dict[str, Any] | None) -> tuple[str, int] | None:
     return str(engine["gpu"]), tp
 
 
-def deployment(recorded: dict[str, Any] | None, gpu: str | None, gpus: int | None) -> Deployment:
-    """GPU type and count: flags win over what the result records; a real run needs --gpu."""
+def deployment(
+    recorded: dict[str, Any] | None,
+    gpu: str | None,
+    gpus: int | None,
+    calibration: Calibration | None = None,
+) -> Deployment:
+    """GPU type and count: flags win over what the result records, and that over the
+    calibration profile's deployment; a real run needs one of them."""
     rec = _from_engine(recorded)
+    if rec is None and gpu is None and calibration is not None:
+        d = calibration.deployment
+        count = gpus if gpus is not None else d.tensor_parallel_size
+        return Deployment(
+            canonical_gpu(d.device.name),
+            count,
+            f"the calibration profile's deployment ({d.device.name}, tensor parallel "
+            f"{d.tensor_parallel_size}; calibration {calibration.id})",
+        )
     if gpu is not None:
         if gpus is None and rec is None:
             return Deployment(canonical_gpu(gpu), 1, ONE_GPU_ASSUMED)
@@ -148,16 +164,48 @@ def _point(
     )
 
 
-def _compute_use(run_dir: Path, gpu: str | None, model: str | None) -> float | None:
-    """diagnose's compute estimate (share of what the engine reaches) for one run, or None."""
+def _compute_use(
+    run_dir: Path, gpu: str | None, model: str | None, mfu: float | None = None
+) -> float | None:
+    """diagnose's compute estimate for one run as a share of what the engine reaches (the
+    catalog's compute efficiency, or ``mfu``: the one a calibration measured on this
+    deployment), or None."""
     from servetune.diagnose import diagnose_path
 
     try:
         diag = diagnose_path(run_dir, gpu=gpu, model=model)
     except ServetuneError:
         return None
+    if mfu is not None:
+        est = diag.figures.get("compute_use_est")
+        return float(est) / mfu if isinstance(est, int | float) and mfu > 0 else None
     v = diag.figures.get("compute_of_ceiling")
     return float(v) if isinstance(v, int | float) else None
+
+
+def _calibrated_mfu(cal: Calibration | None, dep: Deployment, warnings: list[str]) -> float | None:
+    """The compute efficiency ``cal`` measured, when it was measured on the GPU that served
+    the result (else the catalog's stands, and the warning says why)."""
+    if cal is None:
+        return None
+    mfu = cal.constants.get("mfu")
+    if not isinstance(mfu, int | float) or isinstance(mfu, bool):
+        warnings.append(
+            f"calibration {cal.id} did not fit the compute efficiency: the compute load is a "
+            "share of the catalog's"
+        )
+        return None
+    try:
+        same = canonical_gpu(cal.deployment.device.name) == dep.gpu
+    except ServetuneError:
+        same = False
+    if not same:
+        warnings.append(
+            f"calibration {cal.id} was measured on {cal.deployment.device.name}, not {dep.gpu}: "
+            "the compute load is a share of the catalog's compute efficiency, not its"
+        )
+        return None
+    return float(mfu)
 
 
 def _level_run(sweep_dir: Path, row: LevelRow) -> RunResult | None:
@@ -293,9 +341,13 @@ def cost_of(
     gpus: int | None = None,
     r: float = 4.0,
     model: str | None = None,
+    calibration: Calibration | None = None,
 ) -> CostReport:
     """The CostReport of a RUN_DIR or a SWEEP_DIR (the request checked as
-    :class:`~servetune.results.cost_file.CostRequest`)."""
+    :class:`~servetune.results.cost_file.CostRequest`). ``calibration``: a profile of the
+    deployment that served it — its GPU type and count where neither the flags nor the result
+    say, its model for the compute estimate, its measured compute efficiency as what the
+    engine reaches."""
     validated(CostRequest, {"path": str(path), "gpu": gpu, "gpus": gpus, "r": r, "model": model})
     p = Path(path).expanduser()
     kind = detect_dir(p)
@@ -303,9 +355,12 @@ def cost_of(
     points: list[CostPoint] = []
     knee: CostPoint | None = None
     lossy: set[str] = set()
+    if calibration is not None:
+        model = model or calibration.deployment.model
     if kind == "run":
         run = read_run_result(p)
-        dep = deployment(run.target.simulated, gpu, gpus)
+        dep = deployment(run.target.simulated, gpu, gpus, calibration)
+        mfu = _calibrated_mfu(calibration, dep, warnings)
         price = prices.price(dep.gpu)
         usd_h = price.usd_per_gpu_hour * dep.count
         if dep.source == ONE_GPU_ASSUMED:
@@ -320,11 +375,12 @@ def cost_of(
                 hint="run a load test whose requests succeed first",
             )
         pt = _point_from_run(run.label or p.name, run, usd_h, r)
-        pt.compute_use = _compute_use(p, gpu, model)
+        pt.compute_use = _compute_use(p, gpu or _flag_gpu(dep, calibration), model, mfu)
         points.append(pt)
     else:
         sweep = read_sweep_result(p)
-        dep = deployment(sweep.config.engine, gpu, gpus)
+        dep = deployment(sweep.config.engine, gpu, gpus, calibration)
+        mfu = _calibrated_mfu(calibration, dep, warnings)
         price = prices.price(dep.gpu)
         usd_h = price.usd_per_gpu_hour * dep.count
         if dep.source == ONE_GPU_ASSUMED:
@@ -341,7 +397,9 @@ def cost_of(
         by_label: dict[str, CostPoint] = {}
         for row in rows:
             pt = _row_point(row, _level_run(p, row), usd_h, r)
-            pt.compute_use = _compute_use(p / row.level_dir, gpu, model)
+            pt.compute_use = _compute_use(
+                p / row.level_dir, gpu or _flag_gpu(dep, calibration), model, mfu
+            )
             by_label[row.label] = pt
             points.append(pt)
         knee = _knee_point(sweep, by_label, usd_h, r)
@@ -374,6 +432,7 @@ def cost_of(
         cheapest=cheapest,
         knee_vs_cheapest=knee.vs_cheapest if knee is not None else None,
         warnings=warnings,
+        compute_ceiling=mfu,
     )
     report.advice = _advice(report)
     if kind == "run" and run.status != "complete":
@@ -386,6 +445,12 @@ def cost_of(
             "and $/Mtok above are those of the requests that got through"
         ]
     return report
+
+
+def _flag_gpu(dep: Deployment, cal: Calibration | None) -> str | None:
+    """The GPU diagnose's compute estimate is told about: the profile's, when the profile
+    named the deployment (a recorded simulated engine names its own)."""
+    return dep.gpu if cal is not None and "calibration profile" in dep.source else None
 
 
 def _lost(what: str, completed: int, failed: int) -> str:

@@ -78,10 +78,30 @@ def run_verdict(row: LevelRow) -> str:
     return text
 
 
+def calibration_text(cal: dict[str, Any]) -> str:
+    """A calibration (as an engine configuration records it) in one line: its id, the
+    deployment it was measured on, the constants it applies."""
+    dep = cal.get("deployment") or {}
+    device = (dep.get("device") or {}).get("name", "?")
+    consts = ", ".join(
+        f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+        for k, v in (cal.get("constants") or {}).items()
+    )
+    pool = cal.get("kv_cache_tokens")
+    return (
+        f"{cal.get('id', '?')}: measured on {dep.get('engine', '?')} {dep.get('model', '?')} "
+        f"on {device}; {consts or 'the catalog constants'}"
+        + (f"; KV pool {pool:,} tokens" if pool else "")
+    )
+
+
 def _config_rows(obj: dict[str, Any]) -> list[tuple[str, str]]:
     out = []
     for k, v in obj.items():
         if v is None or v == {} or v == []:
+            continue
+        if k == "calibration" and isinstance(v, dict):
+            out.append((k, calibration_text(v)))
             continue
         if isinstance(v, dict):
             v = ", ".join(f"{a}={b}" for a, b in v.items() if b is not None)

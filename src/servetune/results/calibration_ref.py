@@ -19,3 +19,10 @@ class CalibrationRef(BaseModel):
     engine: str
     constants: dict[str, float | bool] = {}
     """The constants it replaced the catalog's with (as applied)."""
+
+    def describe(self) -> str:
+        """One line for a command's output."""
+        return (
+            f"simulated with calibration {self.id} ({self.file}: {self.engine} {self.model} on "
+            f"{self.device})"
+        )

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from servetune.results.calibration_ref import CalibrationRef
 from servetune.results.jsonfile import read_model_file, write_json_atomic
 
 COST_FILE = "cost.json"
@@ -93,6 +94,12 @@ class CostReport(BaseModel):
     """The knee's blended $/Mtok ÷ the cheapest point's: what holding latency costs."""
     advice: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    calibration: CalibrationRef | None = None
+    """``--calibration``: the profile of the deployment (its GPUs where the result does not
+    say them, its measured compute efficiency as the compute load's ceiling)."""
+    compute_ceiling: float | None = None
+    """The compute efficiency the compute load is a share of, when it is the profile's
+    (None: the catalog's, diagnose's ``compute_ceiling``)."""
 
 
 def write_cost_report(path: str | Path, report: CostReport) -> Path:

@@ -15,6 +15,8 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from servetune.checks import SECONDS, Invalid
 from servetune.profiles import ENGINE_IDS, find
+from servetune.results.calibration_file import Calibration
+from servetune.results.calibration_ref import CalibrationRef
 from servetune.results.jsonfile import read_model_file, write_json_atomic
 from servetune.results.schema import BenchConfig, Rate
 from servetune.results.slo import SloSpec
@@ -198,6 +200,12 @@ class TuneSpec(BaseModel):
     sim_gpu: str | None = None
     sim_model: str | None = None
     """The catalog entries the simulated engine predicts with (warm start, pruning)."""
+    calibration: Calibration | None = None
+    """``--calibration``: the constants the simulated engine runs with (``--engine sim``'s
+    trials, a real engine's screening, warm start and predictions); carried in the study so
+    that a worker on another host applies the same."""
+    calibration_ref: CalibrationRef | None = None
+    """Which profile that was (its id and file)."""
 
 
 class TrialRecord(BaseModel):

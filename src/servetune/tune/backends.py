@@ -19,6 +19,7 @@ from typing import Any
 from servetune.errors import ConfigError, EngineError, ServetuneError, SimError
 from servetune.metrics.slo_spec import SloSpec, as_goodput, check
 from servetune.profiles import NEUTRAL, profile
+from servetune.results.calibration_file import Calibration
 from servetune.results.schema import BenchConfig, RunResult
 from servetune.results.tune_file import Probe
 from servetune.tune.search import find_slo_max
@@ -177,22 +178,27 @@ class Backend:
             yield tuple(measurer(s) for s in seeds)
 
 
-def _sim_engine_config(gpu: str, model: str, config: Mapping[str, Any]) -> Any:
+def _sim_engine_config(
+    gpu: str, model: str, config: Mapping[str, Any], calibration: Calibration | None = None
+) -> Any:
     from servetune.sim.config import EngineConfig
 
     fields = dict(config)
     try:
-        return EngineConfig(gpu=gpu, model=model, **fields)
+        return EngineConfig(gpu=gpu, model=model, calibration=calibration, **fields)
     except ValueError as exc:  # pydantic: a value the simulated engine does not model
         raise SimError(f"the simulated engine cannot run {dict(config)}: {exc}") from None
 
 
-def sim_screen(gpu: str, model: str, config: Mapping[str, Any]) -> str | None:
-    """vLLM's start-up checks and memory plan for the configuration, in milliseconds."""
+def sim_screen(
+    gpu: str, model: str, config: Mapping[str, Any], calibration: Calibration | None = None
+) -> str | None:
+    """vLLM's start-up checks and memory plan for the configuration, in milliseconds (with a
+    calibration: the KV pool its server showed, where it applies)."""
     from servetune.sim.memory import plan_memory
 
     try:
-        plan_memory(_sim_engine_config(gpu, model, config))
+        plan_memory(_sim_engine_config(gpu, model, config, calibration))
     except ServetuneError as exc:
         return exc.message
     return None
@@ -203,16 +209,43 @@ class SimBackend(Backend):
     and a probe's run is not written (``out`` unused)."""
 
     def __init__(
-        self, gpu: str, model: str, workload: BenchConfig, slos: list[SloSpec] | None = None
+        self,
+        gpu: str,
+        model: str,
+        workload: BenchConfig,
+        slos: list[SloSpec] | None = None,
+        calibration: Calibration | None = None,
     ) -> None:
         self.gpu, self.model, self.workload = gpu, model, workload
         self.slos = list(slos or [])
+        self.calibration = calibration
+
+    def _engine(self, config: Mapping[str, Any]) -> Any:
+        return _sim_engine_config(self.gpu, self.model, config, self.calibration)
 
     def screen(self, config: Mapping[str, Any]) -> str | None:
-        return sim_screen(self.gpu, self.model, config)
+        return sim_screen(self.gpu, self.model, config, self.calibration)
+
+    def calibration_notes(self, config: Mapping[str, Any]) -> list[str]:
+        """What of ``config`` (and the workload's lengths) the calibration did not measure:
+        another GPU or model than the profile's (its constants transferred), larger batches,
+        longer contexts or prompts."""
+        if self.calibration is None:
+            return []
+        from servetune.sim.calibration_use import use_warnings
+        from servetune.sim.config import resolve
+
+        try:
+            r = resolve(self._engine(config))
+        except ServetuneError:
+            return []
+        w = self.workload
+        if w.dataset_name != "random":  # the lengths are the dataset's: not known here
+            return use_warnings(r)
+        return use_warnings(r, w.random_input_len, w.random_output_len)
 
     def _runner(self, config: Mapping[str, Any], slos: list[SloSpec]) -> Run:
-        engine = _sim_engine_config(self.gpu, self.model, config)
+        engine = self._engine(config)
 
         def run(cfg: BenchConfig, out: Path | None, server_metrics: bool) -> Probe:
             from servetune.sim.offline import simulate
@@ -251,7 +284,7 @@ class SimBackend(Backend):
         from servetune.sim.config import resolve
 
         try:
-            resolved = resolve(_sim_engine_config(self.gpu, self.model, config))
+            resolved = resolve(self._engine(config))
         except ServetuneError:
             return self._registry_values(NEUTRAL, config, names)
         return {n: getattr(resolved, n) for n in names if hasattr(resolved, n)}

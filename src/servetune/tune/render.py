@@ -22,6 +22,8 @@ def render_result(r: TuneResult) -> str:
     for t in r.trials:
         counts[t.status] = counts.get(t.status, 0) + 1
     out.append("trials: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    if r.spec.calibration_ref is not None:
+        out.append(r.spec.calibration_ref.describe())
     refined = [t for t in r.trials if t.role == "refine"]
     if refined:
         around = sorted({t.refined_from for t in refined if t.refined_from is not None})

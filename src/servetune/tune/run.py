@@ -55,7 +55,16 @@ def sim_backend_for(spec: TuneSpec) -> SimBackend | None:
         find_model(model)
     except ServetuneError:
         return None
-    return SimBackend(gpu, model, spec.workload, spec.slos)
+    return SimBackend(gpu, model, spec.workload, spec.slos, spec.calibration)
+
+
+def calibration_notes(spec: TuneSpec) -> list[str]:
+    """``--calibration``'s notes for the study's reference configuration: where its constants
+    are transferred (another GPU or model than the profile's) or extrapolated."""
+    if spec.calibration is None:
+        return []
+    sim = sim_backend_for(spec)
+    return sim.calibration_notes(spec.space.config(spec.reference_params())) if sim else []
 
 
 def make_backend(spec: TuneSpec) -> Backend:
@@ -188,7 +197,11 @@ def run_tune(
     fresh = len(study.trials) <= 1
     if fresh:
         warm_start(spec, study, echo)
-    result = TuneResult(study=name, storage=url.split("@")[-1], spec=spec)
+    result = TuneResult(
+        study=name, storage=url.split("@")[-1], spec=spec, warnings=calibration_notes(spec)
+    )
+    for line in result.warnings:
+        echo(f"note: {line}")
     lines = LineAppender(out / TRIALS_FILE)
 
     def on_record(rec: TrialRecord) -> None:
