@@ -171,7 +171,7 @@ def test_baseline_as_items_or_a_command_line() -> None:
         ("vllm", "max_num_seqs=lots", "max_num_seqs"),
         ("vllm", "python -m sglang.launch_server --max-running-requests 4", "sglang"),
         ("llama.cpp", "gpu_memory_utilization=0.9", "llama.cpp"),
-        ("vllm", "vllm serve 'm", "--baseline"),
+        ("vllm", "vllm serve 'm", "No closing quotation"),
         ("vllm", "  ", "empty"),
     ]:
         with pytest.raises(ConfigError) as e:
@@ -201,4 +201,6 @@ def test_baseline_is_a_point_of_the_space() -> None:
     assert place_baseline(fixed, {"max_model_len": 2048})[0].fixed == {"max_model_len": 2048}
     with pytest.raises(ConfigError) as e:
         place_baseline(fixed, {"max_model_len": 4096})
-    assert "--fix" in e.value.message
+    assert "but fix sets max_model_len=2048" in e.value.message  # the library's parameter
+    message, _ = e.value.shown(lambda f: "--" + f)
+    assert "--baseline sets max_model_len=4096 but --fix sets" in message  # the CLI's flags

@@ -46,16 +46,17 @@ ASK_ONLY = ("threads",)
 GMU_POINTS = 4
 
 
-def parse_assignments(items: Sequence[str] | None, flag: str) -> dict[str, str | None]:
-    """``NAME=V1,V2`` (or ``NAME``) items → {name: "V1,V2" or None}."""
+def parse_assignments(items: Sequence[str] | None, field: str) -> dict[str, str | None]:
+    """``NAME=V1,V2`` (or ``NAME``) items of parameter FIELD (``knob``, ``fix``) →
+    {name: "V1,V2" or None}."""
     out: dict[str, str | None] = {}
     for item in items or ():
         name, sep, value = item.partition("=")
         name = name.strip()
         if not name or (sep and not value.strip()):
-            raise ConfigError(
-                f"{flag} {item!r}: expected NAME=VALUE" + ("S" if flag == "--knob" else ""),
-                hint="e.g. --knob max_num_seqs=64,128,256 --fix gpu_memory_utilization=0.9",
+            raise ConfigError.over_fields(
+                f"{{{field}}} {item!r}: expected NAME=VALUE" + ("S" if field == "knob" else ""),
+                hint="e.g. {knob} max_num_seqs=64,128,256 {fix} gpu_memory_utilization=0.9",
             )
         out[knob(name).name] = value.strip() if sep else None
     return out
@@ -91,23 +92,27 @@ def build_space(
 ) -> Space:
     """The space for ENGINE (see the module docstring)."""
     tunables = {t.name: t for t in tunable(engine)}
-    asked = parse_assignments(knob_items, "--knob")
-    fixed_raw = parse_assignments(fix_items, "--fix")
+    asked = parse_assignments(knob_items, "knob")
+    fixed_raw = parse_assignments(fix_items, "fix")
     for name in [*asked, *fixed_raw]:
         require(engine, name)  # a knob the engine lacks: ConfigError naming the engine
     both = set(asked) & set(fixed_raw)
     if both:
-        raise ConfigError(
-            f"{', '.join(sorted(both))}: both searched (--knob) and fixed (--fix)",
-            hint="give each knob either --knob or --fix",
+        raise ConfigError.over_fields(
+            f"{', '.join(sorted(both))}: both searched ({{knob}}) and fixed ({{fix}})",
+            hint="give each knob either {knob} or {fix}",
         )
     fixed: dict[str, Any] = {}
     for name, raw in fixed_raw.items():
         if raw is None:
-            raise ConfigError(f"--fix {name}: needs a value", hint=f"e.g. --fix {name}=VALUE")
+            raise ConfigError.over_fields(
+                f"{{fix}} {name}: needs a value", hint=f"e.g. {{fix}} {name}=VALUE"
+            )
         vals = _values(name, raw)
         if len(vals) != 1:
-            raise ConfigError(f"--fix {name}={raw}: one value only", hint="use --knob to search")
+            raise ConfigError.over_fields(
+                f"{{fix}} {name}={raw}: one value only", hint="use {knob} to search"
+            )
         if vals[0] != DEFAULT:
             fixed[name] = vals[0]
     if asked:
@@ -129,9 +134,9 @@ def build_space(
         elif name in tunables:
             values = _grid(name, tunables)
         else:
-            raise ConfigError(
-                f"--knob {name}: not a tuning knob of {engine}, give its values",
-                hint=f"e.g. --knob {name}=V1,V2",
+            raise ConfigError.over_fields(
+                f"{{knob}} {name}: not a tuning knob of {engine}, give its values",
+                hint=f"e.g. {{knob}} {name}=V1,V2",
             )
         if name in PARALLEL:
             values = [v for v in values if v == DEFAULT or int(v) <= gpus]
@@ -142,9 +147,9 @@ def build_space(
         if len(values) > 1:
             dims.append(Dim(name=name, values=values))
     if not dims:
-        raise ConfigError(
+        raise ConfigError.over_fields(
             "the search space is empty: every knob is fixed",
-            hint="leave at least one knob to search (--knob NAME=V1,V2)",
+            hint="leave at least one knob to search ({knob} NAME=V1,V2)",
         )
     return Space(engine=engine, dims=dims, fixed=fixed)
 
@@ -225,15 +230,15 @@ def parse_baseline(engine: str, text: str) -> dict[str, Any]:
     flags), read by the knob registry's parser: flags that set no knob (ports, keys) are
     ignored."""
     hint = (
-        "e.g. --baseline 'max_num_seqs=1 max_num_batched_tokens=512' or --baseline "
+        "e.g. {baseline} 'max_num_seqs=1 max_num_batched_tokens=512' or {baseline} "
         "'vllm serve MODEL --max-num-seqs 1 --max-num-batched-tokens 512'"
     )
     try:
         tokens = shlex.split(text.replace("\\\n", " "))
     except ValueError as exc:
-        raise ConfigError(f"--baseline {text!r}: {exc}", hint=hint) from None
+        raise ConfigError.over_fields(f"{{baseline}} {text!r}: {exc}", hint=hint) from None
     if not tokens:
-        raise ConfigError("--baseline is empty", hint=hint)
+        raise ConfigError.over_fields("{baseline} is empty", hint=hint)
     if all(_ASSIGNMENT.match(t) for t in tokens):
         out: dict[str, Any] = {}
         for tok in tokens:
@@ -252,8 +257,8 @@ def parse_baseline(engine: str, text: str) -> dict[str, Any]:
         # own `servetune sim serve`: the baseline may be either engine's command line
         parsed = parse_command(tokens)
         if parsed.engine not in (*reads_as, profile(engine).id):
-            raise ConfigError(
-                f"--baseline is {parsed.engine}'s command line ({parsed.entry}), not {engine}'s",
+            raise ConfigError.over_fields(
+                f"{{baseline}} is {parsed.engine}'s command line ({parsed.entry}), not {engine}'s",
                 hint=f"give the command line {engine} runs today, or NAME=VALUE items",
             )
         entry = profile(engine).entry
@@ -282,9 +287,9 @@ def place_baseline(space: Space, values: Mapping[str, Any]) -> tuple[Space, dict
     for name, value in values.items():
         if name in fixed:
             if fixed[name] != value:
-                raise ConfigError(
-                    f"--baseline sets {name}={value} but --fix sets {name}={fixed[name]}",
-                    hint="the baseline is what you serve today: drop the --fix, or fix the "
+                raise ConfigError.over_fields(
+                    f"{{baseline}} sets {name}={value} but {{fix}} sets {name}={fixed[name]}",
+                    hint="the baseline is what you serve today: drop the {fix}, or fix the "
                     "baseline's value",
                 )
             continue

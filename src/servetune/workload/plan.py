@@ -137,7 +137,9 @@ def _sessions_plan(cfg: BenchConfig, tok: TokenCounter) -> Plan:
         keep = int(np.searchsorted(starts, cfg.duration_s, side="left"))
         sessions, starts = sessions[:keep], starts[:keep]
     if not sessions:
-        raise ConfigError("the plan is empty: --duration is too short for --request-rate")
+        raise ConfigError.over_fields(
+            "the plan is empty: {duration_s} is too short for {request_rate}"
+        )
     starts_ns = (starts * 1e9).astype(np.int64).tolist()
     requests: list[RequestSpec] = []
     offsets_ns: list[int] = []
@@ -169,8 +171,8 @@ def _trace_plan(cfg: BenchConfig, tok: TokenCounter, num_prompts_given: bool) ->
     end = math.inf if tc.window_end_s is None else tc.window_end_s
     keep = (t >= tc.window_start_s) & (t < end)
     if not keep.any():
-        raise ConfigError(
-            f"--trace-window {tc.window_start_s:g}:{'' if tc.window_end_s is None else end:} "
+        raise ConfigError.over_fields(
+            f"{{trace_window}} {tc.window_start_s:g}:{'' if tc.window_end_s is None else end:} "
             f"holds no request of {trace_path(cfg)} (it spans 0 to {float(t[-1]):.3f} s)",
             hint="pick a window inside the trace's span",
         )
@@ -190,7 +192,9 @@ def _trace_plan(cfg: BenchConfig, tok: TokenCounter, num_prompts_given: bool) ->
         cut = int(np.searchsorted(t, cfg.duration_s, side="left"))
         specs, t = specs[:cut], t[:cut]
     if not specs:
-        raise ConfigError("the plan is empty: --duration ends before the trace's first request")
+        raise ConfigError.over_fields(
+            "the plan is empty: {duration_s} ends before the trace's first request"
+        )
     planned = (len(t) - 1) / float(t[-1]) if len(t) > 1 and t[-1] > 0 else None
     return Plan(
         requests=specs,
