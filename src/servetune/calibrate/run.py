@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import math
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -241,4 +240,4 @@ def calibrate(
     )
 
 
-__all__ = ["calibrate", "math"]
+__all__ = ["calibrate"]

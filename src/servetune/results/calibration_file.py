@@ -17,8 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servetune.errors import ResultError
-from servetune.results.jsonfile import read_model_file, write_json_atomic
+from servetune.results.jsonfile import read_model_file, write_model_file
 
 CALIBRATION_FILE = "calibration.json"
 CALIBRATION_SCHEMA_VERSION = 1
@@ -177,13 +176,7 @@ def write_calibration(path: str | Path, profile: CalibrationProfile) -> Path:
     p = Path(path)
     if p.is_dir():
         p = p / CALIBRATION_FILE
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ResultError(
-            f"cannot create {p.parent}: {exc.strerror or exc}", hint="pass --out FILE elsewhere"
-        ) from exc
-    return write_json_atomic(p, profile.model_dump(mode="json"), hint="pass --out FILE elsewhere")
+    return write_model_file(p, profile, hint="pass --out FILE elsewhere")
 
 
 def read_calibration(path: str | Path) -> CalibrationProfile:

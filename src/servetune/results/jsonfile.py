@@ -44,6 +44,16 @@ def write_json_atomic(path: Path, obj: object, hint: str | None = None) -> Path:
     return path
 
 
+def write_model_file(path: Path, model: BaseModel, hint: str) -> Path:
+    """``model`` as JSON at ``path`` (its folder made first), atomically; ``hint``: where else
+    to write when the file system refuses."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ResultError(f"cannot create {path.parent}: {exc.strerror or exc}", hint=hint) from exc
+    return write_json_atomic(path, model.model_dump(mode="json"), hint=hint)
+
+
 def schema_problem(exc: ValidationError) -> str:
     """A pydantic error on one line: where the first problem is and what it is (pydantic's own
     text runs over several lines with a link per problem)."""

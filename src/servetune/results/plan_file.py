@@ -10,9 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, computed_field
 
-from servetune.errors import ResultError
 from servetune.results.calibration_ref import CalibrationRef
-from servetune.results.jsonfile import read_model_file, write_json_atomic
+from servetune.results.jsonfile import read_model_file, write_model_file
 from servetune.results.schema import Slo
 
 PLAN_FILE = "plan.json"
@@ -160,14 +159,7 @@ class PlanResult(BaseModel):
 
 
 def write_plan_result(path: str | Path, plan: PlanResult) -> Path:
-    p = Path(path)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ResultError(
-            f"cannot create {p.parent}: {exc.strerror or exc}", hint="pass -o FILE elsewhere"
-        ) from exc
-    return write_json_atomic(p, plan.model_dump(mode="json"), hint="pass -o FILE elsewhere")
+    return write_model_file(Path(path), plan, hint="pass -o FILE elsewhere")
 
 
 def read_plan_result(path: str | Path) -> PlanResult:
