@@ -46,7 +46,6 @@ PENDING: dict[str, str] = {
     "quality/endpoint.py": "not converted yet",
     "quality/inputs.py": "not converted yet",
     "report/data.py": "not converted yet",
-    "results/calibration_file.py": "not converted yet",
     "results/conversation.py": "not converted yet",
     "results/io.py": "not converted yet",
     "results/jsonfile.py": "not converted yet",
