@@ -58,7 +58,8 @@ def test_missing_price_says_what_the_catalog_has():
     with pytest.raises(ConfigError) as exc:
         PriceBook("reserved-3y").price("A100-80GB")
     assert "no reserved-3y price" in exc.value.message
-    assert "on-demand" in (exc.value.hint or "") and "--price A100-80GB=" in (exc.value.hint or "")
+    assert "on-demand" in (exc.value.hint or "") and "price A100-80GB=" in (exc.value.hint or "")
+    assert "--price A100-80GB=" in (exc.value.shown(lambda f: "--" + f)[1] or "")  # the CLI's
     with pytest.raises(ConfigError, match="provider"):
         PriceBook(provider="nosuchcloud")
     with pytest.raises(ConfigError, match="pricing"):

@@ -33,9 +33,9 @@ def normalize_base_url(base_url: str) -> str:
     ``h:p`` means ``http://h:p``. Another scheme or a port that cannot be is a ConfigError."""
     url = base_url.strip().rstrip("/")
     if "://" in url and not url.lower().startswith(("http://", "https://")):
-        raise ConfigError(
-            f"--base-url {base_url!r} is not an http(s) URL",
-            hint="e.g. --base-url http://127.0.0.1:8000/v1",
+        raise ConfigError.over_fields(
+            f"{{base_url}} {base_url!r} is not an http(s) URL",
+            hint="e.g. {base_url}=http://127.0.0.1:8000/v1",
         )
     if not url.lower().startswith(("http://", "https://")):
         url = "http://" + url
@@ -45,9 +45,9 @@ def normalize_base_url(base_url: str) -> str:
     except ValueError:  # a port that is no number or out of 0-65535
         port, host = -1, None
     if port == -1 or not host:
-        raise ConfigError(
-            f"--base-url {base_url!r} is not a valid URL (host, or a port in 1-65535)",
-            hint="e.g. --base-url http://127.0.0.1:8000/v1",
+        raise ConfigError.over_fields(
+            f"{{base_url}} {base_url!r} is not a valid URL (host, or a port in 1-65535)",
+            hint="e.g. {base_url}=http://127.0.0.1:8000/v1",
         )
     return url if url.endswith("/v1") else url + "/v1"
 

@@ -26,22 +26,22 @@ async def _get_json(session: aiohttp.ClientSession, url: str) -> Any:
         async with session.get(url, timeout=timeout) as resp:
             body = await resp.read()
             if resp.status != 200:
-                raise TargetError(
+                raise TargetError.over_fields(
                     f"GET {url} answered HTTP {resp.status}",
-                    hint="is --base-url an OpenAI-compatible server (it should serve /v1/models)?",
+                    hint="is {base_url} an OpenAI-compatible server (it should serve /v1/models)?",
                 )
     except aiohttp.ClientError as exc:
         cls, why = classify_exception(exc, PROBE_TIMEOUT_S)
         if cls == "protocol_error":  # something answers, but not in HTTP (aiohttp's text
             # runs over several lines: the first says it)
-            raise TargetError(
+            raise TargetError.over_fields(
                 f"{url} did not answer in HTTP: {why.splitlines()[0].rstrip(':')}",
-                hint="is --base-url the port of an OpenAI-compatible HTTP server (not https, "
+                hint="is {base_url} the port of an OpenAI-compatible HTTP server (not https, "
                 "not another service)?",
             ) from exc
-        raise TargetError(
+        raise TargetError.over_fields(
             f"cannot reach {url}: {why}",
-            hint="is the server running? check --base-url (e.g. http://127.0.0.1:8000/v1)",
+            hint="is the server running? check {base_url} (e.g. http://127.0.0.1:8000/v1)",
         ) from exc
     except TimeoutError as exc:
         raise TargetError(f"no answer from {url} within {PROBE_TIMEOUT_S:g} s") from exc
@@ -66,16 +66,16 @@ async def probe_target(
     if model is None:
         if len(served) != 1:
             listed = ", ".join(served) or "none"
-            raise ModelNotServedError(
+            raise ModelNotServedError.over_fields(
                 f"the server lists {len(served)} models ({listed}); which one?",
-                hint="pass --model NAME",
+                hint="pass {model}=NAME",
             )
         model = served[0]
     elif model not in served:
-        raise ModelNotServedError(
+        raise ModelNotServedError.over_fields(
             f"model {model!r} is not served by {url}; it serves: {', '.join(served) or 'none'}",
-            hint="pass the name it serves as --served-model-name (the model stays --model), "
-            "or as --model",
+            hint="pass the name it serves as {served_model_name} (the model stays {model}), "
+            "or as {model}",
         )
     entry = next(e for e in entries if isinstance(e, dict) and e.get("id") == model)
     max_len = entry.get("max_model_len")

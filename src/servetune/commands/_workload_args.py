@@ -429,25 +429,16 @@ def add_session_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def session_configs(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``multiturn`` and ``trace`` parts of a BenchConfig from the flags (range errors
-    named by flag)."""
-    from pydantic import ValidationError
-
+    """The ``multiturn`` and ``trace`` parts of a BenchConfig from the flags (a refusal is
+    over the models' fields; the CLI shows the flags that set them, commands/_flags.py)."""
     from servetune.results.conversation import MultiturnConfig, TraceConfig
 
     out: dict[str, Any] = {}
     if hasattr(args, "multiturn_turns"):
         lo, hi = args.multiturn_turns
-        flags = {
-            "turns_min": "--multiturn-turns",
-            "turns_max": "--multiturn-turns",
-            "system_prompt_len": "--multiturn-system-len",
-            "system_prompts": "--multiturn-system-prompts",
-            "think_time_s": "--multiturn-think-time",
-            "max_context": "--multiturn-max-context",
-        }
-        try:
-            out["multiturn"] = MultiturnConfig(
+        out["multiturn"] = validated(
+            MultiturnConfig,
+            dict(
                 turns_min=lo,
                 turns_max=hi,
                 system_prompt_len=args.multiturn_system_len,
@@ -458,55 +449,24 @@ def session_configs(args: argparse.Namespace) -> dict[str, Any]:
                 on_overflow=args.multiturn_on_overflow,
                 rate_unit=args.request_rate_unit,
                 session_header=args.session_header,
-            )
-        except ValidationError as exc:
-            raise flag_error(exc, flags) from None
+            ),
+        )
     if hasattr(args, "trace_format"):
         start, end = args.trace_window if args.trace_window is not None else (0.0, None)
-        tflags = {
-            "time_scale": "--trace-time-scale",
-            "window_start_s": "--trace-window",
-            "window_end_s": "--trace-window",
-        }
-        try:
-            out["trace"] = TraceConfig(
+        out["trace"] = validated(
+            TraceConfig,
+            dict(
                 format=args.trace_format,
                 time_scale=args.trace_time_scale,
                 window_start_s=start,
                 window_end_s=end,
-            )
-        except ValidationError as exc:
-            raise flag_error(exc, tflags) from None
+            ),
+        )
     return out
-
-
-def flag_error(exc: Any, flags: dict[str, str]) -> ConfigError:
-    err = exc.errors()[0]
-    field = str(err["loc"][0]) if err.get("loc") else ""
-    flag = flags.get(field, field)
-    return ConfigError(
-        f"{flag}: {err['msg']} (got {err.get('input')!r})",
-        hint=f"see `--help` for {flag}",
-    )
-
-
-# Plain float flags that must be finite numbers (NaN compares false with every bound, and JSON
-# has neither NaN nor infinity: run.json would carry null). --request-rate has its own 'inf'.
-_FINITE_FLAGS = {
-    "multiturn_think_time": ("--multiturn-think-time", "--multiturn-think-time 2 (seconds)"),
-    "trace_time_scale": ("--trace-time-scale", "--trace-time-scale 0.5"),
-}
-"""The flags of session and trace workloads (BenchConfig checks its own fields)."""
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
     """What the flags set that is not the workload's model (BenchConfig checks its own)."""
-    for dest, (flag, example) in _FINITE_FLAGS.items():
-        value = getattr(args, dest, None)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(
-                f"{flag} must be a finite number (got {value:g})", hint=f"e.g. {example}"
-            )
     interval = getattr(args, "metrics_interval", None)
     if interval is not None and not 0 < interval < math.inf:  # was the scraper's ValueError
         raise ConfigError(

@@ -343,18 +343,17 @@ def _request(args: argparse.Namespace) -> PlanRequest:
 def _sessions(args: argparse.Namespace, n: int) -> tuple[Any, Any]:
     """The multi-turn traffic (a ``multiturn`` BenchConfig, rates in requests/s) and the
     Workload of its turns at their nominal lengths (what the costs per token read)."""
-    from pydantic import ValidationError
 
     from servetune.checks import validated
-    from servetune.commands._workload_args import flag_error
     from servetune.plan.workload import Workload
     from servetune.results.conversation import MultiturnConfig
     from servetune.results.schema import BenchConfig
     from servetune.sim.offline_plan import workload_plan
 
     lo, hi = args.multiturn_turns
-    try:
-        mt = MultiturnConfig(
+    mt = validated(
+        MultiturnConfig,
+        dict(
             turns_min=lo,
             turns_max=hi,
             system_prompt_len=args.multiturn_system_len,
@@ -362,18 +361,8 @@ def _sessions(args: argparse.Namespace, n: int) -> tuple[Any, Any]:
             think_time_s=args.multiturn_think_time,
             think_dist=args.multiturn_think_dist,
             rate_unit="requests",
-        )
-    except ValidationError as exc:
-        raise flag_error(
-            exc,
-            {
-                "turns_min": "--multiturn-turns",
-                "turns_max": "--multiturn-turns",
-                "system_prompt_len": "--multiturn-system-len",
-                "system_prompts": "--multiturn-system-prompts",
-                "think_time_s": "--multiturn-think-time",
-            },
-        ) from None
+        ),
+    )
     cfg = validated(
         BenchConfig,
         dict(

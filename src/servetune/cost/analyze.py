@@ -84,9 +84,9 @@ def deployment(
             gpus if gpus is not None else tp,
             f"the simulated engine's configuration ({name}, tensor parallel {tp})",
         )
-    raise ConfigError(
+    raise ConfigError.over_fields(
         "the result does not say which GPUs served it (a real server's run records no GPU)",
-        hint="pass --gpu GPU [--gpus N], e.g. --gpu A100-80GB --gpus 1 (see `servetune sim gpus`)",
+        hint="give {gpu} and {gpus}, e.g. {gpu}=A100-80GB {gpus}=1 (see `servetune sim gpus`)",
     )
 
 

@@ -85,20 +85,20 @@ def parse_price_overrides(items: Sequence[str] | None) -> dict[str, float]:
     for item in items or ():
         gpu, sep, value = item.partition("=")
         if not sep or not gpu.strip() or not value.strip():
-            raise ConfigError(
-                f"--price {item!r} is not GPU=USD_PER_HOUR",
-                hint="e.g. --price A100-80GB=1.80 (US dollars per GPU per hour)",
+            raise ConfigError.over_fields(
+                f"{{price}} {item!r} is not GPU=USD_PER_HOUR",
+                hint="e.g. A100-80GB=1.80 (US dollars per GPU per hour)",
             )
         try:
             usd = float(value.strip().lstrip("$"))
         except ValueError:
-            raise ConfigError(
-                f"--price {item!r}: {value.strip()!r} is not a number",
-                hint="e.g. --price A100-80GB=1.80 (US dollars per GPU per hour)",
+            raise ConfigError.over_fields(
+                f"{{price}} {item!r}: {value.strip()!r} is not a number",
+                hint="e.g. A100-80GB=1.80 (US dollars per GPU per hour)",
             ) from None
         if not usd > 0 or usd != usd or usd == float("inf"):
-            raise ConfigError(
-                f"--price {item!r}: the price must be a positive number of USD per GPU-hour"
+            raise ConfigError.over_fields(
+                f"{{price}} {item!r}: the price must be a positive number of USD per GPU-hour"
             )
         out[canonical_gpu(gpu.strip())] = usd
     return out
@@ -124,9 +124,9 @@ class PriceBook:
         self.catalog = tuple(catalog if catalog is not None else offers())
         if self.provider and not any(o.provider == self.provider for o in self.catalog):
             known = sorted({o.provider for o in self.catalog})
-            raise ConfigError(
+            raise ConfigError.over_fields(
                 f"no prices from provider {provider!r} in the catalog",
-                hint=f"known providers: {', '.join(known)} (or give --price GPU=USD)",
+                hint=f"known providers: {', '.join(known)} (or give a price, {{price}} GPU=USD)",
             )
 
     def candidates(self, gpu: str) -> list[Offer]:
@@ -160,10 +160,10 @@ class PriceBook:
                 }
             )
             where = f" from {self.provider}" if self.provider else ""
-            raise ConfigError(
+            raise ConfigError.over_fields(
                 f"no {self.pricing} price{where} for {name} in the price catalog",
                 hint=(f"the catalog has: {'; '.join(have)}. " if have else "")
-                + f"Give one with --price {name}=USD_PER_HOUR",
+                + f"Give one with {{price}} {name}=USD_PER_HOUR",
             )
         o = found[0]
         return Price(

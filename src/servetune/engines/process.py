@@ -305,9 +305,9 @@ def start(spec: LaunchSpec, log_path: Path | str, *, die_with_parent: bool = Tru
         )
     except FileNotFoundError as exc:
         spec.remove_files()
-        raise EngineError(
+        raise EngineError.over_fields(
             f"{spec.engine}: cannot run {spec.argv[0]!r}: not found",
-            hint="install the engine, or give its path (--executable); "
+            hint="install the engine, or give its path ({executable}); "
             "the test engines come from scripts/provision_engines.sh",
         ) from exc
     except PermissionError as exc:

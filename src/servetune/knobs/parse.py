@@ -127,7 +127,7 @@ def parse_command(line: str | list[str], engine: str | None = None) -> ParsedCom
         raise ConfigError(
             f"the command line {line!r} cannot be split into words: {exc}",
             hint="close the quote (the whole command line goes in one pair of quotes, e.g. "
-            '--server-cmd "vllm serve MODEL --max-num-seqs 256")',
+            "'vllm serve MODEL --max-num-seqs 256')",
             code="knob.command",
         ) from None
     env: dict[str, str] = {}

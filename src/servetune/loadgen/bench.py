@@ -104,11 +104,11 @@ def _check_lengths(plan: Plan, target: TargetInfo) -> None:
     worst = max(requests, key=lambda s: s.input_len + s.output_len)
     need = worst.input_len + worst.output_len
     if need > target.max_model_len:
-        raise ConfigError(
+        raise ConfigError.over_fields(
             f"a request needs {worst.input_len} input + {worst.output_len} output = {need} "
             f"tokens, beyond the server's max_model_len of {target.max_model_len}",
-            hint="lower --random-input-len / --random-output-len (or the dataset's lengths), "
-            "or restart the server with a larger --max-model-len",
+            hint="lower {random_input_len} / {random_output_len} (or the dataset's lengths), "
+            "or restart the server with a larger max_model_len",
         )
 
 
@@ -193,7 +193,8 @@ async def run_bench(
     if cfg.base_url is None:
         raise ConfigError(
             "no target: run_bench needs cfg.base_url",
-            hint="servetune bench without --base-url starts the simulated engine itself",
+            hint="to load-test the simulated engine, start it (servetune.simulate runs it "
+            "offline; `servetune sim serve` serves it)",
         )
     env = this_machine()
     out, created = _prepare_dir(Path(result_dir), overwrite)

@@ -28,21 +28,21 @@ _SPEC = re.compile(
 def parse_slo(text: str) -> SloSpec:
     m = _SPEC.match(text.lower())
     if m is None or m.group("metric") not in _NAMES:
-        raise ConfigError(
-            f"--slo {text!r}: expected METRIC:STAT<=MS, METRIC one of ttft, tpot, itl, e2el",
-            hint="e.g. --slo ttft:p99<=500 --slo tpot:p99<=50 (or ttft:500 for P99)",
+        raise ConfigError.over_fields(
+            f"{{slo}} {text!r}: expected METRIC:STAT<=MS, METRIC one of ttft, tpot, itl, e2el",
+            hint="e.g. ttft:p99<=500 and tpot:p99<=50 (or ttft:500 for P99)",
         )
     stat = (m.group("stat") or "p99").replace("median", "p50")
     if stat == "p99.9":
         stat = "p999"
     if stat not in ("mean", "p50", "p90", "p95", "p99", "p999"):
-        raise ConfigError(
-            f"--slo {text!r}: {stat} is not a statistic servetune records",
+        raise ConfigError.over_fields(
+            f"{{slo}} {text!r}: {stat} is not a statistic servetune records",
             hint="use mean, p50, p90, p95, p99 or p99.9",
         )
     ms = float(m.group("ms"))
     if ms <= 0:
-        raise ConfigError(f"--slo {text!r}: the limit must be > 0 ms")
+        raise ConfigError.over_fields(f"{{slo}} {text!r}: the limit must be > 0 ms")
     return SloSpec(metric=m.group("metric"), stat=stat, limit_ms=ms)  # type: ignore[arg-type]
 
 
@@ -55,14 +55,14 @@ def parse_slos(items: Sequence[str] | None) -> list[SloSpec]:
     return out
 
 
-def p99_slo(slos: Sequence[SloSpec], flag: str = "--slo") -> Slo:
+def p99_slo(slos: Sequence[SloSpec], field: str = "slo") -> Slo:
     """The P99 limits of ``slos`` as an :class:`Slo`, for what judges P99s only (the capacity
     planner); any other statistic or metric is refused by name rather than dropped."""
     other = [s.text() for s in slos if s.stat != "p99" or s.metric == "itl"]
     if other:
-        raise ConfigError(
-            f"{flag}: {', '.join(other)}: this command judges P99 TTFT, TPOT and E2E only",
-            hint="e.g. --slo ttft:p99<=500 tpot:p99<=50 (or ttft:500 tpot:50)",
+        raise ConfigError.over_fields(
+            "{" + field + "}" + f": {', '.join(other)}: this judges P99 TTFT, TPOT and E2E only",
+            hint="e.g. ttft:p99<=500 tpot:p99<=50 (or ttft:500 tpot:50)",
         )
     return as_goodput(slos)
 

@@ -95,9 +95,9 @@ def metric_map(name: str) -> EngineMap:
                 fixed = p.id + key[len(alias) :]
                 if fixed in by_name:
                     return by_name[fixed]
-    raise ConfigError(
+    raise ConfigError.over_fields(
         f"unknown engine {name!r}",
-        hint=f"use one of: {', '.join(by_name)} (or --metrics-url URL to read the names a "
+        hint=f"use one of: {', '.join(by_name)} (or {{metrics_url}}=URL to read the names a "
         "running server exposes)",
     )
 

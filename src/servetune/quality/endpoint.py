@@ -197,15 +197,15 @@ class Endpoint:
         ids = [m.get("id") for m in (listed or []) if isinstance(m, dict)]
         if self.model is None:
             if why is not None:
-                raise TargetError(
+                raise TargetError.over_fields(
                     f"the {self.name} at {self.root} is not an OpenAI-compatible server: {why}",
                     hint="give its base URL, e.g. http://127.0.0.1:8000/v1 (or name the model "
-                    "with --model)",
+                    "with {model})",
                 )
             if len(ids) != 1:
-                raise TargetError(
+                raise TargetError.over_fields(
                     f"the {self.name} serves {len(ids)} models ({', '.join(map(str, ids))})",
-                    hint="name the one to check with --model",
+                    hint="name the one to check with {model}",
                 )
             self.model = str(ids[0])
         await self._detect()

@@ -57,12 +57,14 @@ def builtin_texts() -> list[str]:
 def load_texts(path: str | Path | None, n: int) -> tuple[list[str], str]:
     """Up to ``n`` texts and where they came from."""
     if n < 2:
-        raise DatasetError("--prompts must be ≥ 2 (the noise floor needs texts to vary over)")
+        raise DatasetError.over_fields(
+            f"{{prompts}} must be ≥ 2 (got {n}: the noise floor needs texts to vary over)"
+        )
     if path is None:
         built = builtin_texts()
         return built[:n], f"servetune's built-in English paragraphs ({min(n, len(built))})"
     p = Path(path).expanduser()
-    raw = _read_text(p, "--texts")
+    raw = _read_text(p, "texts")
     texts: list[str] = []
     if p.suffix == ".jsonl":
         for i, line in enumerate(raw.splitlines(), 1):
@@ -85,26 +87,27 @@ def load_texts(path: str | Path | None, n: int) -> tuple[list[str], str]:
     return texts[:n], f"{p} ({min(n, len(texts))} texts)"
 
 
-def _read_text(p: Path, flag: str) -> str:
-    """The UTF-8 text of the file a flag names; a missing, unreadable or binary file is a
-    DatasetError that names the flag."""
+def _read_text(p: Path, field: str) -> str:
+    """The UTF-8 text of the file FIELD names; a missing, unreadable or binary file is a
+    DatasetError over that field."""
+    name = "{" + field + "}"
     try:
         return p.read_text("utf-8")
     except OSError as exc:
-        raise DatasetError(
-            f"cannot read {flag} {p}: {exc.strerror or exc}",
-            hint=f"give {flag} a readable text file",
+        raise DatasetError.over_fields(
+            f"cannot read {name} {p}: {exc.strerror or exc}",
+            hint=f"give {name} a readable text file",
         ) from None
     except UnicodeDecodeError as exc:
-        raise DatasetError(
-            f"{flag} {p} is not UTF-8 text (byte {exc.start}: {exc.reason})",
-            hint=f"give {flag} a text file (.jsonl or plain text), not a binary one",
+        raise DatasetError.over_fields(
+            f"{name} {p} is not UTF-8 text (byte {exc.start}: {exc.reason})",
+            hint=f"give {name} a text file (.jsonl or plain text), not a binary one",
         ) from None
 
 
 def load_samples(path: str | Path) -> list[Sample]:
     p = Path(path).expanduser()
-    lines = _read_text(p, "--samples").splitlines()
+    lines = _read_text(p, "samples").splitlines()
     out: list[Sample] = []
     for i, line in enumerate(lines, 1):
         if not line.strip():

@@ -174,7 +174,7 @@ def load_sweep(path: Path, with_requests: bool = True) -> ReportData:
     if not sweep.rows:
         raise ResultError(
             f"{path / 'sweep.json'} has no finished level yet",
-            hint="wait for the first level to end, or resume the sweep with --resume",
+            hint="wait for the first level to end, or resume the sweep",
         )
     return ReportData(kind="sweep", path=path, levels=levels, sweep=sweep, notes=notes)
 

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from servetune.errors import ConfigError
+from servetune.checks import Invalid
 
 TraceFormat = Literal["auto", "mooncake", "azure", "servetune"]
 OverflowPolicy = Literal["truncate", "end"]
@@ -57,17 +57,17 @@ class MultiturnConfig(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> MultiturnConfig:
         if self.turns_max < self.turns_min:
-            raise ConfigError(
-                f"--multiturn-turns: the most turns ({self.turns_max}) is below the least "
+            raise Invalid(
+                f"{{turns_max}}: the most turns ({self.turns_max}) is below the least "
                 f"({self.turns_min})",
-                hint="e.g. --multiturn-turns 4 or --multiturn-turns 2:8",
+                hint="give a range whose most is at least its least, e.g. 2 to 8 turns",
                 code="workload.bad_turns",
             )
         h = self.session_header
         if h and (not h.isascii() or any(c in h for c in " :\r\n\t") or not h.isprintable()):
-            raise ConfigError(
-                f"--session-header {h!r} is not an HTTP header name",
-                hint="e.g. --session-header X-Session-ID, or '' for none",
+            raise Invalid(
+                f"{{session_header}} {h!r} is not an HTTP header name",
+                hint="e.g. {session_header}=X-Session-ID, or '' for none",
                 code="workload.bad_header",
             )
         return self
@@ -94,9 +94,10 @@ class TraceConfig(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> TraceConfig:
         if self.window_end_s is not None and self.window_end_s <= self.window_start_s:
-            raise ConfigError(
-                f"--trace-window {self.window_start_s:g}:{self.window_end_s:g} is empty",
-                hint="give START:END seconds with END > START, e.g. --trace-window 0:600",
+            raise Invalid(
+                f"the trace window {self.window_start_s:g}:{self.window_end_s:g} s is empty: "
+                "its end ({window_end_s}) is not after its start",
+                hint="a window ends after it starts, e.g. from 0 to 600 s of the trace",
                 code="workload.bad_window",
             )
         return self

@@ -151,9 +151,9 @@ def engine_config_from_command(
     if model:
         fields["model"] = model
     if "model" not in fields:
-        raise ConfigError(
+        raise ConfigError.over_fields(
             "the command line names no model",
-            hint='give "vllm serve MODEL …" or --model MODEL',
+            hint='give "vllm serve MODEL …" or {model}=MODEL',
         )
     fields["gpu"] = gpu
     try:

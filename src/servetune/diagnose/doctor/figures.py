@@ -67,9 +67,9 @@ def workload_from_lengths(input_len: int | None, output_len: int | None) -> Work
     if input_len is None and output_len is None:
         return Workload()
     if input_len is None or output_len is None:
-        raise ConfigError(
-            "give both --workload-input-len and --workload-output-len",
-            hint="e.g. --workload-input-len 1024 --workload-output-len 128",
+        raise ConfigError.over_fields(
+            "give both {input_len} and {output_len}",
+            hint="e.g. {input_len}=1024 {output_len}=128",
         )
     return Workload(
         input_len=float(input_len),

@@ -80,7 +80,7 @@ def diagnose_sweep(sweep_dir: str | Path, config: KnownConfig | None = None) -> 
     if not sweep.rows:
         raise ResultError(
             f"{d / 'sweep.json'} has no finished level yet",
-            hint="wait for the first level to end, or resume the sweep with --resume",
+            hint="wait for the first level to end, or resume the sweep",
         )
     knee = sweep.knee
     levels: list[LevelDiagnosis] = []
