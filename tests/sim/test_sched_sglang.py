@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from servetune.sim.config import EngineConfig, ResolvedConfig
+from servetune.sim.config import EngineConfig
 from servetune.sim.engine import DECODE, PREFILL, WAITING, SimRequest
 from servetune.sim.memory import plan_memory
 from servetune.sim.policies import make_engine
+from servetune.sim.resolved import ResolvedConfig
 from servetune.sim.sched_sglang import (
     CLIP_MAX_NEW_TOKENS,
     SglangEngine,

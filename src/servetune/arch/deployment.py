@@ -1,6 +1,6 @@
 """What the memory planner and the step model need to know of a deployment: the model, the
 GPU, the parallel layout, the formats and the engine's sizing knobs. The simulated engine's
-resolved configuration (:class:`servetune.sim.config.ResolvedConfig`) is one."""
+resolved configuration (:class:`servetune.sim.resolved.ResolvedConfig`) is one."""
 
 from __future__ import annotations
 

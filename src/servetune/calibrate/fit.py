@@ -32,9 +32,9 @@ from servetune.calibrate.steps import decode_line, prefill_line
 from servetune.results.calibration_file import Constant
 from servetune.results.record import RequestRecord
 from servetune.results.schema import BenchConfig
-from servetune.sim.config import ResolvedConfig
 from servetune.sim.efficiency import Efficiency, efficiency
 from servetune.sim.perf import StepModel
+from servetune.sim.resolved import ResolvedConfig
 from servetune.workload.plan import Plan
 
 PARAMS: dict[str, tuple[float, float]] = {

@@ -17,8 +17,8 @@ from servetune.metrics.run_result import run_summary
 from servetune.results.calibration_file import FIGURES
 from servetune.results.record import RequestRecord
 from servetune.results.schema import BenchConfig, Summary
-from servetune.sim.config import ResolvedConfig
 from servetune.sim.offline_run import OfflineRun
+from servetune.sim.resolved import ResolvedConfig
 from servetune.workload.plan import Plan
 from servetune.workload.spec import RequestSpec
 

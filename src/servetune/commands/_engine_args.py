@@ -13,13 +13,8 @@ from typing import Any
 from servetune.knobs.cli import add_knob_arguments, knob_flag_name, knob_values
 from servetune.knobs.model import Spelling
 from servetune.knobs.registry import knob, spelling
-from servetune.sim.config import (
-    SGLANG_SRT,
-    SIM_KNOBS,
-    EngineConfig,
-    semantics_of,
-    simulated_engines,
-)
+from servetune.sim.config import SIM_KNOBS, EngineConfig
+from servetune.sim.semantics import SGLANG_SRT, semantics_of, simulated_engines
 
 DEFAULT_GPU = "A100-80GB"
 DEFAULT_MODEL = "Qwen/Qwen2.5-7B-Instruct"

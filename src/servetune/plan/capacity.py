@@ -44,7 +44,7 @@ from servetune.arch.memory import MemoryPlan
 from servetune.plan.simulate import Point, simulate
 from servetune.plan.workload import Workload
 from servetune.results.schema import Slo
-from servetune.sim.config import ResolvedConfig
+from servetune.sim.resolved import ResolvedConfig
 
 REL_TOL = 0.08
 LATE_GROWTH = 0.15

@@ -46,9 +46,9 @@ from servetune.results import server_series as ss
 from servetune.results.record import RequestRecord
 from servetune.results.schema import BenchConfig, Slo
 from servetune.routing.config import RoutingConfig
-from servetune.sim.config import ResolvedConfig
 from servetune.sim.offline_plan import workload_plan
 from servetune.sim.replicas import run_replicas
+from servetune.sim.resolved import ResolvedConfig
 from servetune.workload.plan import Plan
 
 

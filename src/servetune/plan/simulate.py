@@ -29,8 +29,8 @@ from servetune.metrics.timeline import in_flight, slope
 from servetune.plan.workload import Workload, offsets_at
 from servetune.results.record import RequestRecord
 from servetune.results.schema import BenchConfig
-from servetune.sim.config import ResolvedConfig
 from servetune.sim.offline_run import OfflineRun
+from servetune.sim.resolved import ResolvedConfig
 from servetune.workload.plan import Plan
 
 WARMUP_SHARE = 0.1

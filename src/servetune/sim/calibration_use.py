@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from servetune.results.calibration_file import Calibration, read_calibration
-from servetune.sim.config import ResolvedConfig, model_ref
+from servetune.sim.resolved import ResolvedConfig, model_ref
 
 
 def load_calibration(path: str | Path) -> Calibration:

@@ -12,7 +12,6 @@ to the model's ``max_position_embeddings``. The offline ``LLM`` class's budget d
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Literal, Self, TypeVar
 
 from pydantic import (
@@ -29,8 +28,7 @@ from servetune.arch.architecture import Architecture
 from servetune.arch.cpu import find_device
 from servetune.arch.gpus import GpuSpec
 from servetune.arch.models import find_model
-from servetune.arch.parallel import Parallelism
-from servetune.arch.precision import kv_dtype_bytes, weight_format
+from servetune.arch.precision import weight_format
 from servetune.checks import Invalid, config_error
 from servetune.errors import ConfigError, SimError
 from servetune.knobs import (
@@ -45,9 +43,9 @@ from servetune.knobs import (
 )
 from servetune.knobs.model import Spelling
 from servetune.knobs.registry import knob as registry_knob
-from servetune.profiles import PROFILES
-from servetune.profiles import find as find_profile
 from servetune.results.calibration_file import Calibration
+from servetune.sim.resolved import ResolvedConfig, sglang_command
+from servetune.sim.semantics import SGLANG_SRT, VLLM_V1, semantics_of
 from servetune.sim.speculative import MTP_METHODS, Speculation, default_acceptance
 
 _V = TypeVar("_V", int, bool)
@@ -56,31 +54,6 @@ SIM_KNOBS: tuple[str, ...] = tuple(engine_knobs("sim"))
 """The registry's knobs the simulated engine has (each an EngineConfig field)."""
 
 UsageContext = Literal["openai_api_server", "llm_class"]
-VLLM_V1 = "vllm-v1"
-"""vLLM V1's semantics: its scheduler, memory planner, defaults, /metrics and ``vllm serve``."""
-SGLANG_SRT = "sglang-srt"
-"""SGLang's runtime (SRT): its scheduler policy, memory planner, server-argument defaults,
-/metrics names and ``python -m sglang.launch_server`` line."""
-
-
-def semantics_of(engine: str) -> str:
-    """Whose semantics the simulated engine follows for ENGINE (its profile's
-    ``sim_semantics``); a SimError naming the engines it models otherwise."""
-    found = find_profile(engine)
-    sem = found.sim_semantics if found is not None else None
-    if sem is None:
-        modelled = ", ".join(p.id for p in PROFILES if p.sim_semantics and not p.simulated)
-        raise SimError.over_fields(
-            f"the simulated engine does not model {engine!r}",
-            hint=f"{{engine}} takes: {modelled}",
-            code="sim.config",
-        )
-    return sem
-
-
-def simulated_engines() -> list[str]:
-    """The engines ``engine`` may name (their profiles say how the simulator models them)."""
-    return [p.id for p in PROFILES if p.sim_semantics and not p.simulated]
 
 
 def _knob_range(name: str) -> Any:
@@ -317,129 +290,6 @@ class EngineConfig(BaseModel):
             return render_command("vllm", self._served_id(r), values).argv[2:]
         except ConfigError as exc:  # a value the registry refuses for vLLM: a bug, say which
             raise SimError(exc.message, hint=exc.hint, code="sim.config") from exc
-
-
-class ResolvedConfig(BaseModel):
-    """An EngineConfig with every default applied and the catalog entries looked up."""
-
-    model_config = ConfigDict(frozen=True)
-
-    engine: str = "vllm"
-    gpu: GpuSpec
-    model: Architecture
-    served_model_name: str
-    tensor_parallel_size: int
-    data_parallel_size: int = 1
-    enable_expert_parallel: bool = False
-    async_scheduling: bool | None = None
-    """None: the GPU calibration's."""
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    gpu_memory_utilization: float
-    max_model_len: int
-    enable_chunked_prefill: bool
-    enable_prefix_caching: bool
-    quantization: str | None
-    kv_cache_dtype: str
-    block_size: int
-    long_prefill_token_threshold: int
-    seed: int
-    interconnect_gb_s: float
-    speculative_method: str | None = None
-    num_speculative_tokens: int | None = None
-    speculation: Speculation | None = None
-    """Speculative decoding as simulated (method, drafts per step, acceptance and its
-    source); None: off."""
-    defaults_applied: dict[str, KnobValue]
-    """Knobs the user left unset and the value vLLM's rule gave them."""
-    chunked_prefill_size: int = 0
-    """SGLang: one prefill chunk's tokens (-1: off); 0 under vLLM's semantics."""
-    schedule_conservativeness: float = 1.0
-    max_cudagraph_capture_size: int | None = None
-    """The largest CUDA-graph batch (SGLang: --cuda-graph-max-bs); None: vLLM's rule."""
-    expert_parallel_size: int = 1
-    enable_dp_attention: bool = False
-    sglang_version: str | None = None
-    calibration: Calibration | None = None
-    """The calibration applied (its constants and KV pool), None: the catalog's."""
-
-    @property
-    def semantics(self) -> str:
-        return semantics_of(self.engine)
-
-    @property
-    def mem_fraction_static(self) -> float:
-        """SGLang's --mem-fraction-static (its semantics keep it in gpu_memory_utilization)."""
-        return self.gpu_memory_utilization
-
-    @property
-    def cuda_graph_max_bs(self) -> int:
-        return self.max_cudagraph_capture_size or 0
-
-    @property
-    def kv_dtype_bytes(self) -> float:
-        return kv_dtype_bytes(self.kv_cache_dtype)
-
-    @property
-    def parallelism(self) -> Parallelism:
-        """The layout of the GPUs: vLLM's TP × DP (:meth:`Parallelism.vllm`) or SGLang's TP
-        with DP attention and EP inside it (:meth:`Parallelism.sglang`)."""
-        if self.semantics == SGLANG_SRT:
-            return Parallelism.sglang(
-                self.tensor_parallel_size,
-                self.data_parallel_size,
-                self.enable_dp_attention,
-                self.expert_parallel_size,
-            )
-        return Parallelism.vllm(
-            self.tensor_parallel_size, self.data_parallel_size, self.enable_expert_parallel
-        )
-
-    def summary(self) -> dict[str, Any]:
-        """The configuration for TargetInfo.simulated and run.json."""
-        out: dict[str, Any] = {
-            "engine": "servetune-sim",
-            "simulates": self.engine,
-            "semantics": self.semantics,
-            "gpu": self.gpu.name,
-            "model": self.model.name,
-            **({"model_path": ref} if (ref := model_ref(self.model)) != self.model.name else {}),
-            "tensor_parallel_size": self.tensor_parallel_size,
-            "data_parallel_size": self.data_parallel_size,
-            "enable_expert_parallel": self.enable_expert_parallel,
-            "max_num_seqs": self.max_num_seqs,
-            "max_num_batched_tokens": self.max_num_batched_tokens,
-            "gpu_memory_utilization": self.gpu_memory_utilization,
-            "max_model_len": self.max_model_len,
-            "enable_chunked_prefill": self.enable_chunked_prefill,
-            "enable_prefix_caching": self.enable_prefix_caching,
-            "quantization": self.quantization,
-            "kv_cache_dtype": self.kv_cache_dtype,
-            "block_size": self.block_size,
-            "long_prefill_token_threshold": self.long_prefill_token_threshold,
-            "interconnect_gb_s": self.interconnect_gb_s,
-            **({"speculative": self.speculation.model_dump()} if self.speculation else {}),
-            "defaults_applied": self.defaults_applied,
-            **({"calibration": self.calibration.model_dump()} if self.calibration else {}),
-        }
-        if self.semantics == SGLANG_SRT:
-            out.update(
-                mem_fraction_static=self.gpu_memory_utilization,
-                chunked_prefill_size=self.chunked_prefill_size,
-                schedule_conservativeness=self.schedule_conservativeness,
-                cuda_graph_max_bs=self.max_cudagraph_capture_size,
-                expert_parallel_size=self.expert_parallel_size,
-                enable_dp_attention=self.enable_dp_attention,
-                sglang_version=self.sglang_version,
-            )
-        return out
-
-
-def model_ref(m: Architecture) -> str:
-    """How a configuration names its model again: the local config.json it was read from,
-    else the catalog name."""
-    src = m.source
-    return src if src.endswith(".json") and Path(src).is_absolute() else m.name
 
 
 def batch_defaults(gpu: GpuSpec, usage: UsageContext) -> tuple[int, int]:
@@ -795,41 +645,3 @@ _RESOLVERS: dict[str, Callable[[EngineConfig], ResolvedConfig]] = {
     VLLM_V1: _resolve_vllm,
     SGLANG_SRT: _resolve_sglang,
 }
-
-
-def sglang_command(r: ResolvedConfig, model: str) -> list[str]:
-    """``python -m sglang.launch_server --model-path MODEL …`` for a configuration resolved
-    with SGLang's semantics, spelled by the knob registry (engine ``sglang``)."""
-    values: dict[str, Any] = {
-        "tensor_parallel_size": r.tensor_parallel_size,
-        "gpu_memory_utilization": r.gpu_memory_utilization,
-        "max_num_seqs": r.max_num_seqs * r.parallelism.attn_dp,
-        "max_num_batched_tokens": r.max_num_batched_tokens,
-        "max_model_len": r.max_model_len,
-        "max_cudagraph_capture_size": r.max_cudagraph_capture_size,
-        "kv_cache_dtype": r.kv_cache_dtype,
-    }
-    if r.chunked_prefill_size > 0:
-        values["chunked_prefill_size"] = r.chunked_prefill_size
-    else:
-        values["enable_chunked_prefill"] = False
-    if r.data_parallel_size > 1:
-        values["data_parallel_size"] = r.data_parallel_size
-    if r.enable_dp_attention:
-        values["enable_dp_attention"] = True
-    if r.expert_parallel_size > 1:
-        values["expert_parallel_size"] = r.expert_parallel_size
-    if not r.enable_prefix_caching:
-        values["enable_prefix_caching"] = False
-    if r.async_scheduling is False:
-        values["async_scheduling"] = False
-    if r.block_size != 1:
-        values["block_size"] = r.block_size
-    if r.quantization is not None and r.quantization != r.model.checkpoint_quantization:
-        values["quantization"] = r.quantization
-    if r.schedule_conservativeness != 1.0:
-        values["schedule_conservativeness"] = r.schedule_conservativeness
-    try:
-        return render_command("sglang", model, values, r.sglang_version).argv
-    except ConfigError as exc:  # a value the registry refuses for SGLang: say which
-        raise SimError(exc.message, hint=exc.hint, code="sim.config") from exc

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from servetune.arch.gpus import GpuSpec
 
 if TYPE_CHECKING:
-    from servetune.sim.config import ResolvedConfig
+    from servetune.sim.resolved import ResolvedConfig
 
 
 class Efficiency(BaseModel):

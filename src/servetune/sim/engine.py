@@ -39,10 +39,10 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from servetune.arch.memory import MemoryPlan
-from servetune.sim.config import ResolvedConfig
 from servetune.sim.hist import REQUEST_LATENCY_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, Hist
 from servetune.sim.kv import BlockPool
 from servetune.sim.perf import DecodeCoeffs, StepModel
+from servetune.sim.resolved import ResolvedConfig
 from servetune.sim.speculative import GainStream
 
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3

@@ -9,9 +9,9 @@ V1 (``vllm:kv_cache_usage_perc``, ``vllm:request_time_per_output_token_seconds``
 from __future__ import annotations
 
 from servetune.arch.memory import MemoryPlan
-from servetune.sim.config import ResolvedConfig
 from servetune.sim.engine import Engine
 from servetune.sim.hist import Hist
+from servetune.sim.resolved import ResolvedConfig
 
 
 def cache_config_labels(r: ResolvedConfig, mem: MemoryPlan) -> dict[str, str]:

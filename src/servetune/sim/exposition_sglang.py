@@ -9,10 +9,10 @@ time follow under ``servetune_sim:``."""
 from __future__ import annotations
 
 from servetune.arch.memory import MemoryPlan
-from servetune.sim.config import ResolvedConfig
 from servetune.sim.engine import Engine
 from servetune.sim.exposition import hist_lines, own_lines
 from servetune.sim.hist import Hist
+from servetune.sim.resolved import ResolvedConfig
 
 
 def render(eng: Engine, r: ResolvedConfig, mem: MemoryPlan, emission_lag: Hist) -> bytes:

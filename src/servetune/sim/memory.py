@@ -7,7 +7,9 @@ from __future__ import annotations
 from servetune.arch import memory_sglang
 from servetune.arch.memory import MemoryPlan, Sampler, VllmMemoryRules, plan_for
 from servetune.arch.precision import HopperMxfp4Kernel
-from servetune.sim.config import SGLANG_SRT, EngineConfig, ResolvedConfig
+from servetune.sim.config import EngineConfig
+from servetune.sim.resolved import ResolvedConfig
+from servetune.sim.semantics import SGLANG_SRT
 
 
 def plan_memory(

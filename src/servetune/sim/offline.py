@@ -38,12 +38,13 @@ from servetune.results.io import (
 from servetune.results.schema import BenchConfig, RunResult
 from servetune.routing.config import RoutingConfig
 from servetune.sim.calibration_use import use_warnings
-from servetune.sim.config import EngineConfig, ResolvedConfig
+from servetune.sim.config import EngineConfig
 from servetune.sim.memory import plan_memory
 from servetune.sim.offline_plan import workload_plan
 from servetune.sim.offline_result import build_result
 from servetune.sim.offline_run import OfflineRun
 from servetune.sim.replicas import check_replicas, merged_engine_facts, run_replicas
+from servetune.sim.resolved import ResolvedConfig
 from servetune.workload.prefix_share import workload_facts
 
 

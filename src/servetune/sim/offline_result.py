@@ -17,16 +17,12 @@ from servetune.results import server_series as ss
 from servetune.results.record import RequestRecord
 from servetune.results.schema import BenchConfig, Environment, RunResult, ServerInfo, TargetInfo
 from servetune.results.server_series import ServerSample
-from servetune.sim.config import (
-    SGLANG_SRT,
-    EngineConfig,
-    ResolvedConfig,
-    model_ref,
-    sglang_command,
-)
+from servetune.sim.config import EngineConfig
 from servetune.sim.engine import Engine
 from servetune.sim.exposition import cache_config_labels
+from servetune.sim.resolved import ResolvedConfig, model_ref, sglang_command
 from servetune.sim.scrape import NAMES_FOUND, SGLANG_NAMES_FOUND
+from servetune.sim.semantics import SGLANG_SRT
 
 
 def simulated_info(r: ResolvedConfig, mem: MemoryPlan) -> dict[str, Any]:

@@ -31,12 +31,12 @@ from servetune.results.io import LineAppender, record_line
 from servetune.results.record import RequestRecord
 from servetune.results.schema import BenchConfig
 from servetune.results.server_series import Histogram, ServerSample
-from servetune.sim.config import ResolvedConfig
 from servetune.sim.construct import _ok_record
 from servetune.sim.engine import Engine, SimRequest
 from servetune.sim.frontend import ApiServer, SharedIntake
 from servetune.sim.intake import block_hashes, too_long_message
 from servetune.sim.policies import make_engine
+from servetune.sim.resolved import ResolvedConfig
 from servetune.sim.scrape import as_server_sample, server_sample
 from servetune.workload.plan import Plan
 from servetune.workload.spec import RequestSpec

@@ -50,8 +50,9 @@ from servetune.arch.flops import ModelFlops, model_flops, peak_flops
 from servetune.arch.precision import linear_rate
 from servetune.arch.weights import mtp_layer_weights, rank_weights
 from servetune.errors import SimError
-from servetune.sim.config import SGLANG_SRT, ResolvedConfig
 from servetune.sim.efficiency import Efficiency, calibrated
+from servetune.sim.resolved import ResolvedConfig
+from servetune.sim.semantics import SGLANG_SRT
 
 __all__ = ["DecodeCoeffs", "ModelFlops", "StepModel", "capture_sizes", "model_flops", "peak_flops"]
 

@@ -9,11 +9,12 @@ from collections.abc import Callable
 
 from servetune.arch.memory import MemoryPlan
 from servetune.sim import exposition, exposition_sglang
-from servetune.sim.config import SGLANG_SRT, VLLM_V1, ResolvedConfig
 from servetune.sim.engine import Engine
 from servetune.sim.hist import Hist
 from servetune.sim.perf import StepModel
+from servetune.sim.resolved import ResolvedConfig
 from servetune.sim.sched_sglang import SglangEngine
+from servetune.sim.semantics import SGLANG_SRT, VLLM_V1
 
 POLICIES: dict[str, type[Engine]] = {VLLM_V1: Engine, SGLANG_SRT: SglangEngine}
 

@@ -49,12 +49,12 @@ from typing import Any
 
 from servetune.arch.memory import MemoryPlan
 from servetune.http import Exchange
-from servetune.sim.config import ResolvedConfig
 from servetune.sim.engine import DONE, SimRequest
 from servetune.sim.frontend import ApiServer, SharedIntake
 from servetune.sim.intake import Refusal, block_hashes, json_object, read_request
 from servetune.sim.loop_stats import LoopStats
 from servetune.sim.policies import make_engine
+from servetune.sim.resolved import ResolvedConfig
 from servetune.sim.step_writer import CHUNK, LAST, WHOLE, StepWriter, Write, WriterMode
 from servetune.sim.streams import TOKEN_WORDS, Stream
 

@@ -47,8 +47,8 @@ from servetune.results.server_series import ServerSample
 from servetune.routing.config import RoutingConfig
 from servetune.routing.keys import prompt_blocks, stable_hash
 from servetune.routing.policies import Balancer
-from servetune.sim.config import ResolvedConfig
 from servetune.sim.offline_run import Feed, OfflineRun, SessionState
+from servetune.sim.resolved import ResolvedConfig
 from servetune.workload.plan import Plan
 from servetune.workload.spec import RequestSpec
 

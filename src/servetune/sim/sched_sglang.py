@@ -47,9 +47,9 @@ assumed not to bind), and the one-step lag of overlap scheduling's result proces
 from __future__ import annotations
 
 from servetune.arch.memory import MemoryPlan
-from servetune.sim.config import ResolvedConfig
 from servetune.sim.engine import DECODE, PREFILL, WAITING, Engine, SimRequest
 from servetune.sim.perf import StepModel
+from servetune.sim.resolved import ResolvedConfig
 
 INIT_NEW_TOKEN_RATIO = 0.7
 """``SGLANG_INIT_NEW_TOKEN_RATIO``: the new-token ratio at start, × schedule_conservativeness."""

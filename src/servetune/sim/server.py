@@ -41,11 +41,12 @@ from servetune.arch.memory import MemoryPlan
 from servetune.errors import ConfigError, ServetuneError, SimError
 from servetune.http import Exchange, HTTPServer, Limits, Router, ServerConnection
 from servetune.http.wire import vllm_error
-from servetune.sim.config import EngineConfig, ResolvedConfig
+from servetune.sim.config import EngineConfig
 from servetune.sim.intake import Refusal, json_object, prompt_pieces
 from servetune.sim.memory import plan_memory
 from servetune.sim.policies import metrics_page
 from servetune.sim.realtime import RealtimeEngine
+from servetune.sim.resolved import ResolvedConfig
 from servetune.sim.step_writer import WRITER_MODES, WriterMode, writer_mode
 from servetune.workload.tokens import ApproxTokenizer
 

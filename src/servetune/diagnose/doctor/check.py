@@ -29,8 +29,9 @@ from servetune.diagnose.knobs import planner_fields
 from servetune.diagnose.model import Diagnosis, Finding
 from servetune.errors import ConfigError, SimError
 from servetune.profiles import profile
-from servetune.sim.config import EngineConfig, ResolvedConfig
+from servetune.sim.config import EngineConfig
 from servetune.sim.memory import plan_memory
+from servetune.sim.resolved import ResolvedConfig
 
 
 def _resolve_for_figures(cfg: EngineConfig) -> tuple[ResolvedConfig | None, SimError | None]:

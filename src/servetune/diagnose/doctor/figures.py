@@ -14,8 +14,9 @@ from servetune.arch.precision import requantized
 from servetune.diagnose.figures.table import Figures
 from servetune.diagnose.knobs import from_engine_config
 from servetune.errors import ConfigError, ServetuneError
-from servetune.sim.config import EngineConfig, ResolvedConfig
+from servetune.sim.config import EngineConfig
 from servetune.sim.memory import plan_memory
+from servetune.sim.resolved import ResolvedConfig
 
 WORKLOAD_MISSING = (
     "the workload's lengths are unknown (pass --workload-input-len/--workload-output-len, "

@@ -10,8 +10,9 @@ from servetune.diagnose.model import Action, Finding
 from servetune.errors import ServetuneError, SimError
 from servetune.knobs import KnobValue
 from servetune.profiles import NEUTRAL
-from servetune.sim.config import EngineConfig, ResolvedConfig
+from servetune.sim.config import EngineConfig
 from servetune.sim.memory import plan_memory
+from servetune.sim.resolved import ResolvedConfig
 
 
 def _fix_candidates(
