@@ -73,9 +73,94 @@ def test_candidates_carry_the_layout_into_the_engine() -> None:
 
 
 def test_an_engine_the_simulator_lacks_is_refused() -> None:
-    assert check_engines(["vllm", "VLLM"]) == ["vllm"]
-    with pytest.raises(ConfigError, match="does not simulate engine 'sglang'"):
-        check_engines(["sglang"])
+    assert check_engines(["vllm", "VLLM", "sglang"]) == ["vllm", "sglang"]
+    with pytest.raises(ConfigError, match="does not simulate engine 'trtllm'") as e:
+        check_engines(["trtllm"])
+    assert "vllm, sglang" in (e.value.hint or "")
+
+
+def test_sglang_candidates_spell_the_layout_as_sglang_does() -> None:
+    """SGLang's --tp counts every GPU of the engine: vLLM's dp8-ep is --tp 8 --dp 8
+    --enable-dp-attention --ep-size 8 there, and each row says which engine it is."""
+    cands = candidates(
+        "deepseek-ai/DeepSeek-R1",
+        ["H200"],
+        [8],
+        ["auto"],
+        ["default"],
+        engines=["vllm", "sglang"],
+    )
+    by_label = {c.label: c for c in cands}
+    assert len(by_label) == 6
+    tp8 = by_label["sglang H200 tp8 auto default"].engine
+    assert (tp8.tensor_parallel_size, tp8.data_parallel_size, tp8.enable_dp_attention) == (
+        8,
+        1,
+        False,
+    )
+    dp = by_label["sglang H200 dp8-ep auto default"]
+    assert dp.engine_name == "sglang" and dp.gpus_per_replica == 8
+    e = dp.engine
+    assert (e.tensor_parallel_size, e.data_parallel_size, e.enable_dp_attention) == (8, 8, True)
+    assert e.expert_parallel_size == 8
+    line = e.launch_command()
+    assert line[:3] == ["python", "-m", "sglang.launch_server"]
+    assert "--enable-dp-attention" in line and line[line.index("--tp-size") + 1] == "8"
+    r = e.resolve()
+    assert r.parallelism.attn_dp == 8 and r.expert_parallel_size == 8
+
+
+def test_a_dense_models_data_parallel_layout_is_refused_on_sglang() -> None:
+    with pytest.raises(ConfigError, match="independent copies") as e:
+        candidates(
+            "Qwen/Qwen2.5-7B-Instruct",
+            ["H100-SXM"],
+            [2],
+            ["auto"],
+            ["default"],
+            layouts=[parse_layout("tp1-dp2")],
+            engines=["sglang"],
+        )
+    assert "replicas of tp1" in (e.value.hint or "")
+
+
+def test_sglang_rows_are_planned_with_their_own_launch_line(tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    rc = main(
+        [
+            "plan",
+            "--model",
+            "Qwen/Qwen2.5-7B-Instruct",
+            "--gpus",
+            "L4",
+            "--tp",
+            "1",
+            "--quantizations",
+            "auto",
+            "--knob-set",
+            "default",
+            "--engines",
+            "vllm,sglang",
+            "--peak-rate",
+            "2",
+            "--slo",
+            "ttft:3000",
+            "tpot:200",
+            "--requests-per-point",
+            "100",
+            "--top",
+            "2",
+            "--no-progress",
+            "--json",
+            "-o",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    rows = json.loads(out.read_text())["candidates"]
+    lines = {r["engine"]: r["vllm_serve"] for r in rows}
+    assert lines["vllm"].startswith("vllm serve Qwen/Qwen2.5-7B-Instruct")
+    assert lines["sglang"].startswith("python -m sglang.launch_server --model-path Qwen/")
 
 
 def _row(label: str, tp: int, dp: int, ep: bool, **kw: object) -> PlannedCandidate:

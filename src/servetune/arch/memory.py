@@ -293,9 +293,10 @@ def rules_for(
     if sampler is None:
         return rules
     if rules.engine != "v1" or rules.name.split("+")[0] in ("0.17", "0.21"):
-        raise SimError(
-            f"the sampler of vLLM {version} cannot be chosen for the memory planner",
-            hint="give sampler only for V1 releases 0.8-0.16 (FlashInfer or PyTorch top-k/top-p)",
+        raise SimError.over_fields(
+            f"the profiling sampler of vLLM {version} cannot be chosen for the memory planner "
+            "(its release rows fix it)",
+            hint="give {sampler} only for V1 releases 0.8-0.16 (FlashInfer or PyTorch top-k/top-p)",
             code="sim.config",
         )
     bytes_ = SAMPLER_BYTES[sampler]
@@ -322,7 +323,7 @@ def _release_rules(version: str | None) -> VllmMemoryRules:
     if len(parts) < 2 or parts[0] != 0:
         raise SimError(
             f"unknown vLLM version {version!r} for the memory planner",
-            hint="give a version such as 0.8.5, 0.10.1, 0.11.0 or v0 (the V0 engine)",
+            hint="give a version such as 0.8.5, 0.10.1, 0.11.0, 0.19 or v0 (the V0 engine)",
             code="sim.config",
         )
     minor = parts[1]

@@ -79,6 +79,7 @@ def add_engine_arguments(p: argparse._ActionsContainer, shared: Iterable[str] = 
         default=None,
         help=f"GPU from `servetune sim gpus` (default: {DEFAULT_GPU})",
     )
+    add_installation_arguments(p)
     if "model" not in skip:
         p.add_argument(
             "--model",
@@ -117,6 +118,49 @@ def add_engine_arguments(p: argparse._ActionsContainer, shared: Iterable[str] = 
     )
 
 
+INSTALLATION = {
+    "vllm_version": "--vllm-version",
+    "sampler": "--vllm-sampler",
+    "hopper_mxfp4": "--hopper-mxfp4-kernel",
+}
+"""EngineConfig's fields that say which vLLM installation is simulated (not vLLM flags), and
+their flags."""
+
+
+def add_installation_arguments(p: argparse._ActionsContainer) -> None:
+    """The vLLM installation simulated: its release and, where they differ from the release's
+    image, its profiling sampler and Hopper MXFP4 kernel (each sizes the KV pool)."""
+    p.add_argument(
+        INSTALLATION["vllm_version"],
+        default=None,
+        metavar="V",
+        help="(not a vLLM flag) the vLLM release whose start-up memory planner sizes the KV "
+        "pool, e.g. 0.8.5, 0.10.1, 0.11.0, 0.19, v0 (default: the 0.11-0.16 rules)",
+    )
+    p.add_argument(
+        INSTALLATION["sampler"],
+        dest="sampler",
+        choices=("flashinfer", "pytorch"),
+        default=None,
+        help="(not a vLLM flag; V1 0.8-0.16) the top-k/top-p kernel the installation's "
+        "profiling run samples with, where not the release's: flashinfer (gpustack images, "
+        "VLLM_USE_FLASHINFER_SAMPLER=1) or pytorch (vLLM's own 0.11 image)",
+    )
+    p.add_argument(
+        INSTALLATION["hopper_mxfp4"],
+        dest="hopper_mxfp4",
+        choices=("marlin", "triton"),
+        default=None,
+        help="(not a vLLM flag) the MXFP4 expert kernel on Hopper, where not the release "
+        "image's: marlin (vLLM's pip wheel, no triton_kernels) or triton",
+    )
+
+
+def installation_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The installation flags given, as EngineConfig fields."""
+    return {k: v for k in INSTALLATION if (v := getattr(args, k, None)) is not None}
+
+
 def engine_flags_given(args: argparse.Namespace) -> list[str]:
     """The simulated engine's own flags given on the command line (not --model and
     --served-model-name, which name the target too): with --base-url they configure
@@ -128,6 +172,7 @@ def engine_flags_given(args: argparse.Namespace) -> list[str]:
         "interconnect_gb_s",
         "spec_acceptance_rate",
         "calibration",
+        *INSTALLATION,
         *(k for k in SIM_KNOBS if k != "served_model_name"),
     ]
     out = ["--" + d.replace("_", "-") for d in dests if getattr(args, d, None) is not None]
@@ -170,6 +215,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         "interconnect_gb_s": getattr(args, "interconnect_gb_s", None),
         "spec_acceptance_rate": getattr(args, "spec_acceptance_rate", None),
         **knob_values(args, SIM_KNOBS),
+        **installation_fields(args),
     }
     if getattr(args, "sglang_version", None):
         fields["sglang_version"] = args.sglang_version

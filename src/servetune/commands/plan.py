@@ -41,6 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from servetune.commands.cost import add_price_arguments
     from servetune.plan.request import CONFIRM_ROWS
     from servetune.plan.space import (
+        DEFAULT_ENGINES,
         DEFAULT_GPUS,
         DEFAULT_KNOB_SETS,
         DEFAULT_MOE_TP,
@@ -156,9 +157,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--engines",
         type=_list,
-        default=list(ENGINES),
-        help=f"engines to plan (default: {','.join(ENGINES)}; the simulator has vLLM's semantics)",
+        default=list(DEFAULT_ENGINES),
+        help=f"engines to plan: {', '.join(ENGINES)}, each by its own scheduler and memory "
+        f"planner (default: {','.join(DEFAULT_ENGINES)})",
     )
+    from servetune.commands._engine_args import add_installation_arguments
+
+    add_installation_arguments(s)
     s.add_argument(
         "--knob-set",
         action="append",
@@ -293,6 +298,7 @@ def _request(args: argparse.Namespace) -> PlanRequest:
     if any(tp < 1 for tp in tps):
         raise ConfigError("--tp sizes must be ≥ 1", hint="e.g. --tp 1,2,4")
     layouts = [parse_layout(x) for x in args.layouts] if args.layouts else None
+    from servetune.commands._engine_args import installation_fields
     from servetune.cost.prices import canonical_gpu
     from servetune.plan.space import DEFAULT_GPUS
 
@@ -307,6 +313,7 @@ def _request(args: argparse.Namespace) -> PlanRequest:
         layouts=layouts,
         engines=args.engines,
         calibration=cal,
+        installation=installation_fields(args),
     )
     if args.router:
         from servetune.routing.config import POLICIES

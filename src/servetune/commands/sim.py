@@ -260,6 +260,7 @@ def _plan(args: argparse.Namespace) -> int:
     print(shlex.join(cfg.launch_command()))
     for k, v in r.defaults_applied.items():
         print(f"  default {k} = {v}")
+    print(f"  memory planner: rules {mem.vllm_rules}")
     for line in mem.log_lines():
         print("  " + line)
     return 0

@@ -26,6 +26,7 @@ from servetune.arch.models import find_model
 from servetune.errors import ConfigError
 from servetune.results.calibration_file import Calibration
 from servetune.sim.config import EngineConfig
+from servetune.sim.semantics import SGLANG_SRT, semantics_of, simulated_engines
 
 QUANTIZATIONS = {
     "auto": None,
@@ -42,10 +43,11 @@ DEFAULT_TP = (1, 2, 4)
 DEFAULT_MOE_TP = (1, 2, 4, 8)
 """A mixture-of-experts model's default GPU counts per replica (one 8-GPU node at most)."""
 DEFAULT_QUANTIZATIONS = ("auto", "fp8", "awq")
-ENGINES = ("vllm",)
-"""Engines the planner simulates (the simulated engine's semantics: vLLM V1's). SGLang's
-scheduler and memory planner join when the simulated engine has them (issue 22 item 3):
-:func:`engine_config` is the one place a candidate's engine is turned into a configuration."""
+ENGINES = tuple(simulated_engines())
+"""Engines the planner simulates, each by the simulated engine's semantics of it (vLLM V1's
+scheduler and memory planner, SGLang's): :func:`engine_config` is the one place a candidate's
+engine is turned into a configuration."""
+DEFAULT_ENGINES = ("vllm",)
 DEFAULT_KNOB_SETS = (
     "default",
     "max_num_batched_tokens=8192",
@@ -145,6 +147,8 @@ class Candidate(BaseModel):
     @property
     def label(self) -> str:
         base = f"{self.gpu} {self.layout.name} {self.quantization} {self.knob_set}"
+        if self.engine_name != DEFAULT_ENGINES[0]:  # unnamed, as when it was the only one
+            base = f"{self.engine_name} {base}"
         return base if self.router is None else f"{base} · {self.router}"
 
 
@@ -201,10 +205,9 @@ def check_engines(items: list[str]) -> list[str]:
     out = list(dict.fromkeys(e.strip().lower() for e in items if e.strip()))
     for e in out:
         if e not in ENGINES:
-            raise ConfigError(
-                f"the planner does not simulate engine {e!r} yet",
-                hint=f"plan with: {', '.join(ENGINES)} (the simulated engine has vLLM V1's "
-                "scheduler and memory planner; SGLang's are not in it yet)",
+            raise ConfigError.over_fields(
+                f"the planner does not simulate engine {e!r}",
+                hint=f"{{engines}} takes: {', '.join(ENGINES)}",
             )
     return out
 
@@ -217,21 +220,50 @@ def engine_config(
     quantization: str,
     knobs: dict[str, Any],
     calibration: Calibration | None = None,
+    installation: dict[str, Any] | None = None,
 ) -> EngineConfig:
-    """One candidate's simulated configuration (the seam where another engine's semantics
-    plug in: today every engine the planner has is vLLM V1's), with ``--calibration``'s
-    constants when given (on every candidate: one on another GPU or model than the profile's
-    transfers them, and its notes say so)."""
+    """One candidate's simulated configuration, with ``--calibration``'s constants when given
+    (on every candidate: one on another GPU or model than the profile's transfers them, and
+    its notes say so) and the vLLM installation's facts (``installation``: vllm_version,
+    sampler, hopper_mxfp4; vLLM's candidates only).
+
+    The layout is spelled as each engine does: vLLM's ``tpT-dpD[-ep]`` is
+    ``--tensor-parallel-size T --data-parallel-size D [--enable-expert-parallel]``; SGLang's
+    ``--tp`` counts every GPU of the engine, so the same layout is ``--tp T·D`` with
+    ``--dp D --enable-dp-attention`` (D attention replicas inside it) and ``--ep-size T·D``
+    for experts spread over them. A dense model's DP replicas are independent copies behind
+    SGLang's router, which one simulated engine does not model: plan them as replicas."""
     assert engine in ENGINES, engine
+    common: dict[str, Any] = {
+        "calibration": calibration,
+        "gpu": gpu,
+        "model": model,
+        "quantization": QUANTIZATIONS[quantization],
+        **knobs,
+    }
+    if semantics_of(engine) == SGLANG_SRT:
+        gpus = layout.gpus
+        if layout.dp > 1 and find_model(model).moe is None:
+            raise ConfigError(
+                f"layout {layout.name} on sglang: data parallelism of a dense model is "
+                f"{layout.dp} independent copies of the engine behind SGLang's router",
+                hint=f"plan them as replicas of {Layout(tp=layout.tp).name} (the planner "
+                "counts replicas), or leave sglang out of the engines for this layout",
+            )
+        return EngineConfig(
+            engine=engine,
+            tensor_parallel_size=gpus,
+            data_parallel_size=layout.dp,
+            enable_dp_attention=layout.dp > 1,
+            expert_parallel_size=gpus if layout.ep else None,
+            **common,
+        )
     return EngineConfig(
-        calibration=calibration,
-        gpu=gpu,
-        model=model,
         tensor_parallel_size=layout.tp,
         data_parallel_size=layout.dp,
         enable_expert_parallel=layout.ep,
-        quantization=QUANTIZATIONS[quantization],
-        **knobs,
+        **common,
+        **(installation or {}),
     )
 
 
@@ -244,20 +276,23 @@ def candidates(
     layouts: list[Layout] | None = None,
     engines: list[str] | None = None,
     calibration: Calibration | None = None,
+    installation: dict[str, Any] | None = None,
 ) -> list[Candidate]:
     """Every engine × GPU × layout × quantization × knob set (``layouts``: the default ones
     of ``tps``, :func:`default_layouts`)."""
     if layouts is None:
         layouts = default_layouts(tps, find_model(model).moe is not None)
     out: list[Candidate] = []
-    for engine in check_engines(list(engines or ENGINES)):
+    for engine in check_engines(list(engines or DEFAULT_ENGINES)):
         for gpu in gpus:
             for lay in dict.fromkeys(layouts):
                 for q in quantizations:
                     for spec in knob_sets:
                         knobs = parse_knob_set(spec)
                         try:
-                            cfg = engine_config(engine, gpu, model, lay, q, knobs, calibration)
+                            cfg = engine_config(
+                                engine, gpu, model, lay, q, knobs, calibration, installation
+                            )
                         except ValidationError as exc:
                             raise ConfigError(
                                 f"--knob-set {spec!r}: {exc.errors()[0]['msg']}"

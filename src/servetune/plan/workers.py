@@ -52,7 +52,7 @@ def evaluate(index: int, cand: Candidate) -> Outcome:
         mem = plan_memory(r)
     except SimError as exc:
         return Outcome(index=index, refused=exc.message)
-    serve = "vllm serve " + " ".join(cand.engine.vllm_args())
+    serve = " ".join(cand.engine.launch_command())
     w: Workload = _W["workload"]
     out = Outcome(
         index=index,

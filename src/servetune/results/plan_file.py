@@ -62,6 +62,8 @@ class PlannedCandidate(BaseModel):
     reason: str | None = None
     """Why it cannot start (the memory planner's words) or misses the SLO."""
     vllm_serve: str | None = None
+    """The engine's command line (``vllm serve …``, or ``python -m sglang.launch_server …``
+    for an SGLang row); the name is kept from when vLLM was the only engine planned."""
     kv_cache_tokens: int | None = None
     engine_kv_tokens: int | None = None
     """The KV pool of the whole engine, tokens (every data-parallel rank's)."""

@@ -27,8 +27,9 @@ from pydantic import (
 from servetune.arch.architecture import Architecture
 from servetune.arch.cpu import find_device
 from servetune.arch.gpus import GpuSpec
+from servetune.arch.memory import Sampler, rules_for
 from servetune.arch.models import find_model
-from servetune.arch.precision import weight_format
+from servetune.arch.precision import HopperMxfp4Kernel, weight_format
 from servetune.checks import Invalid, config_error
 from servetune.errors import ConfigError, SimError
 from servetune.knobs import (
@@ -116,6 +117,17 @@ class EngineConfig(BaseModel):
     sglang_version: str | None = None
     """The SGLang release whose defaults and memory rules are simulated (None: the newest
     rules, :mod:`servetune.arch.memory_sglang`); vLLM's planner takes ``vllm_version``."""
+    vllm_version: str | None = None
+    """Not a vLLM flag: the vLLM release whose start-up memory planner sizes the KV pool
+    ("0.8.5", "0.10.1", "0.11.0", "0.19", "v0"; None: the 0.11-0.16 rules,
+    :func:`servetune.arch.memory.rules_for`); SGLang's planner takes ``sglang_version``."""
+    sampler: Sampler | None = None
+    """Not a vLLM flag: the top-k/top-p implementation the installation's profiling run
+    samples with, where it is not the release's (FlashInfer in gpustack's images, PyTorch's
+    sort in vLLM's own 0.11 image; :data:`servetune.arch.memory.SAMPLER_BYTES`)."""
+    hopper_mxfp4: HopperMxfp4Kernel | None = None
+    """Not a vLLM flag: the MXFP4 expert kernel the installation runs on Hopper, where it is
+    not the release image's (Marlin from vLLM's pip wheel, Triton with ``triton_kernels``)."""
     usage_context: UsageContext = "openai_api_server"
     served_model_name: str | None = None
     seed: int = 0
@@ -191,6 +203,12 @@ class EngineConfig(BaseModel):
                 hint="give {engine} sglang, or drop {sglang_version}",
                 code="sim.config",
             )
+        if self.vllm_version or self.sampler or self.hopper_mxfp4:
+            try:
+                rules_for(self.vllm_version, self.sampler, self.hopper_mxfp4)
+            except SimError as exc:
+                message, hint = exc.templates or (exc.message, exc.hint)
+                raise Invalid(message, hint=hint, code=exc.code or "sim.config") from None
         if self.block_size not in VLLM_BLOCK_SIZES:
             raise Invalid(
                 "{block_size} must be one of "
@@ -207,6 +225,16 @@ class EngineConfig(BaseModel):
             )
 
     def _sglang_rules(self) -> None:
+        vllm_only = [
+            "{" + k + "}" for k in ("vllm_version", "sampler", "hopper_mxfp4") if getattr(self, k)
+        ]
+        if vllm_only:
+            raise Invalid(
+                ", ".join(vllm_only) + ": the vLLM installation's, which SGLang's semantics "
+                "do not read",
+                hint="drop them (SGLang's release is {sglang_version}), or simulate vLLM",
+                code="sim.config",
+            )
         if self.speculative_method is not None:
             raise Invalid(
                 "speculative decoding under SGLang's semantics is not modelled (its "
@@ -467,6 +495,9 @@ def _resolve_vllm(cfg: EngineConfig) -> ResolvedConfig:
         speculation=speculation,
         defaults_applied=applied,
         max_cudagraph_capture_size=cfg.max_cudagraph_capture_size,
+        vllm_version=cfg.vllm_version,
+        sampler=cfg.sampler,
+        hopper_mxfp4=cfg.hopper_mxfp4,
     )
 
 

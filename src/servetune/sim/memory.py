@@ -20,15 +20,20 @@ def plan_memory(
 ) -> MemoryPlan:
     """The engine's start-up memory plan for ``cfg``; raises SimError where the engine
     refuses to start (``vllm_version``, ``sampler``, ``hopper_mxfp4``: see
-    :func:`servetune.arch.memory.plan_for`; an SGLang configuration carries its own
-    ``sglang_version``)."""
+    :func:`servetune.arch.memory.plan_for`; unset, the configuration's own — an SGLang
+    configuration carries its ``sglang_version``)."""
     r = cfg.resolve() if isinstance(cfg, EngineConfig) else cfg
     if r.semantics == SGLANG_SRT:
         seqs = cfg.max_num_seqs if isinstance(cfg, EngineConfig) else None
         given = r.max_num_seqs * r.parallelism.attn_dp if seqs is None else seqs
         plan: MemoryPlan = memory_sglang.plan_for(r, r.sglang_version, given)
     else:
-        plan = plan_for(r, vllm_version, sampler, hopper_mxfp4)
+        plan = plan_for(
+            r,
+            vllm_version if vllm_version is not None else r.vllm_version,
+            sampler if sampler is not None else r.sampler,
+            hopper_mxfp4 if hopper_mxfp4 is not None else r.hopper_mxfp4,
+        )
     return measured_pool(r, plan)
 
 

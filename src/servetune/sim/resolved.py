@@ -14,8 +14,9 @@ from pydantic import (
 
 from servetune.arch.architecture import Architecture
 from servetune.arch.gpus import GpuSpec
+from servetune.arch.memory import Sampler
 from servetune.arch.parallel import Parallelism
-from servetune.arch.precision import kv_dtype_bytes
+from servetune.arch.precision import HopperMxfp4Kernel, kv_dtype_bytes
 from servetune.errors import ConfigError, SimError
 from servetune.knobs import (
     KnobValue,
@@ -24,6 +25,9 @@ from servetune.knobs import (
 from servetune.results.calibration_file import Calibration
 from servetune.sim.semantics import SGLANG_SRT, semantics_of
 from servetune.sim.speculative import Speculation
+
+INSTALLED = ("vllm_version", "sampler", "hopper_mxfp4")
+"""The vLLM installation's fields (None: the release's defaults)."""
 
 
 class ResolvedConfig(BaseModel):
@@ -67,6 +71,11 @@ class ResolvedConfig(BaseModel):
     expert_parallel_size: int = 1
     enable_dp_attention: bool = False
     sglang_version: str | None = None
+    vllm_version: str | None = None
+    """The vLLM release (and installation: ``sampler``, ``hopper_mxfp4``) whose memory planner
+    sizes the pool (:func:`servetune.arch.memory.rules_for`); None: its defaults."""
+    sampler: Sampler | None = None
+    hopper_mxfp4: HopperMxfp4Kernel | None = None
     calibration: Calibration | None = None
     """The calibration applied (its constants and KV pool), None: the catalog's."""
 
@@ -125,6 +134,9 @@ class ResolvedConfig(BaseModel):
             "block_size": self.block_size,
             "long_prefill_token_threshold": self.long_prefill_token_threshold,
             "interconnect_gb_s": self.interconnect_gb_s,
+            **{
+                k: v for k in ("vllm_version", "sampler", "hopper_mxfp4") if (v := getattr(self, k))
+            },
             **({"speculative": self.speculation.model_dump()} if self.speculation else {}),
             "defaults_applied": self.defaults_applied,
             **({"calibration": self.calibration.model_dump()} if self.calibration else {}),
