@@ -161,9 +161,12 @@ def test_diagnose_names_under_load_and_the_batch_cap(curve: Curve) -> None:
 
     On a loaded 2-core box the engine can starve the client at 3× saturation (24 requests
     sent in a third of a second; a send late by > 5 ms is "behind"): the server then did not
-    see the planned load, diagnose says so first, and the batch cap may not show. So each
-    level past saturation names the batch cap or says the client fell behind — never
-    neither — and at least one names it."""
+    see the planned load, diagnose says so first, and the batch cap may not show. The probe
+    that placed the levels can also under-read the saturation on a busy box, so that 1.4× of
+    it is still served: such a level is healthy, and its own gauge shows nothing waited. So
+    each level past saturation names the batch cap, says the client fell behind, or was in
+    fact served (nothing waiting) — never a healthy verdict over a queue — and at least one
+    names the cap."""
     from servetune.diagnose import diagnose_path
 
     rows = curve.result.measured_rows()
@@ -178,7 +181,9 @@ def test_diagnose_names_under_load_and_the_batch_cap(curve: Curve) -> None:
         titles = [f.title for f in high.findings]
         assert "under_loaded" not in high_rules, (row.label, high.headline)
         found = high_rules.get("batch_capped")
-        assert found is not None or "client_behind" in high_rules, (row.label, titles)
+        if found is None and "client_behind" not in high_rules:
+            served = row.server is not None and (row.server.waiting_mean or 0.0) < 0.5
+            assert served and "healthy" in high_rules, (row.label, titles, describe(rows))
         capped = capped or found
     assert capped is not None, "neither level past saturation named the batch cap"
     knob = next(a for a in capped.actions if a.knob == "max_num_seqs")
