@@ -141,7 +141,7 @@ def fleet_point(
         plan = fleet_plan(w, traffic, rate, n_req, draw, span_s)
         cfg = traffic.sessions or BenchConfig(num_prompts=len(plan.requests))
         cfg = cfg.model_copy(update={"request_rate": rate})
-        done = run_replicas(plan, cfg, r, mem, replicas, routing)
+        done = run_replicas(plan, cfg, r, mem, replicas, routing, lean=True)
         starts = plan.session_offsets_ns if plan.session_offsets_ns is not None else plan.offsets_ns
         span = starts[-1] if starts else 0
         warmup = 0

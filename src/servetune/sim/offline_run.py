@@ -102,6 +102,10 @@ class SessionState:
         self.dropped: dict[int, int] = {}
         self.prompt_len: dict[int, int] = {}
         """Request index → its prompt's length as sent."""
+        self._ids: dict[tuple[Any, ...], int] = {}
+        """Each block key, as one int (the pool and the routers compare keys only)."""
+        self._conv: dict[int, tuple[int, list[int]]] = {}
+        """Session → (epoch, its conversation's block keys so far): made once each."""
 
     def prompt(self, idx: int, max_tokens: int) -> int | None:
         """Turn ``idx``'s prompt length once under the cap, or None: the session ends."""
@@ -119,24 +123,47 @@ class SessionState:
         self.prompt_len[idx] = n
         return n
 
-    def key(self, j: int, b: int) -> tuple[Any, ...]:
+    def key(self, j: int, b: int) -> int:
+        """Block ``b`` of session ``j``'s conversation (its current epoch), as an int: one
+        per distinct content key — the shared system prompt's ``("y", seed, system, b)``,
+        else ``("c", session, epoch, b)``."""
         sess = self.sessions[j]
         if sess.system_id is not None and (b + 1) * self.block <= sess.system_tokens:
-            return ("y", self.seed, sess.system_id, b)
-        return ("c", sess.sid, self.epoch.get(j, 0), b)
+            return self._id(("y", self.seed, sess.system_id, b))
+        return self._id(("c", sess.sid, self.epoch.get(j, 0), b))
 
-    def hashes(self, idx: int, prompt_len: int) -> tuple[tuple[Any, ...], ...]:
+    def _id(self, k: tuple[Any, ...]) -> int:
+        ids = self._ids
+        v = ids.get(k)
+        if v is None:
+            v = ids[k] = len(ids)
+        return v
+
+    def conversation_keys(self, j: int, blocks: int) -> list[int]:
+        """The keys of session ``j``'s first ``blocks`` blocks (a list kept and grown: the
+        caller must not change it)."""
+        epoch = self.epoch.get(j, 0)
+        got = self._conv.get(j)
+        if got is None or got[0] != epoch:
+            got = self._conv[j] = (epoch, [])
+        keys = got[1]
+        for b in range(len(keys), blocks):
+            keys.append(self.key(j, b))
+        return keys
+
+    def hashes(self, idx: int, prompt_len: int) -> tuple[int, ...]:
         j = self.of[idx][0]
-        return tuple(self.key(j, b) for b in range(prompt_len // self.block))
+        n = prompt_len // self.block
+        return tuple(self.conversation_keys(j, n)[:n])
 
-    def more_keys(self, idx: int, prompt_len: int) -> Callable[[int], list[tuple[Any, ...]]]:
+    def more_keys(self, idx: int, prompt_len: int) -> Callable[[int], list[int]]:
         j = self.of[idx][0]
         start = prompt_len // self.block
         epoch = self.epoch.get(j, 0)
 
-        def more(n: int) -> list[tuple[Any, ...]]:
+        def more(n: int) -> list[int]:
             sid = self.sessions[j].sid
-            return [("c", sid, epoch, b) for b in range(start, start + n)]
+            return [self._id(("c", sid, epoch, b)) for b in range(start, start + n)]
 
         return more
 
@@ -199,6 +226,7 @@ class OfflineRun:
         token_times: bool = True,
         keep_series: bool = False,
         feed: Feed | None = None,
+        series_histograms: bool = True,
     ) -> None:
         """``warm_prompts``: the first N prompts of the plan are already in the prefix cache
         (a server that served them before, e.g. ``vllm bench serve``'s test request).
@@ -208,7 +236,8 @@ class OfflineRun:
         full blocks are shared across runs (vLLM's seeded random dataset does this: prompt
         ``i`` starts with the same tokens whatever the number of prompts or their length).
         ``feed``: the run is one replica of several, driven by a router (:class:`Feed`; step
-        it with :meth:`steps`)."""
+        it with :meth:`steps`). ``series_histograms``: False keeps the scrapes' gauges and
+        counters only (nothing written: with ``samples_out`` it is ignored)."""
         self.plan = plan
         self.feed = feed
         self.warm_prompts = warm_prompts
@@ -227,6 +256,7 @@ class OfflineRun:
         self.api = ApiServer(0, 0)
         self.samples = 0
         self.keep_series = keep_series or samples_out is not None
+        self.series_histograms = series_histograms or samples_out is not None
         self.series: list[ServerSample] = []
         """The scrapes (written to ``samples_out`` or kept with ``keep_series``), for the
         run's server summary."""
@@ -530,7 +560,7 @@ class OfflineRun:
             self.samples_out.write(b"".join(samples))
 
     def _scrape(self, t: float) -> bytes:
-        sample = server_sample(self.eng, t)
+        sample = server_sample(self.eng, t, self.series_histograms)
         self.series.append(as_server_sample(sample, self._hist_last))
         if self.samples_out is None:
             return b""

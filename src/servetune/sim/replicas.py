@@ -75,13 +75,13 @@ class SpecRoute:
 
 
 class TurnRoute:
-    """A session's turn: its session id and its conversation's block keys (the engine's, as
-    stable 64-bit ints: equal keys for the same content at the same place)."""
+    """A session's turn: its session id's stable hash and its conversation's block keys (the
+    engine's: equal keys for the same content at the same place)."""
 
     __slots__ = ("_blocks", "_key")
 
-    def __init__(self, sid: str, blocks: list[int]) -> None:
-        self._key = stable_hash(sid.encode())
+    def __init__(self, key: int, blocks: list[int]) -> None:
+        self._key = key
         self._blocks = blocks
 
     def session_key(self) -> int | None:
@@ -92,22 +92,21 @@ class TurnRoute:
 
 
 class _TurnKeys:
-    """The routing keys of the conversations' blocks, each made once."""
+    """The routing keys of a turn: the engine's own block keys of its conversation (one int
+    per distinct content, :meth:`~servetune.sim.offline_run.SessionState.key`)."""
 
     def __init__(self, sess: SessionState) -> None:
         self.sess = sess
-        self._ints: dict[tuple[Any, ...], int] = {}
+        self._sids: dict[int, int] = {}
 
     def route(self, idx: int, prompt_len: int) -> TurnRoute:
-        ints = self._ints
-        out = []
-        for k in self.sess.hashes(idx, prompt_len):
-            v = ints.get(k)
-            if v is None:
-                v = ints[k] = stable_hash(repr(k).encode())
-            out.append(v)
-        j = self.sess.of[idx][0]
-        return TurnRoute(self.sess.sessions[j].sid, out)
+        sess = self.sess
+        j = sess.of[idx][0]
+        n = prompt_len // sess.block
+        key = self._sids.get(j)
+        if key is None:
+            key = self._sids[j] = stable_hash(sess.sessions[j].sid.encode())
+        return TurnRoute(key, sess.conversation_keys(j, n)[:n])
 
 
 @dataclass
@@ -140,6 +139,7 @@ class Router:
         replicas: int,
         routing: RoutingConfig,
         signals_interval_s: float = 1.0,
+        lean: bool = False,
     ) -> None:
         self.plan = plan
         self.cfg = cfg
@@ -168,7 +168,19 @@ class Router:
         heapq.heapify(self.queue)
         self.routing = routing
         self.feeds = [Feed(self.sess, self.queue) for _ in range(replicas)]
-        self.runs = [OfflineRun(plan, cfg, r, mem, keep_series=True, feed=f) for f in self.feeds]
+        self.runs = [
+            OfflineRun(
+                plan,
+                cfg,
+                r,
+                mem,
+                keep_series=True,
+                feed=f,
+                token_times=not lean,
+                series_histograms=not lean,
+            )
+            for f in self.feeds
+        ]
         kv_tokens = (mem.engine_blocks or mem.num_gpu_blocks) * B
         names = [f"replica-{i}" for i in range(replicas)]
         self.bal = Balancer(routing, names, [kv_tokens] * replicas)
@@ -298,10 +310,13 @@ def run_replicas(
     replicas: int,
     routing: RoutingConfig,
     signals_interval_s: float = 1.0,
+    lean: bool = False,
 ) -> ReplicaRuns:
-    """N replicas behind ``routing`` over ``plan``, on one clock."""
+    """N replicas behind ``routing`` over ``plan``, on one clock. ``lean`` (the planner's
+    fleets): records without per-token times, scrapes without histograms — what a P99 and
+    the routing signals need, nothing more."""
     check_replicas(cfg, replicas)
-    router = Router(plan, cfg, r, mem, replicas, routing, signals_interval_s)
+    router = Router(plan, cfg, r, mem, replicas, routing, signals_interval_s, lean)
     router.run()
     records = [rec for run in router.runs for rec in run.records]
     records.sort(key=lambda rec: rec.id)

@@ -69,8 +69,9 @@ def as_server_sample(
     return _model(ServerSample, values, _SAMPLE_SET)
 
 
-def server_sample(eng: Engine, t: float) -> dict[str, Any]:
-    """One scrape of the engine's state, in the ServerSample form."""
+def server_sample(eng: Engine, t: float, histograms: bool = True) -> dict[str, Any]:
+    """One scrape of the engine's state, in the ServerSample form (``histograms``: with the
+    latency histograms; without, the gauges and counters only)."""
     c = eng.counters
     pool = eng.pool
     values = {
@@ -86,6 +87,8 @@ def server_sample(eng: Engine, t: float) -> dict[str, Any]:
         ss.PREFIX_CACHE_HITS_TOTAL: float(pool.hits),
         ss.PREFIX_CACHE_QUERIES_TOTAL: float(pool.queries),
     }
+    if not histograms:
+        return {"t": t, "values": values, "histograms": {}}
     return {
         "t": t,
         "values": values,
