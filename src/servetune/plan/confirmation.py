@@ -50,6 +50,7 @@ def confirm_ranking(
     result: PlanResult,
     pool: Executor | None,
     say: Callable[[str], None],
+    lifetimes: dict[str, float | None] | None = None,
 ) -> tuple[PlannedCandidate | None, int]:
     """Confirm the first ``req.confirm_rows`` candidates that hold the traffic on independent
     draws, rank again, and confirm those that moved into the first rows, until they all are
@@ -57,7 +58,8 @@ def confirm_ranking(
     the ranking of those rows is settled: a confirmation only lowers a rate — so only raises
     a candidate's ranking key ($/hour, then headroom, then the rate) — and a candidate left
     unconfirmed below them could not rank above them once confirmed. Returns the winner and
-    the simulations run."""
+    the simulations run. ``lifetimes``: a fleet row's session lifetime measured by its
+    search (by label), its draws' first guess."""
     by_label = {c.label: c for c in cands}
     done: dict[str, Confirmation | FleetConfirmation] = {}
     runs = 0
@@ -71,7 +73,7 @@ def confirm_ranking(
             break
         rows = f"{len(todo)} rows" if len(todo) > 1 else "1 row"
         say(f"confirming {rows} on {DRAWS} independent draws of the traffic …")
-        confs = _confirm_each(req, [by_label[c.label] for c in todo], todo, pool)
+        confs = _confirm_each(req, [by_label[c.label] for c in todo], todo, pool, lifetimes or {})
         for c, conf in zip(todo, confs, strict=True):
             runs += conf.evaluations
             done[c.label] = conf
@@ -99,7 +101,11 @@ def confirm_ranking(
 
 
 def _confirm_each(
-    req: PlanRequest, cands: list[Candidate], rows: list[PlannedCandidate], pool: Executor | None
+    req: PlanRequest,
+    cands: list[Candidate],
+    rows: list[PlannedCandidate],
+    pool: Executor | None,
+    lifetimes: dict[str, float | None],
 ) -> list[Confirmation | FleetConfirmation]:
     """Each row's confirmation; with worker processes, all of them at once (one thread per
     row hands its draws to the pool, so the pool is never idle between two rows' steps)."""
@@ -109,7 +115,8 @@ def _confirm_each(
             k = rows[i].replicas
             assert k is not None
             limit = req.replicas or req.max_replicas
-            return confirm_replicas(k, req.slo, _fleet_runner(cands[i], pool), limit)
+            runner = _fleet_runner(cands[i], pool, lifetimes.get(cands[i].label))
+            return confirm_replicas(k, req.slo, runner, limit)
         rate = rows[i].slo_max_rate_per_replica
         assert rate is not None
         return confirm(rate, req.slo, _draws_runner(cands[i], pool))
@@ -130,12 +137,15 @@ def _draws_runner(cand: Candidate, pool: Executor | None) -> Callable[[float], l
     return run
 
 
-def _fleet_runner(cand: Candidate, pool: Executor | None) -> Callable[[int], list[Point]]:
+def _fleet_runner(
+    cand: Candidate, pool: Executor | None, life: float | None
+) -> Callable[[int], list[Point]]:
     def run(replicas: int) -> list[Point]:
         draws = range(1, DRAWS + 1)
         if pool is None:
-            return [draw_fleet(cand, replicas, d) for d in draws]
-        return [f.result() for f in [pool.submit(draw_fleet, cand, replicas, d) for d in draws]]
+            return [draw_fleet(cand, replicas, d, life) for d in draws]
+        futs = [pool.submit(draw_fleet, cand, replicas, d, life) for d in draws]
+        return [f.result() for f in futs]
 
     return run
 

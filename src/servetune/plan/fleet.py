@@ -84,10 +84,7 @@ def fleet_plan(
 
 TPOT_GUESS_S = 0.05
 """A first guess of the time per output token (s), to size the first simulation of session
-traffic (a turn lasts about its answer's tokens × this)."""
-_LIFETIMES: dict[str, float] = {}
-"""The last session lifetime measured for a traffic (its JSON): the next simulation's
-guess (a worker simulates one candidate's fleets one after the other)."""
+traffic (a turn lasts about its answer's tokens × this) when no lifetime was measured."""
 
 
 def session_lifetime_s(recs: list[RequestRecord]) -> float | None:
@@ -118,25 +115,28 @@ def fleet_point(
     replicas: int,
     policy: str,
     draw: int = 0,
+    life_guess_s: float | None = None,
 ) -> Point:
     """``replicas`` engines of ``r`` behind ``policy`` under the traffic at ``rate``.
 
     Session traffic is measured once the sessions live at once stop growing: a session lasts
     its turns' latencies and think times, and the fleet's load is that of the sessions
-    started within one lifetime. The first simulation is sized on a guess of it; when the
-    sessions measured lasted longer than the guess left room for, the traffic is simulated
-    again over one lifetime more than :data:`~servetune.plan.capacity.MIN_SPAN_S`, and the
-    requests scheduled in that first lifetime are left out."""
+    started within one lifetime. The first simulation is sized on a guess of it
+    (``life_guess_s``: a lifetime measured before — the caller's, so that what is simulated
+    never depends on which worker process ran what before; else from :data:`TPOT_GUESS_S`);
+    when the sessions measured lasted longer than the guess left room for, the traffic is
+    simulated again over one lifetime more than :data:`~servetune.plan.capacity.MIN_SPAN_S`,
+    and the requests scheduled in that first lifetime are left out. The point records the
+    lifetime measured."""
     n_req = requests_at(rate, n)
     routing = RoutingConfig(policy=policy)  # type: ignore[arg-type]
     mt = traffic.sessions.multiturn if traffic.sessions is not None else None
     span_s = 0.0
-    key = ""
+    life: float | None = None
     if mt is not None and traffic.sessions is not None:
-        key = traffic.sessions.model_dump_json()
         out_len = traffic.sessions.random_output_len
         guess = mt.mean_turns * (mt.think_time_s + out_len * TPOT_GUESS_S)
-        span_s = MIN_SPAN_S + 1.2 * _LIFETIMES.get(key, guess)
+        span_s = MIN_SPAN_S + 1.2 * (life_guess_s if life_guess_s is not None else guess)
     for attempt in range(2):
         plan = fleet_plan(w, traffic, rate, n_req, draw, span_s)
         cfg = traffic.sessions or BenchConfig(num_prompts=len(plan.requests))
@@ -147,7 +147,6 @@ def fleet_point(
         warmup = 0
         if mt is not None:
             life = session_lifetime_s(done.records) or 0.0
-            _LIFETIMES[key] = life
             warmup = round(life * 1e9)
             if attempt == 0 and span / 1e9 < life + 0.75 * MIN_SPAN_S:
                 span_s = 1.2 * life + MIN_SPAN_S
@@ -158,7 +157,7 @@ def fleet_point(
         for run in done.runs
         for s in run.series
     ]
-    return measure(
+    point = measure(
         done.records,
         span,
         rate,
@@ -167,6 +166,8 @@ def fleet_point(
         done.hit_rate(),
         warmup,
     )
+    point.session_lifetime_s = life
+    return point
 
 
 class FleetCapacity(BaseModel):

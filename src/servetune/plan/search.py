@@ -101,7 +101,12 @@ def make_plan(
                 outcomes[o.index] = o
                 say(_progress_line(len(outcomes), len(cands), cands[o.index], o))
         result, sims = _assemble(req, prices, cands, outcomes, dup_notes)
-        winner, confirms = confirm_ranking(req, cands, result, pool, say)
+        lifetimes = {
+            cands[i].label: o.fleet.at.session_lifetime_s
+            for i, o in outcomes.items()
+            if o.fleet is not None and o.fleet.at is not None
+        }
+        winner, confirms = confirm_ranking(req, cands, result, pool, say, lifetimes)
     sims += confirms
     if winner is not None:
         quality_note(result, winner)

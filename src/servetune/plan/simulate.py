@@ -63,6 +63,9 @@ class Point(BaseModel):
     """Growth of the requests in flight over the second half of the sending period, as a
     share of the offered rate: ≈ 0 for a replica that keeps up, ≥ 0.15 for one past its
     capacity (the planner's test, :data:`servetune.plan.capacity.LATE_GROWTH`)."""
+    session_lifetime_s: float | None = None
+    """Session traffic (a fleet's): the median first send → last answer of its complete
+    sessions (the next simulation's first guess of how long to simulate)."""
 
     def p99(self, metric: str) -> float | None:
         value: float | None = getattr(self, f"{metric}_p99_ms")

@@ -65,11 +65,24 @@ def evaluate(index: int, cand: Candidate) -> Outcome:
     traffic: FleetTraffic | None = _W["fleet"]
     if cand.router is not None and traffic is not None:
         policy = cand.router
+        last: list[float | None] = [None]
+        """The session lifetime the search's last simulation measured: its next one's guess
+        (one candidate's search runs in one process, in order)."""
 
         def run(k: int) -> Point:
-            return fleet_point(
-                r, mem, _W["workload"], traffic, traffic.peak_rate, _W["n"], k, policy
+            p = fleet_point(
+                r,
+                mem,
+                _W["workload"],
+                traffic,
+                traffic.peak_rate,
+                _W["n"],
+                k,
+                policy,
+                life_guess_s=last[0],
             )
+            last[0] = p.session_lifetime_s
+            return p
 
         out.fleet = find_replicas(run, _W["slo"], traffic.max_replicas, policy, traffic.replicas)
     else:
@@ -83,9 +96,11 @@ def draw(cand: Candidate, rate: float, draw: int) -> Point:
     return simulate_draw(r, plan_memory(r), _W["workload"], rate, _W["n"], draw)
 
 
-def draw_fleet(cand: Candidate, replicas: int, draw: int) -> Point:
+def draw_fleet(
+    cand: Candidate, replicas: int, draw: int, life_guess_s: float | None = None
+) -> Point:
     """One independent draw of the traffic at the peak on ``replicas`` of ``cand`` behind
-    its router."""
+    its router (``life_guess_s``: the session lifetime the search measured)."""
     traffic: FleetTraffic = _W["fleet"]
     assert cand.router is not None and traffic is not None
     r = cand.engine.resolve()
@@ -99,4 +114,5 @@ def draw_fleet(cand: Candidate, replicas: int, draw: int) -> Point:
         replicas,
         cand.router,
         draw,
+        life_guess_s,
     )
