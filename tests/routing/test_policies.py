@@ -10,7 +10,7 @@ import pytest
 
 from servetune.routing.config import RoutingConfig
 from servetune.routing.keys import prompt_blocks, stable_hash
-from servetune.routing.policies import Balancer
+from servetune.routing.policies import Balancer, queue_depth
 from servetune.routing.prefix_index import PrefixIndex
 
 NAMES = [f"http://127.0.0.1:{8000 + i}/v1" for i in range(4)]
@@ -150,6 +150,47 @@ def test_score_weighs_queue_and_kv_against_prefix() -> None:
     kv[home] = 0.2
     pick = b.choose(Req(doc + "c"), healthy, [0] * 4, [None] * 4, healthy, depth, kv)
     assert pick == home and b.reason == "score"
+
+
+def test_score_keeps_a_session_beside_running_decodes_and_moves_it_off_a_queue() -> None:
+    """Two replicas, a conversation cached on one (its system prompt on both): requests
+    *running* there (a decode or two in the batch, as the engine's last /metrics said) do not
+    move the next turn to the idle one; requests *waiting* there do. Fails on the depth that
+    counted every request in flight (6 running against 0 moved the session)."""
+    names = NAMES[:2]
+    system = "system prompt " * 40
+    history = system + "turn one of this conversation and its answer " * 12
+    b = Balancer(RoutingConfig(policy="score"), names)
+    healthy = [0, 1]
+    home = b.choose(Req(history, "s"), healthy, [0, 0], [None, None], healthy)
+    other = 1 - home
+    b.choose(Req(system + "another session", "t"), [other], [0, 0], [None, None], healthy)
+    inflight = [0, 0]
+    inflight[home] = 6
+    running: list[float | None] = [0.0, 0.0]
+    running[home] = 6.0
+    kv: list[float | None] = [0.01, 0.01]
+    nxt = Req(history + "turn two", "s")
+    pick = b.choose(nxt, healthy, inflight, [None, None], healthy, [0.0, 0.0], kv, running)
+    assert pick == home and b.reason == "score"
+    # 12 in flight and the engine ran 6 of them: 6 wait ahead of this turn (sent since the
+    # read, or beyond its batch): a half-cached prompt on the idle one is the better bet
+    inflight[home] = 12
+    pick = b.choose(nxt, healthy, inflight, [None, None], healthy, [0.0, 0.0], kv, running)
+    assert pick == other
+    # the engine's own waiting queue says so too (another gateway's requests)
+    inflight[home] = 0
+    depth = [0.0, 0.0]
+    depth[home] = 6.0
+    pick = b.choose(nxt, healthy, inflight, [None, None], healthy, depth, kv, running)
+    assert pick == other
+
+
+def test_queue_depth_counts_what_waits() -> None:
+    assert queue_depth(3, 0.0, 3.0) == 0.0  # all running
+    assert queue_depth(5, 0.0, 3.0) == 2.0  # two sent since the read, or beyond the batch
+    assert queue_depth(1, 4.0, 8.0) == 4.0  # the engine's queue (other routers' requests)
+    assert queue_depth(2, 0.0, None) == 2.0  # never read: all in flight
 
 
 def test_round_robin_cycles_over_the_eligible() -> None:

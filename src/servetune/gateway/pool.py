@@ -48,7 +48,7 @@ from servetune.results import server_series as ss
 from servetune.routing.config import RoutingConfig
 from servetune.routing.policies import Balancer, load_share
 
-_WAITING, _KV = ss.WAITING, ss.KV_CACHE_USAGE
+_WAITING, _KV, _RUNNING = ss.WAITING, ss.KV_CACHE_USAGE, ss.RUNNING
 QueueReason = Literal["queue_full", "queue_timeout", "no_upstream"]
 
 
@@ -186,12 +186,14 @@ class Pool:
             healthy = [i for i, u in enumerate(ups) if u.breaker.would_allow()]
         depth: list[float] = []
         kv: list[float | None] = []
+        running: list[float | None] = []
         if b.uses_signals:
             for u in ups:
                 sig = u.signals
                 depth.append(sig.get(_WAITING, 0.0))
                 kv.append(sig.get(_KV))
-        i = b.choose(route, eligible, inflight, limits, healthy, depth, kv)
+                running.append(sig.get(_RUNNING))
+        i = b.choose(route, eligible, inflight, limits, healthy, depth, kv, running)
         u = ups[i]
         key = (u.url, b.reason)
         self.routes[key] = self.routes.get(key, 0) + 1

@@ -20,8 +20,9 @@ class ScoreWeights(BaseModel):
     prefix: float = Field(default=3.0, ge=0, le=100)
     """The share of the prompt's blocks the upstream's prefix index holds (0–1)."""
     queue: float = Field(default=2.0, ge=0, le=100)
-    """1 − queue depth ÷ (the deepest candidate's + 1): requests in flight there (this
-    gateway's, live) plus those waiting in the engine's queue (its /metrics)."""
+    """1 − queue depth ÷ (max(the deepest candidate's, queue_scale) + 1): the requests waiting
+    in the engine's queue (its /metrics, or this gateway's in flight there beyond those the
+    engine was running at the last read), not those running in its batch."""
     kv: float = Field(default=2.0, ge=0, le=100)
     """1 − the engine's KV-cache use (its /metrics; 0 when it does not say)."""
 
@@ -53,6 +54,10 @@ class RoutingConfig(BaseModel):
     it stays within max(load_bound × mean, mean + load_slack) of the healthy upstreams'
     (bounded-load hashing): a hot prefix cannot pile onto one replica."""
     load_slack: int = Field(default=6, ge=0, le=100_000)
+    queue_scale: int = Field(default=6, ge=0, le=100_000)
+    """``score``: the queue term is ``1 − depth ÷ (max(the deepest, queue_scale) + 1)`` —
+    between short queues a request or two of difference weighs little (0: scaled to the
+    deepest alone, where one waiting against none is half the weight)."""
 
     def index_blocks(self, kv_tokens: int | None) -> int:
         tokens = self.kv_capacity_tokens or kv_tokens or DEFAULT_KV_TOKENS

@@ -13,10 +13,19 @@ flight; the balancer picks one and says why (:attr:`Balancer.reason`):
 - ``prefix`` — the longest match of the prompt's blocks in each target's prefix index,
   ties broken by rendezvous on the session (else the prompt's first block; least-loaded when
   the prompt has no full block either), among the targets within the load bound;
-- ``score`` — ``w_p·prefix + w_q·(1 − depth ÷ (deepest + 1)) + w_k·(1 − kv use)`` (llm-d's
-  scorers, weights 3:2:2; depth = the requests this router has in flight there, live, plus
-  those the engine says wait in its queue), the highest wins among the targets within the
-  load bound, scores within :data:`TIE` of the best by rendezvous.
+- ``score`` — ``w_p·prefix + w_q·(1 − depth ÷ (max(deepest, queue_scale) + 1)) +
+  w_k·(1 − kv use)`` (llm-d's scorers, weights 3:2:2), the highest wins among the targets
+  within the load bound, scores within :data:`TIE` of the best by rendezvous. The queue term
+  is scaled to at least ``queue_scale`` (6) requests: a request or two of difference between
+  short queues weighs little (two waiting against none: 2/7 of the weight, where against the
+  deepest + 1 alone it was 2/3 — more than a third of the prompt cached), deep queues count
+  in full. ``depth`` is the engine's *waiting queue*
+  (:func:`queue_depth`: what its ``/metrics`` said at the last read, or this router's
+  requests in flight there beyond the ones the engine was running then, whichever is more —
+  requests sent since the read count as waiting). Requests running in the engine's batch
+  are not depth: a new request's prefill joins the batch beside them, where one waiting
+  ahead delays it (counting them moved a session off its cache whenever its home had a
+  decode or two more in flight than an idle replica — at a light load, most of the time).
 
 For ``prefix`` and ``score`` a request with a session id credits its session's rendezvous
 choice with at least the best match any target has: another gateway replica that routed the
@@ -87,8 +96,11 @@ class Balancer:
         healthy: Sequence[int],
         depth: Sequence[float] = (),
         kv_use: Sequence[float | None] = (),
+        running: Sequence[float | None] = (),
     ) -> int:
-        """The index (into the targets) of the one to use; ``eligible`` is not empty."""
+        """The index (into the targets) of the one to use; ``eligible`` is not empty.
+        ``depth``, ``kv_use``, ``running``: each target's waiting queue, KV use and running
+        requests at the last read of its ``/metrics`` (None or missing: not read)."""
         p = self.policy
         if p == "round-robin":
             return self._round_robin(eligible)
@@ -97,7 +109,7 @@ class Balancer:
             return least_loaded(eligible, inflight, limits)
         if p == "session":
             return self._session(route, eligible, inflight, limits, healthy)
-        return self._by_prefix(route, eligible, inflight, limits, healthy, depth, kv_use)
+        return self._by_prefix(route, eligible, inflight, limits, healthy, depth, kv_use, running)
 
     def _round_robin(self, eligible: Sequence[int]) -> int:
         n = len(self.names)
@@ -149,6 +161,7 @@ class Balancer:
         healthy: Sequence[int],
         depth: Sequence[float],
         kv_use: Sequence[float | None],
+        running: Sequence[float | None],
     ) -> int:
         cand = self._bounded(eligible, inflight, healthy)
         blocks = route.blocks(self.cfg.chunk_bytes)
@@ -170,8 +183,14 @@ class Balancer:
             scores = {i: float(m) for i, m in matched.items()}
         else:
             w = self.cfg.weights
-            deep = [max(float(inflight[i]), depth[i] if i < len(depth) else 0.0) for i in cand]
-            top = max(deep) + 1.0
+            nd, nr = len(depth), len(running)
+            deep = [
+                queue_depth(
+                    inflight[i], depth[i] if i < nd else 0.0, running[i] if i < nr else None
+                )
+                for i in cand
+            ]
+            top = max(max(deep), float(self.cfg.queue_scale)) + 1.0
             scores = {}
             for j, i in enumerate(cand):
                 kv = kv_use[i] if i < len(kv_use) else None
@@ -204,6 +223,16 @@ class Balancer:
         """Target ``i`` lost its cache (restarted): its index starts over."""
         if self.indexes:
             self.indexes[i].clear()
+
+
+def queue_depth(inflight: int, waiting: float, running: float | None) -> float:
+    """A target's waiting queue now: the engine's at its last ``/metrics`` read, or this
+    router's requests in flight there beyond the ``running`` it read then (those sent since
+    count as waiting until the next read), whichever is more; never read (``running`` None):
+    every request in flight."""
+    if running is None:
+        return max(float(inflight), waiting)
+    return max(inflight - running, waiting, 0.0)
 
 
 def load_share(inflight: int, limit: int | None) -> float:

@@ -14,7 +14,7 @@ grows by the answers as they were served, the client's context cap truncates or 
 At a request's send time the policy (:class:`~servetune.routing.policies.Balancer`, the one
 the gateway's pools use) picks a replica from what a gateway would know then: the requests it
 has in flight on each (sent, their last token not yet at the client), and each engine's
-waiting queue and KV use as its ``/metrics`` showed them at the last read (every
+waiting queue, running requests and KV use as its ``/metrics`` showed them at the last read (every
 ``signals_interval_s``, the gateway's ``metrics_interval_s``, 1 s by default; the scrapes
 are the replicas' own, every 0.5 s). The prompt's block keys: the gateway's (its text,
 byte-chunked) for a planned prompt; for a session's turn, whose text the simulator does not
@@ -119,12 +119,14 @@ class Routed:
     """The router's own prefix-hit estimate (index blocks matched ÷ routed)."""
 
 
-def _signals(series: Sequence[ServerSample], t: float) -> tuple[float, float | None]:
-    """Waiting requests and KV use of the last scrape at or before ``t`` (run s)."""
+def _signals(series: Sequence[ServerSample], t: float) -> tuple[float, float | None, float | None]:
+    """Waiting requests, KV use and running requests of the last scrape at or before ``t``
+    (run s); none yet: an idle engine's."""
     for s in reversed(series):
         if s.t <= t:
-            return s.values.get(ss.WAITING, 0.0), s.values.get(ss.KV_CACHE_USAGE)
-    return 0.0, 0.0
+            v = s.values
+            return v.get(ss.WAITING, 0.0), v.get(ss.KV_CACHE_USAGE), v.get(ss.RUNNING)
+    return 0.0, 0.0, 0.0
 
 
 class Router:
@@ -200,6 +202,7 @@ class Router:
         limits: list[int | None] = [None] * n
         depth = [0.0] * n
         kv: list[float | None] = [0.0] * n
+        running: list[float | None] = [0.0] * n
         next_signals = 0.0
         bal, routed, reasons = self.bal, self.routed, self.routed.reasons
         specs = self.plan.requests
@@ -251,10 +254,10 @@ class Router:
             t_s = at / NS
             if t_s >= next_signals and bal.uses_signals:
                 for i in range(n):
-                    depth[i], kv[i] = _signals(runs[i].series, t_s)
+                    depth[i], kv[i], running[i] = _signals(runs[i].series, t_s)
                 k = math.floor(t_s / self.signals_interval_s) + 1
                 next_signals = k * self.signals_interval_s
-            pick = bal.choose(route, everyone, inflight, limits, everyone, depth, kv)
+            pick = bal.choose(route, everyone, inflight, limits, everyone, depth, kv, running)
             reasons[bal.reason] = reasons.get(bal.reason, 0) + 1
             routed.replica[idx] = pick
             heapq.heappush(feeds[pick].due, (at, idx))
