@@ -17,13 +17,25 @@ at 4 req/s peak, random 2048 in / 1024 out, P99 TTFT ≤ 3 s and TPOT ≤ 80 ms,
 H200, B200, MI300X and MI355X × the MoE layouts of 8 GPUs (tp8, tp8-ep, dp8-ep) × the default
 knob set (15 candidates; H100's three refused), MI355X priced at --mi355x-price (the catalog
 has no published offer for it).
+``--fleet`` times (instead) the fleet example of docs/plan.md (Qwen2.5-7B on L4, 8 req/s of
+8-turn sessions, ``plan --router round-robin,session,score --workers W``), through the CLI
+in a subprocess; ``--before-src DIR`` runs the same command on another checkout's ``src``
+(e.g. ``git archive COMMIT src | tar -x -C DIR``) beside it, prints both wall times and their
+ratio, and checks that every row (replicas, search's draw, $/hour, limit, the figures at the
+SLO, the draws) is the same in both plan.json files.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
 from servetune.cost.prices import PriceBook
 from servetune.plan.request import PlanRequest
@@ -84,6 +96,55 @@ def one(workers: int, n: int) -> tuple[int, int, float, str]:
     return len(res.candidates), res.simulations, wall, win
 
 
+FLEET_ARGS = (
+    "--peak-rate 8 --slo ttft:1000 tpot:100 --gpus L4 --tp 1 --quantizations auto "
+    "--knob-set default --input-len 200 --output-len 150 --multiturn-turns 8 "
+    "--multiturn-system-len 1024 --multiturn-system-prompts 8 --multiturn-think-time 5 "
+    "--router round-robin,session,score --top 3"
+).split()
+ROW_KEYS = (
+    "label", "replicas", "search_replicas", "usd_per_hour", "limiting_metric", "at_slo",
+    "draws", "status",
+)  # fmt: skip
+
+
+def fleet(src: Path, workers: int) -> tuple[float, int, list[dict[str, Any]]]:
+    """The docs/plan.md fleet example on the code under ``src``: wall s, simulations, rows."""
+    out = Path(tempfile.mkdtemp(prefix="plan-speed-fleet-")) / "plan.json"
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    cmd = [sys.executable, "-m", "servetune.cli", "plan", *FLEET_ARGS]
+    cmd += ["--workers", str(workers), "-o", str(out)]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    d = json.loads(out.read_text())
+    rows = [{k: c.get(k) for k in ROW_KEYS} for c in d["candidates"]]
+    return wall, d["simulations"], rows
+
+
+def run_fleet(workers: int, before: Path | None) -> None:
+    here = Path(__file__).resolve().parents[1] / "src"
+    sides = [("this checkout", here)] + ([("before", before)] if before is not None else [])
+    got = {}
+    for name, src in sides:
+        load = os.getloadavg()[0]
+        wall, sims, rows = fleet(src, workers)
+        got[name] = (wall, rows)
+        print(
+            f"fleet example ({name}, {src}): {sims} simulations in {wall:.1f} s, workers="
+            f"{workers}; rows: "
+            + "; ".join(f"{r['label']} {r['search_replicas']}→{r['replicas']}" for r in rows)
+            + f"; load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end"
+        )
+    if before is not None:
+        (w_now, r_now), (w_b, r_b) = got["this checkout"], got["before"]
+        same = json.dumps(r_now, sort_keys=True) == json.dumps(r_b, sort_keys=True)
+        print(
+            f"fleet example: {w_b:.1f} s before, {w_now:.1f} s now: {w_b / w_now:.2f}× faster; "
+            f"rows {'identical' if same else 'DIFFERENT'}"
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=2)
@@ -91,7 +152,12 @@ def main() -> int:
     ap.add_argument("--serial", action="store_true", help="also run in one process")
     ap.add_argument("--moe", action="store_true", help="also plan the MoE scenario")
     ap.add_argument("--mi355x-price", type=float, default=3.5, help="USD per MI355X-hour")
+    ap.add_argument("--fleet", action="store_true", help="time the fleet example only")
+    ap.add_argument("--before-src", type=Path, help="--fleet: also on this src/ beside it")
     args = ap.parse_args()
+    if args.fleet:
+        run_fleet(args.workers, args.before_src)
+        return 0
     runs = [args.workers] + ([1] if args.serial and args.workers != 1 else [])
     walls = {}
     for w in runs:
