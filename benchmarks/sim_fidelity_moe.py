@@ -50,10 +50,11 @@ from servetune.errors import SimError
 from servetune.results.schema import BenchConfig
 from servetune.sim.config import EngineConfig
 from servetune.sim.efficiency import Efficiency, efficiency
-from servetune.sim.engine import Engine
 from servetune.sim.memory import plan_memory
 from servetune.sim.offline_run import OfflineRun
 from servetune.sim.perf import StepModel
+from servetune.sim.policies import make_engine
+from servetune.sim.semantics import SGLANG_SRT
 from sim_fidelity import (
     EFFICIENCY_JSON,
     FIT_KEYS,
@@ -76,8 +77,8 @@ and bandwidth efficiency are fitted here."""
 PARAMS = (
     ("grouped_gemm_efficiency", 0.15, 1.0),
     ("alltoall_latency_us", 5.0, 300.0),
-    ("v0_step_overhead_ms", 0.3, 80.0),
-    ("v0_per_seq_overhead_us", 2.0, 400.0),
+    ("sglang_graph_layer_us", 1.0, 300.0),
+    ("sglang_eager_layer_us", 10.0, 3000.0),
     *(
         (f"{g}_{k}", lo, hi)
         for g in FIT_GPUS
@@ -92,8 +93,8 @@ PARAM_NAMES = tuple(p[0] for p in PARAMS)
 NEUTRAL: dict[str, float] = {
     "grouped_gemm_efficiency": 0.6,
     "alltoall_latency_us": 30.0,
-    "v0_step_overhead_ms": 2.0,
-    "v0_per_seq_overhead_us": 30.0,
+    "sglang_graph_layer_us": 20.0,
+    "sglang_eager_layer_us": 300.0,
     **{f"{g}_mfu": 0.5 for g in FIT_GPUS},
     **{f"{g}_mbu": 0.75 for g in FIT_GPUS},
     **{f"{g}_allreduce_us": 20.0 for g in FIT_GPUS},
@@ -108,8 +109,11 @@ WORST_TARGET = 35.0
 
 
 # --- the cases --------------------------------------------------------------------------------
-def load_cases(path: Path = MOE_CASES) -> list[dict[str, Any]]:
-    return [c for c in json.loads(path.read_text())["cases"] if c["engine"] == "vllm"]
+ENGINES = ("vllm", "sglang")
+
+
+def load_cases(path: Path = MOE_CASES, engines: tuple[str, ...] = ENGINES) -> list[dict[str, Any]]:
+    return [c for c in json.loads(path.read_text())["cases"] if c["engine"] in engines]
 
 
 def family_of(model: str) -> str:
@@ -161,9 +165,22 @@ def version_of(case: dict[str, Any]) -> str:
 
 
 def v0_engine(case: dict[str, Any]) -> bool:
-    """vLLM before 0.8 ran the V0 engine by default."""
+    """vLLM before 0.8 ran the V0 engine by default (V1 became the default in 0.8.0, vLLM PR
+    #13726, release notes of v0.8.0)."""
+    if case["engine"] != "vllm":
+        return False
     v = version_of(case).split(".")
     return int(v[1]) < 8
+
+
+V0_REASON = (
+    "vLLM V0 engine (releases before 0.8.0 ran it by default, vLLM PR #13726): the simulator "
+    "models V1's scheduler (mixed prefill/decode steps under one token budget) and V1's kernels; "
+    "V0 runs a whole prompt's prefill as a step of its own ahead of every decode and had the "
+    "0.7-era DeepSeek kernels (absorbed MLA weights materialised until PR #14770, v0.8.0; "
+    "Triton block-FP8 GEMMs), none of which is modelled"
+)
+"""Why the V0 runs are out of scope (they are not simulated as something else)."""
 
 
 def scope(case: dict[str, Any]) -> str | None:
@@ -181,10 +198,14 @@ def scope(case: dict[str, Any]) -> str | None:
         return f"dataset {w.get('dataset')!r} (not the random one)"
     if case["gpu"] not in GPU_MAP:
         return f"GPU {case['gpu']!r} not identified"
+    if v0_engine(case):
+        return V0_REASON
     return None
 
 
 def engine_config(case: dict[str, Any]) -> dict[str, Any]:
+    if case["engine"] == "sglang":
+        return sglang_engine_config(case)
     k = case.get("knobs") or {}
     model = case["model"]
     ec: dict[str, Any] = {
@@ -212,6 +233,52 @@ def engine_config(case: dict[str, Any]) -> dict[str, Any]:
     return ec
 
 
+def sglang_version_of(case: dict[str, Any]) -> str | None:
+    """The SGLang release ("0.4.3.post2 (image ...)" -> "0.4.3"; "0.5.x" -> "0.5.0"; None
+    where the case names none)."""
+    for word in str(case.get("engine_version") or "").replace("~", " ").split():
+        parts = word.split(".")
+        if len(parts) >= 2 and parts[0] == "0" and parts[1].isdigit():
+            tail = "".join(ch for ch in (parts[2] if len(parts) > 2 else "0") if ch.isdigit())
+            return f"0.{parts[1]}.{tail or '0'}"
+    return None
+
+
+def sglang_engine_config(case: dict[str, Any]) -> dict[str, Any]:
+    """The simulated engine for an SGLang case: ``--tp``, ``--dp`` with
+    ``--enable-dp-attention``, ``--ep-size``, the checkpoint's precision, the release's rules
+    (:mod:`servetune.arch.memory_sglang`) and the flags its command line sets."""
+    k = case.get("knobs") or {}
+    model = case["model"]
+    flags = command_flags(str(k.get("server_cmd") or ""))
+    dp_attn = bool(case.get("dp_attention"))
+    ep = case.get("expert_parallel")
+    ec: dict[str, Any] = {
+        "engine": "sglang",
+        "gpu": GPU_MAP[case["gpu"]],
+        "model": model,
+        "tensor_parallel_size": case.get("tensor_parallel") or 1,
+        "data_parallel_size": (case.get("data_parallel") or 1) if dp_attn else 1,
+        "enable_dp_attention": dp_attn,
+        "expert_parallel_size": int(ep) if isinstance(ep, int) and ep > 1 else None,
+        "quantization": "fp8" if "fp8" in model.lower() else None,
+        "sglang_version": sglang_version_of(case),
+    }
+    for flag, knob, kind in (
+        ("mem_fraction_static", "gpu_memory_utilization", float),
+        ("max_running_requests", "max_num_seqs", int),
+        ("chunked_prefill_size", "chunked_prefill_size", int),
+        ("cuda_graph_max_bs", "max_cudagraph_capture_size", int),
+        ("context_length", "max_model_len", int),
+        ("page_size", "block_size", int),
+    ):
+        if flag in flags:
+            ec[knob] = kind(flags[flag])
+    if "--disable-radix-cache" in str(k.get("server_cmd") or ""):
+        ec["enable_prefix_caching"] = False
+    return ec
+
+
 def command_flags(cmd: str) -> dict[str, str]:
     """``--max-model-len 32768`` -> {"max_model_len": "32768"} from a published command."""
     words = cmd.split()
@@ -222,15 +289,54 @@ def command_flags(cmd: str) -> dict[str, str]:
     return out
 
 
-def lengths(case: dict[str, Any]) -> tuple[int, list[int]]:
+def lengths(case: dict[str, Any]) -> list[tuple[int, int]]:
+    """Each request's (input, output) tokens. SGLang's ``bench_serving --dataset-name random``
+    at its default ``--random-range-ratio 0`` draws them uniform in [1, len]
+    (:func:`sglang_random_lengths`, exact where the recorded totals confirm it); fixed lengths
+    otherwise, the input from the recorded total, the outputs from the generated total
+    (:func:`sim_fidelity.output_lens`)."""
     w, m = case["workload"], case["measured"]
     n = int(w["num_prompts"])
+    drawn = sglang_random_lengths(case)
+    if drawn is not None:
+        return drawn
     inp = round(float(m.get("total_input_tokens") or n * w["input_len"]) / n)
     total_out = m.get("total_output_tokens")
-    return inp, output_lens(n, int(w["output_len"]), float(total_out) if total_out else None)
+    outs = output_lens(n, int(w["output_len"]), float(total_out) if total_out else None)
+    return [(inp, o) for o in outs]
+
+
+def sglang_random_lengths(case: dict[str, Any]) -> list[tuple[int, int]] | None:
+    """The lengths SGLang's ``bench_serving`` drew for a random-dataset run at range ratio 0:
+    with its default ``--seed 1``, ``np.random.seed(1)``, the inputs
+    ``randint(1, input_len + 1, n)``, then the outputs ``randint(1 or 0, output_len + 1, n)``
+    (the low bound changed between releases; the one whose sum is the run's recorded
+    generated-token total is taken; a 0 runs as 1 token). None unless the recorded input and
+    output totals are both reproduced exactly."""
+    import numpy as np
+
+    w, m = case["workload"], case["measured"]
+    if case["engine"] != "sglang" or not str(w.get("random_range_ratio", "")).startswith("0.0"):
+        return None
+    n, i_len, o_len = int(w["num_prompts"]), int(w["input_len"]), int(w["output_len"])
+    for low in (1, 0):
+        rng = np.random.RandomState(1)
+        ins = rng.randint(1, i_len + 1, size=n)
+        outs = rng.randint(low, o_len + 1, size=n)
+        if int(ins.sum()) == m.get("total_input_tokens") and int(outs.sum()) == m.get(
+            "total_output_tokens"
+        ):
+            return [(int(a), max(1, int(b))) for a, b in zip(ins, outs, strict=True)]
+    return None
 
 
 # --- simulating -------------------------------------------------------------------------------
+ENGINE_PARAMS = ("graph_layer_us", "eager_layer_us")
+"""The per-layer step constants fitted per engine (``efficiency.json`` ``engines``): SGLang's
+here; vLLM's stay 0 (its dense fit's per-step CPU cost holds them, and its MoE runs here are
+few and large-batch)."""
+
+
 def efficiency_for(case: dict[str, Any], p: dict[str, float]) -> Efficiency:
     gpu = GPU_MAP[case["gpu"]]
     base = efficiency(find_gpu(gpu))
@@ -238,20 +344,19 @@ def efficiency_for(case: dict[str, Any], p: dict[str, float]) -> Efficiency:
         "grouped_gemm_efficiency": p["grouped_gemm_efficiency"],
         "alltoall_latency_us": p["alltoall_latency_us"],
     }
+    if case["engine"] == "sglang":
+        upd.update({k: p[f"sglang_{k}"] for k in ENGINE_PARAMS})
     if gpu in FIT_GPUS:
         upd["mfu"] = p[f"{gpu}_mfu"]
         upd["mbu"] = p[f"{gpu}_mbu"]
         upd["allreduce_latency_us"] = p[f"{gpu}_allreduce_us"]
-    if v0_engine(case):  # the V0 engine's step: its own CPU costs (no overlap)
-        upd["step_overhead_ms"] = p["v0_step_overhead_ms"]
-        upd["per_seq_overhead_us"] = p["v0_per_seq_overhead_us"]
     return base.model_copy(update=upd)
 
 
 def relevant(case: dict[str, Any]) -> tuple[str, ...]:
     names = ["grouped_gemm_efficiency"]
-    if v0_engine(case):
-        names += ["v0_step_overhead_ms", "v0_per_seq_overhead_us"]
+    if case["engine"] == "sglang":
+        names += [f"sglang_{k}" for k in ENGINE_PARAMS]
     if (case.get("data_parallel") or 1) > 1:
         names.append("alltoall_latency_us")
     gpu = GPU_MAP.get(case["gpu"], "")
@@ -273,26 +378,25 @@ def simulate(case: dict[str, Any], p: dict[str, float]) -> dict[str, float] | st
         return got
     try:
         r = EngineConfig(**engine_config(case)).resolve()
-        version = version_of(case)
-        mem = plan_memory(r, version, sampler_of(case))
-        eng = Engine(r, mem, StepModel(r, efficiency_for(case, p)))
+        mem = plan_memory(r, version_of(case), sampler_of(case))
+        eng = make_engine(r, mem, StepModel(r, efficiency_for(case, p)))
     except SimError as exc:
         _CACHE[key] = f"refused: {exc.message}"
         return _CACHE[key]
     w = case["workload"]
-    inp, outs = lengths(case)
+    lens = lengths(case)
     cap = w.get("max_concurrency")
     cfg = BenchConfig(
-        random_input_len=inp,
-        random_output_len=max(outs),
-        num_prompts=len(outs),
+        random_input_len=max(i for i, _ in lens),
+        random_output_len=max(o for _, o in lens),
+        num_prompts=len(lens),
         endpoint="chat" if "chat" in str(w.get("endpoint", "")) else "completions",
         max_concurrency=int(cap) if cap else None,
     )
     # the client's test request (prompt 0) alone, then the run
-    OfflineRun(_plan([(inp, outs[0])]), cfg, r, mem, engine=eng, prompt_ids=True).run()
+    OfflineRun(_plan(lens[:1]), cfg, r, mem, engine=eng, prompt_ids=True).run()
     sim = OfflineRun(
-        _plan([(inp, o) for o in outs]),
+        _plan(lens),
         cfg,
         r,
         mem,
@@ -362,8 +466,9 @@ def catalog_params() -> dict[str, float]:
     any_gpu = efficiency(find_gpu("H200"))
     p["grouped_gemm_efficiency"] = any_gpu.grouped_gemm_efficiency
     p["alltoall_latency_us"] = any_gpu.alltoall_latency_us
-    p["v0_step_overhead_ms"] = any_gpu.step_overhead_ms  # the dense fit's (V1 releases)
-    p["v0_per_seq_overhead_us"] = any_gpu.per_seq_overhead_us
+    sgl = efficiency(find_gpu("H200"), SGLANG_SRT)
+    for k in ENGINE_PARAMS:
+        p[f"sglang_{k}"] = getattr(sgl, k)
     for g in FIT_GPUS:
         e = efficiency(find_gpu(g))
         p[f"{g}_mfu"], p[f"{g}_mbu"] = e.mfu, e.mbu
@@ -475,12 +580,12 @@ def loso(
     fit (``efficiency.json`` ``default``) or the step model's default (the all-to-all)."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for c in cases:
-        groups.setdefault(c["source_group"], []).append(c)
+        groups.setdefault(publisher_of(c), []).append(c)
     default = efficiency_table_default()
     errs: dict[str, dict[str, float]] = {}
     folds: dict[str, tuple[dict[str, float], list[str]]] = {}
     for name, held in groups.items():
-        train = [c for c in cases if c["source_group"] != name]
+        train = [c for c in cases if publisher_of(c) != name]
         if not train:
             continue
         t = time.perf_counter()
@@ -494,8 +599,8 @@ def loso(
                 start[n] = default["mbu"]
             elif n.endswith("_allreduce_us"):
                 start[n] = default["allreduce_latency_us"]
-            elif n.startswith("v0_"):  # the dense fit's CPU costs (V1 releases)
-                start[n] = default[n[3:]]
+            elif n.startswith("sglang_"):
+                start[n] = float(Efficiency.model_fields[n.removeprefix("sglang_")].default)
             else:
                 start[n] = float(Efficiency.model_fields[n].default)
         q = fit(train, start, tuple(free), pool, max_nfev) if free else start
@@ -514,6 +619,16 @@ def loso(
                 file=sys.stderr,
             )
     return errs, folds
+
+
+def publisher_of(case: dict[str, Any]) -> str:
+    """The unit left out: the publisher. The sgl-cookbook docs are one repository (one
+    benchmark method, the same 8 x B200 machines for the NVIDIA docs), so they are one source,
+    its AMD docs (AMD's engineers, MI300X) another; every other ``source_group`` is its own."""
+    g = str(case["source_group"])
+    if g.startswith("sgl-cookbook/"):
+        return "sgl-cookbook-AMD" if g.endswith("-AMD") else "sgl-cookbook"
+    return g
 
 
 def efficiency_table_default() -> dict[str, Any]:
@@ -596,7 +711,9 @@ def table_rows(
     for c in cases:
         groups.setdefault(f"vendor {vendor_of(c)}", set()).add(c["id"])
     for c in cases:
-        groups.setdefault(f"source {c['source_group'][:15]}", set()).add(c["id"])
+        groups.setdefault(f"engine {c['engine']}", set()).add(c["id"])
+    for c in cases:
+        groups.setdefault(f"source {publisher_of(c)[:15]}", set()).add(c["id"])
     for label, ids in groups.items():
         rows.append(line(label, ids))
     rows.append(line("all", {c["id"] for c in cases}))
@@ -606,6 +723,9 @@ def table_rows(
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--cases", default=str(MOE_CASES))
+    ap.add_argument(
+        "--engine", choices=("vllm", "sglang", "all"), default="all", help="whose runs (all)"
+    )
     ap.add_argument("--no-held-out", action="store_true", help="the catalog's constants only")
     ap.add_argument("--calibrate", action="store_true", help="fit on all runs, print them")
     ap.add_argument("--write", action="store_true", help="with --calibrate: into efficiency.json")
@@ -615,7 +735,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    everything = load_cases(Path(args.cases))
+    engines = ENGINES if args.engine == "all" else (args.engine,)
+    everything = load_cases(Path(args.cases), engines)
     cases, out_of_scope = [], []
     for c in everything:
         why = scope(c)
@@ -657,7 +778,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_held_out:
             e_out, folds = loso(cases, pool, args.fit_evals, args.quiet)
     print()
-    print(f"out of scope ({len(out_of_scope)} of {len(everything)} vLLM runs):")
+    print(f"out of scope ({len(out_of_scope)} of {len(everything)} runs):")
     reasons: dict[str, list[str]] = {}
     for c, why in out_of_scope:
         reasons.setdefault(why, []).append(c["id"])

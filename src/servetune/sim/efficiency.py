@@ -38,6 +38,17 @@ class Efficiency(BaseModel):
     grouped_gemm_efficiency: float = 0.8
     """Share of ``mfu`` the routed experts' grouped GEMMs reach on compute-bound work (each
     expert multiplies only the tokens routed to it). Not calibrated."""
+    graph_layer_us: float = 0.0
+    """GPU time per model layer that a CUDA-graph-captured step cannot go below (the floor of
+    its small kernels: norms, router, top-k, expert alignment, quantisation, the projections at
+    a handful of tokens — each kernel takes a few microseconds however little it does), added
+    to the roofline of every step (:mod:`servetune.sim.perf`). Per engine (``engines`` in
+    ``efficiency.json``); 0 where not calibrated (the dense fit's step overhead holds it)."""
+    eager_layer_us: float = 0.0
+    """CPU time per model layer to launch the kernels of a step that runs eagerly (not a
+    captured graph: SGLang's prefill and mixed steps, vLLM's steps above the largest captured
+    size); the GPU cannot finish such a step before its last kernel is launched, so the step
+    takes at least this × layers. Per engine; 0 where not calibrated."""
     frontend_per_request_ms: float = 0.0
     """Time of the API server's event loop per request (parsing, tokenising, handing it to the
     engine core), serial; tokens wait while it is busy (:mod:`servetune.sim.frontend`)."""
@@ -71,19 +82,28 @@ def efficiency_table() -> dict[str, Any]:
     return data
 
 
-def efficiency(gpu: GpuSpec) -> Efficiency:
+def efficiency(gpu: GpuSpec, semantics: str | None = None) -> Efficiency:
     """The GPU's calibrated constants, or the default set (with its provenance); the host
-    constants (the API server's latency) are shared by every GPU."""
+    constants (the API server's latency) are shared by every GPU; ``semantics`` (the engine
+    simulated, :mod:`servetune.sim.semantics`): its own per-layer step constants
+    (``engines``) over the GPU's."""
     table = efficiency_table()
     entry = table["gpus"].get(gpu.name) or table["default"]
     host = table.get("host") or {}
-    return Efficiency.model_validate({**{k: v for k, v in host.items() if k != "source"}, **entry})
+    engine = (table.get("engines") or {}).get(semantics or "") or {}
+    return Efficiency.model_validate(
+        {
+            **{k: v for k, v in host.items() if k != "source"},
+            **entry,
+            **{k: v for k, v in engine.items() if k != "source"},
+        }
+    )
 
 
 def calibrated(r: ResolvedConfig) -> Efficiency:
     """The constants a configuration runs with: its calibration's (``sim calibrate``) over the
     GPU's catalog entry, else the catalog's."""
-    base = efficiency(r.gpu)
+    base = efficiency(r.gpu, r.semantics)
     if r.calibration is None or not r.calibration.constants:
         return base
     return base.model_copy(update=dict(r.calibration.constants))

@@ -11,7 +11,17 @@ roofline of its own, for one GPU of the deployment::
     attention   = max(attention FLOPs / (bf16 peak × mfu), KV bytes / (HBM × mbu))
     collectives = all-reduces of the attention's TP group (2 per layer) and, with
                   data-parallel attention, a dispatch and a combine per MoE layer
+    floor       = layers × graph_layer_us (the small kernels' floor, every step)
     cpu         = step_overhead + per_seq_overhead × requests in the step
+
+A step the engine does not run as a captured CUDA graph (SGLang: any step with prefill
+tokens, or a decode batch above ``--cuda-graph-max-bs``; vLLM: a step above its largest
+captured size) launches its kernels from Python one by one: the GPU cannot finish before the
+last launch, ``gpu = max(gpu, layers × eager_layer_us)``. Both per-layer constants are the
+engine's (``efficiency.json`` ``engines``): a single-request decode step of a 61–94-layer MoE
+model on 8 GPUs takes ~9–10 ms where its weights take ~1 ms to read, and a 600-token prefill
+~100 ms where its FLOPs take a few (the SGLang 0.5 B200 runs of
+``benchmarks/data/moe_published_cases.json``).
 
 With async scheduling (vLLM's ``--async-scheduling``, on by default in the releases after
 vLLM PR #27614, i.e. after 0.11.0) the scheduler prepares step N+1 while the GPU runs step N,
@@ -85,7 +95,8 @@ class DecodeCoeffs:
     """Time of a decode-only step as a function of the summed context S (seconds):
     ``max(f0 + f1·S + fw·min(S, cap), m0 + m1·S + mw·min(S, cap), floor) + c`` (``cap``:
     the windowed layers' most context, ``n × window``; ``floor``: the CPU part when it
-    overlaps the GPU's, 0 otherwise)."""
+    overlaps the GPU's, and an eager batch's kernel launches; ``c``: the CPU part of an eager
+    batch when it does not overlap, else 0)."""
 
     f0: float
     f1: float
@@ -160,6 +171,12 @@ class StepModel:
         self.w_kv_bytes_per_token = kv[wk] * dt if windowed else 0.0
         self.kv_write_bytes = (kv["full"] + (kv[wk] if windowed else 0)) * dt
         self.graph_sizes = graph_sizes_for(r)
+        self.graph_top = self.graph_sizes[-1]
+        self.decode_only_graphs = r.semantics == SGLANG_SRT
+        """SGLang captures decode batches only; vLLM V1's piecewise graphs take any step."""
+        layers = m.num_hidden_layers
+        self.graph_floor_s = layers * self.eff.graph_layer_us / 1e6
+        self.eager_launch_s = layers * self.eff.eager_layer_us / 1e6
         self._moe_memo: dict[float, float] = {}
         self.fixed_s = self.eff.step_overhead_ms / 1e3
         self.per_seq_s = self.eff.per_seq_overhead_us / 1e6
@@ -327,10 +344,22 @@ class StepModel:
             gpu += self._moe(num_tokens)
         if self.draft_passes and num_decodes:
             gpu += self.draft_time(num_decodes)
+        gpu += self.graph_floor_s
+        if self.eager_launch_s > gpu and not self.captured(num_tokens, num_decodes):
+            gpu = self.eager_launch_s
         cpu = self.fixed_s + self.per_seq_s * num_seqs
         if self.overlap:
             return gpu if gpu > cpu else cpu
         return gpu + cpu
+
+    def captured(self, num_tokens: int, num_decodes: int) -> bool:
+        """Does the engine run this step as a captured CUDA graph? Its tokens per replica
+        within the largest captured size and, for SGLang, no prefill token in it."""
+        dp = self.dp
+        per = -(-num_tokens // dp) if dp > 1 else num_tokens
+        if per > self.graph_top:
+            return False
+        return not self.decode_only_graphs or num_tokens <= num_decodes * self.verify
 
     def decode_coeffs(self, n: int) -> DecodeCoeffs:
         """Coefficients of a decode-only step of ``n`` requests (see :class:`DecodeCoeffs`);
@@ -345,21 +374,28 @@ class StepModel:
             gpu += self._moe(t)
         if self.draft_passes:
             gpu += self.draft_time(n)
+        gpu += self.graph_floor_s
         cpu = self.fixed_s + self.per_seq_s * n
-        k, floor = (gpu, cpu) if self.overlap else (gpu + cpu, 0.0)
+        launch = 0.0 if self.captured(t, n) else self.eager_launch_s
+        if self.overlap:
+            k, floor, c = gpu, max(cpu, launch), 0.0
+        elif launch:  # an eager batch: the launches bound the GPU's part, the CPU's adds
+            k, floor, c = gpu, launch, cpu
+        else:
+            k, floor, c = gpu + cpu, 0.0, 0.0
         a = self.attn_flops_per_s * dp
         b = self.bytes_per_s * dp
         f1 = self.attn_flops_per_ctx / a
         m0 = self.kv_write_bytes * t / b
         m1 = self.kv_bytes_per_token / b
         if self.window is None:
-            return DecodeCoeffs(k, f1, k + m0, m1, 0.0, floor)
+            return DecodeCoeffs(k, f1, k + m0, m1, c, floor)
         return DecodeCoeffs(
             k,
             f1,
             k + m0,
             m1,
-            0.0,
+            c,
             floor,
             fw=self.w_attn_flops_per_ctx / a,
             mw=self.w_kv_bytes_per_token / b,
