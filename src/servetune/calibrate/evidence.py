@@ -21,6 +21,7 @@ from servetune.results.io import RUN_FILE, SWEEP_FILE, read_records
 from servetune.results.record import RequestRecord
 from servetune.results.schema import RunResult
 from servetune.results.sweep_schema import read_sweep_result
+from servetune.results.tune_file import SERVER_CMD_FILE, TUNE_FILE
 
 MIN_REQUESTS = 30
 """Fewer finished requests cannot inform a fit (means and P99 of a handful are noise)."""
@@ -105,6 +106,21 @@ def _run(
     return ev
 
 
+def tune_runs(tune_dir: Path) -> list[RunEvidence]:
+    """The probe runs of a tune's launched trials, each with the command its engine was
+    started with (the trial's ``server-cmd.txt``), in trial order."""
+    out: list[RunEvidence] = []
+    for trial in sorted((tune_dir / "trials").glob("[0-9]*")):
+        cmd_file = trial / SERVER_CMD_FILE
+        if not cmd_file.is_file():
+            continue  # the simulated engine's trial, or one that never launched
+        cmd = cmd_file.read_text(encoding="utf-8").strip()
+        probes = [d for d in trial.glob("probe-*") if (d / RUN_FILE).is_file()]
+        for d in sorted(probes, key=lambda d: int(d.name.split("-")[1])):
+            out.append(_run(d, f"trial {trial.name}/{d.name}", cmd, None))
+    return out
+
+
 def load_evidence(paths: list[str | Path]) -> list[RunEvidence]:
     """Every run of the given run and sweep directories, in the order given (a sweep's
     levels by load). A path that is neither is a :class:`ConfigError`."""
@@ -122,10 +138,14 @@ def load_evidence(paths: list[str | Path]) -> list[RunEvidence]:
                 out.append(_run(d, f"{p.name}/{row.label}", cmd, engine))
         elif (p / RUN_FILE).is_file():
             out.append(_run(p, p.name, None, None))
+        elif (p / TUNE_FILE).is_file():
+            out += tune_runs(p)
         else:
             raise ConfigError(
-                f"{p} is neither a run directory ({RUN_FILE}) nor a sweep directory ({SWEEP_FILE})",
-                hint="give the --result-dir of a `servetune bench` or `servetune sweep`",
+                f"{p} is neither a run directory ({RUN_FILE}), a sweep directory "
+                f"({SWEEP_FILE}) nor a tune directory ({TUNE_FILE})",
+                hint="give the --result-dir of a `servetune bench`, `sweep` or `tune` of a "
+                "real engine",
                 code="calibrate.bad_input",
             )
     if not out:

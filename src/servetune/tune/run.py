@@ -30,10 +30,17 @@ from servetune.results.tune_file import (
     write_tune_result,
 )
 from servetune.tune.backends import Backend, EngineBackend, SimBackend
+from servetune.tune.calibrating import Calibrating, calibrated_gpu, calibration_gain
 from servetune.tune.finish import finish
 from servetune.tune.loop import optimize
 from servetune.tune.storage import open_storage, storage_url
-from servetune.tune.study import create_study, enqueue_warm_start, load_study, records
+from servetune.tune.study import (
+    LAUNCHED,
+    create_study,
+    enqueue_warm_start,
+    load_study,
+    records,
+)
 from servetune.tune.trial import TrialRunner
 
 SCREEN_SAMPLE = 4000
@@ -65,6 +72,30 @@ def calibration_notes(spec: TuneSpec) -> list[str]:
         return []
     sim = sim_backend_for(spec)
     return sim.calibration_notes(spec.space.config(spec.reference_params())) if sim else []
+
+
+def calibrating_for(
+    spec: TuneSpec, out: Path, backend: Backend, echo: Callable[[str], None]
+) -> Calibrating | None:
+    """``--calibrate``'s refits for a real engine's study (None: not asked)."""
+    if not spec.calibrate or not isinstance(backend, EngineBackend):
+        return None
+    catalog = backend.sim
+    if catalog is None and (gpu := calibrated_gpu(spec)) is not None:
+        try:
+            from servetune.arch.cpu import find_device
+            from servetune.arch.models import find_model
+
+            find_device(gpu)
+            find_model(spec.sim_model or spec.model)
+            catalog = SimBackend(gpu, spec.sim_model or spec.model, spec.workload, spec.slos)
+            backend.sim = catalog
+        except ServetuneError as exc:
+            echo(
+                f"note: the simulator cannot predict {spec.model} ({exc.message}); "
+                "--calibrate fits it from the first trials on"
+            )
+    return Calibrating(spec, out, backend, catalog, echo)
 
 
 def make_backend(spec: TuneSpec) -> Backend:
@@ -210,7 +241,25 @@ def run_tune(
         result.trials = records(study)
         write_tune_result(out, result)
 
-    runner = TrialRunner(spec, backend, out, echo=echo, on_record=on_record)
+    calibrating = calibrating_for(spec, out, backend, echo)
+
+    def annotate(rec: TrialRecord) -> None:
+        if calibrating is not None:
+            calibrating.predict(rec)
+
+    def on_trial(rec: TrialRecord) -> None:
+        if calibrating is not None and rec.status in LAUNCHED and rec.probes:
+            done = records(study)
+            launched = 1 + sum(1 for r in done if r.status in LAUNCHED and r.probes)
+            step = calibrating.refit(rec, launched, [r.params for r in done])
+            enqueue_warm_start(study, step.enqueued, role="calibrated")
+            result.calibration_steps = list(calibrating.steps)
+        on_record(rec)
+        if calibrating is not None:
+            result.calibration_gain = calibration_gain(result.trials)
+            write_tune_result(out, result)
+
+    runner = TrialRunner(spec, backend, out, echo=echo, on_record=on_trial, annotate=annotate)
     try:
         optimize(study, spec, runner)
     except KeyboardInterrupt:

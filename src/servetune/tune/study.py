@@ -121,6 +121,9 @@ def launched(study: optuna.Study) -> int:
     return sum(1 for r in records(study) if r.status in LAUNCHED)
 
 
-def enqueue_warm_start(study: optuna.Study, params: list[dict[str, Any]]) -> None:
+def enqueue_warm_start(
+    study: optuna.Study, params: list[dict[str, Any]], role: str = "warm-start"
+) -> None:
+    """Queue PARAMS next (their trials' role: ROLE), each once."""
     for p in params:
-        study.enqueue_trial(p, user_attrs={"role": "warm-start"}, skip_if_exists=True)
+        study.enqueue_trial(p, user_attrs={"role": role}, skip_if_exists=True)

@@ -45,8 +45,11 @@ class TrialRunner:
         worker: str | None = None,
         echo: Callable[[str], None] = print,
         on_record: Callable[[TrialRecord], None] | None = None,
+        annotate: Callable[[TrialRecord], None] | None = None,
     ) -> None:
+        """``annotate``: called on each record before it is stored (``on_record``: after)."""
         self.spec = spec
+        self.annotate = annotate
         self.backend = backend
         self.result_dir = result_dir
         self.worker = worker or f"{socket.gethostname()}:{os.getpid()}"
@@ -114,6 +117,8 @@ class TrialRunner:
         else:
             self._run(trial, rec)
         rec.duration_s = time.monotonic() - t0
+        if self.annotate is not None:
+            self.annotate(rec)
         trial.set_user_attr("record", rec.model_dump_json())
         trial.set_user_attr("status", rec.status)
         if self.on_record is not None:
