@@ -138,7 +138,7 @@ def load_evidence(paths: list[str | Path]) -> list[RunEvidence]:
                 out.append(_run(d, f"{p.name}/{row.label}", cmd, engine))
         elif (p / RUN_FILE).is_file():
             out.append(_run(p, p.name, None, None))
-        elif (p / TUNE_FILE).is_file():
+        elif (p / TUNE_FILE).is_file() or any((p / "trials").glob(f"*/{SERVER_CMD_FILE}")):
             out += tune_runs(p)
         else:
             raise ConfigError(
