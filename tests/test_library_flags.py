@@ -19,39 +19,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "servetune"
 CLI_FACING = ("commands/", "cli.py")
 
-PENDING: dict[str, str] = {
-    "arch/memory.py": "another helper's area this session",
-    "arch/memory_sglang.py": "another helper's area this session",
-    "calibrate/evidence.py": "another helper's area this session",
-    "calibrate/holdout.py": "another helper's area this session",
-    "calibrate/identify.py": "another helper's area this session",
-    "gateway/admission.py": "another helper's area this session",
-    "gateway/redis_state.py": "another helper's area this session",
-    "gateway/rollout/controller.py": "another helper's area this session",
-    "plan/request.py": "another helper's area this session",
-    "plan/space.py": "another helper's area this session",
-    "plan/workload.py": "another helper's area this session",
-    "results/io.py": "not converted yet",
-    "results/jsonfile.py": "not converted yet",
-    "sim/offline.py": "not converted yet",
-    "sim/replicas.py": "another helper's area this session",
-    "sim/server.py": "not converted yet",
-    "sim/step_writer.py": "not converted yet",
-    "sweep/levels.py": "not converted yet",
-    "sweep/runner.py": "not converted yet",
-    "sweep/server.py": "not converted yet",
-    "sweep/targets.py": "not converted yet",
-    "tune/run.py": "not converted yet",
-    "tune/storage.py": "not converted yet",
-    "tune/study.py": "not converted yet",
-    "watch/session.py": "not converted yet",
-    "workload/arrivals.py": "not converted yet",
-    "workload/datasets/conversations.py": "not converted yet",
-    "workload/datasets/prefix.py": "not converted yet",
-    "workload/datasets/sharegpt.py": "not converted yet",
-    "workload/datasets/trace.py": "not converted yet",
-    "workload/tokens.py": "not converted yet",
-}
+PENDING: dict[str, str] = {}
 """Library modules that still name flags in their errors, each with why it is not done yet."""
 
 _FLAG = re.compile(r"--[a-z][a-z0-9-]*")

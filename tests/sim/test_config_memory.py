@@ -158,19 +158,21 @@ def test_the_seeds_oom_row_is_reproduced() -> None:
             ),
             "v0",
         )
-    assert "--max-model-len" in (e.value.hint or "")
+    assert "lower max_model_len" in (e.value.hint or "")  # the field; the CLI its flag
 
 
 def test_too_high_utilisation_refuses_to_start() -> None:
     with pytest.raises(SimError) as e:
         plan_memory(EngineConfig(gpu_memory_utilization=0.999))
-    assert "--gpu-memory-utilization" in (e.value.hint or "")
+    assert "lower gpu_memory_utilization" in (e.value.hint or "")
+    shown = e.value.shown(lambda f: "--" + f.replace("_", "-"))[1] or ""
+    assert "lower --gpu-memory-utilization" in shown
 
 
 def test_weights_that_do_not_fit_refuse_with_the_knob() -> None:
     with pytest.raises(SimError, match="out of memory") as e:
         plan_memory(EngineConfig(gpu="L4", model="Llama-3.1-70B-Instruct", max_model_len=4096))
-    assert "--tensor-parallel-size" in (e.value.hint or "")
+    assert "raise tensor_parallel_size" in (e.value.hint or "")
 
 
 def test_fp8_kv_and_shorter_context_give_more_blocks() -> None:

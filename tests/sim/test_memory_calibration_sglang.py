@@ -171,7 +171,10 @@ def test_refusals_in_sglangs_words() -> None:
                 gpu_memory_utilization=0.4,
             )
         )
-    assert e2.value.hint is not None and "--mem-fraction-static above" in e2.value.hint
+    assert e2.value.hint is not None and "gpu_memory_utilization above" in e2.value.hint
+    sglang_flags = {"gpu_memory_utilization": "--mem-fraction-static"}  # as the CLI names it
+    shown = e2.value.shown(lambda f: sglang_flags.get(f, f))[1] or ""
+    assert "--mem-fraction-static above" in shown
     with pytest.raises(SimError, match="Capture cuda graph failed") as e3:
         plan_memory(
             EngineConfig(

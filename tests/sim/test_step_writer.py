@@ -63,7 +63,7 @@ def test_fanout_where_aio_is_missing_is_an_error(monkeypatch: pytest.MonkeyPatch
     before = sys.getswitchinterval()
     with pytest.raises(SimError, match="needs Linux AIO") as e:
         StepWriter("fanout")
-    assert e.value.hint is not None and "--writer plain" in e.value.hint
+    assert e.value.hint is not None and "writer=plain" in e.value.hint
     assert sys.getswitchinterval() == before
 
 

@@ -89,7 +89,7 @@ def test_existing_sweep_needs_resume(tmp_path: Path) -> None:
     run_sweep(config(), tmp_path, Recorder(), echo=quiet)
     with pytest.raises(ConfigError) as err:
         run_sweep(config(), tmp_path, Recorder(), echo=quiet)
-    assert "--resume" in (err.value.hint or "")
+    assert "give resume to continue it" in (err.value.hint or "")  # the CLI: --resume
 
 
 def test_resume_refuses_other_settings(tmp_path: Path) -> None:

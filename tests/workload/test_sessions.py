@@ -7,8 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
-from servetune.errors import ConfigError, DatasetError
+from servetune.errors import DatasetError
 from servetune.results.conversation import MultiturnConfig
 from servetune.results.schema import BenchConfig
 from servetune.workload.plan import make_plan
@@ -153,9 +154,9 @@ def test_malformed_sessions_name_the_line(tmp_path: Path, content: str, message:
 
 
 def test_bad_settings_are_errors() -> None:
-    with pytest.raises(ConfigError, match="below the least"):
+    with pytest.raises(ValidationError, match=r"turns_max: the most turns .* below the least"):
         MultiturnConfig(turns_min=5, turns_max=2)
-    with pytest.raises(ConfigError, match="not an HTTP header name"):
+    with pytest.raises(ValidationError, match="session_header 'X Session' is not an HTTP header"):
         MultiturnConfig(session_header="X Session")
     with pytest.raises(DatasetError, match="conversations file not found"):
         make_plan(_cfg(dataset_path="/nonexistent/x.json"), ApproxTokenizer())

@@ -240,6 +240,8 @@ def test_missing_and_unknown_trace_files(tmp_path: Path) -> None:
     odd.write_text("hello\n")
     with pytest.raises(DatasetError, match="cannot tell the trace's format") as err:
         _plan(odd)
-    assert "--trace-format" in (err.value.hint or "")
-    with pytest.raises(DatasetError, match="needs --dataset-path"):
+    assert "give trace_format mooncake" in (err.value.hint or "")  # the field; the CLI its flag
+    shown = err.value.shown(lambda f: "--" + f.replace("_", "-"))[1]
+    assert "--trace-format mooncake" in (shown or "")
+    with pytest.raises(DatasetError, match="needs dataset_path=FILE"):
         make_plan(BenchConfig(dataset_name="trace"), ApproxTokenizer())

@@ -607,39 +607,39 @@ def plan_resolved(r: Deployment, rules: VllmMemoryRules | None = None) -> Memory
 
     free_at_start = total - used_at_start
     if weights > free_at_start:
-        raise SimError(
+        raise SimError.over_fields(
             f"CUDA out of memory while loading the model: the weights of {r.model.name} need "
             f"{weights / GIB:.2f} GiB per GPU {where}.",
-            hint="quantize (--quantization fp8 or awq), raise --tensor-parallel-size, "
+            hint="quantize ({quantization} fp8 or awq), raise {tensor_parallel_size}, "
             "or use a GPU with more memory",
             code="sim.weights_do_not_fit",
         )
     if requested > free_at_start:
-        raise SimError(
+        raise SimError.over_fields(
             f"Free memory on device ({free_at_start / GIB:.2f}/{total / GIB:.2f} GiB) on "
             f"startup is less than desired GPU memory utilization "
             f"({r.gpu_memory_utilization:g}, {requested / GIB:.2f} GiB). Decrease GPU memory "
             "utilization or reduce GPU memory used by other processes.",
-            hint=f"lower --gpu-memory-utilization to at most "
+            hint=f"lower {{gpu_memory_utilization}} to at most "
             f"{math.floor(free_at_start / total * 100) / 100:.2f}",
             code="sim.free_memory_short",
         )
     if kv <= 0:
-        raise SimError(
+        raise SimError.over_fields(
             "No available memory for the cache blocks. Try increasing "
             "`gpu_memory_utilization` when initializing the engine. "
             f"(weights {weights / GIB:.2f} GiB + activations {act / GIB:.2f} GiB + other "
             f"{(non_torch + b.graphs_in_budget) / GIB:.2f} GiB exceed "
             f"{requested / GIB:.2f} GiB {where})",
-            hint="raise --gpu-memory-utilization, lower --max-num-batched-tokens or "
-            "--max-num-seqs, quantize (--quantization fp8/awq) or raise --tensor-parallel-size",
+            hint="raise {gpu_memory_utilization}, lower {max_num_batched_tokens} or "
+            "{max_num_seqs}, quantize ({quantization} fp8/awq) or raise {tensor_parallel_size}",
             code="sim.no_kv_memory",
         )
     layout = kv_layout(r, rules, kv)
     blocks, tokens, needed = layout.num_blocks, layout.tokens, layout.one_request_bytes
     if needed > kv:
         est = tokens
-        raise SimError(
+        raise SimError.over_fields(
             "To serve at least one request with the model's max seq len "
             f"({r.max_model_len}), ({needed / GIB:.2f} GiB KV cache is needed, which is "
             f"larger than the available KV cache memory ({kv / GIB:.2f} GiB). Based on the "
@@ -647,18 +647,18 @@ def plan_resolved(r: Deployment, rules: VllmMemoryRules | None = None) -> Memory
             "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the "
             f"engine. ({where}: weights {weights / GIB:.2f} GiB, profiling peak "
             f"{act / GIB:.2f} GiB, non-torch {non_torch / GIB:.2f} GiB)",
-            hint=f"lower --max-model-len to ≤ {est}, raise --gpu-memory-utilization, lower "
-            "--max-num-seqs (the profiling sampler's peak grows with it), use "
-            "--kv-cache-dtype fp8, quantize, or raise --tensor-parallel-size",
+            hint=f"lower {{max_model_len}} to ≤ {est}, raise {{gpu_memory_utilization}}, lower "
+            "{max_num_seqs} (the profiling sampler's peak grows with it), use "
+            "{kv_cache_dtype} fp8, quantize, or raise {tensor_parallel_size}",
             code="sim.model_len_above_pool",
         )
     if not rules.cuda_graphs_in_budget and total - requested < graphs + used_at_start:
-        raise SimError(
+        raise SimError.over_fields(
             "CUDA out of memory during CUDA graph capture: "
             f"{(total - requested) / GIB:.2f} GiB are left outside gpu_memory_utilization "
             f"({r.gpu_memory_utilization:g}) but capture needs about "
             f"{(graphs + used_at_start) / GIB:.2f} GiB {where}.",
-            hint="lower --gpu-memory-utilization (e.g. to 0.9)",
+            hint="lower {gpu_memory_utilization} (e.g. to 0.9)",
             code="sim.graph_capture_oom",
         )
     return MemoryPlan(

@@ -346,10 +346,11 @@ def plan(
         + f", SGLang {rules.versions})"
     )
     if weights > free0:
-        raise SimError(
+        raise SimError.over_fields(
             f"CUDA out of memory while loading the weights: {r.model.name} needs "
             f"{weights / GIB:.2f} GiB per GPU and {free0 / GIB:.2f} GiB are free {where}.",
-            hint="raise --tp (or --ep-size for a MoE model), quantize (--quantization fp8), "
+            hint="raise {tensor_parallel_size} (or {expert_parallel_size} for a MoE model), "
+            "quantize ({quantization} fp8), "
             "or use a GPU with more memory",
             code="sim.weights_do_not_fit",
         )
@@ -361,12 +362,12 @@ def plan(
     tokens = tokens // page * page
     if tokens <= 0:
         need = (weights + page * cell) / free0
-        raise SimError(
-            "Not enough memory. Please try to increase --mem-fraction-static. "
+        raise SimError.over_fields(
+            "'Not enough memory. Please try to increase --mem-fraction-static.' "
             f"(the weights take {weights / GIB:.2f} GiB of the {free0 * mfs / GIB:.2f} GiB "
             f"that mem_fraction_static={mfs:g} gives weights and KV cache {where})",
-            hint=f"raise --mem-fraction-static above {math.ceil(need * 1000) / 1000:.3f}, "
-            "raise --tp, or quantize the weights",
+            hint=f"raise {{gpu_memory_utilization}} above {math.ceil(need * 1000) / 1000:.3f}, "
+            "raise {tensor_parallel_size}, or quantize the weights",
             code="sim.no_kv_memory",
         )
     full, swa = _swa_split(r, tokens)
@@ -376,16 +377,17 @@ def plan(
     graphs = cuda_graph_bytes(r)
     activation = forward_peak_for(r, min(chunk, r.max_num_batched_tokens))
     if pool_end < graphs + activation:
-        raise SimError(
+        raise SimError.over_fields(
             "Capture cuda graph failed: CUDA out of memory. "
             f"({pool_end / GIB:.2f} GiB are left after the KV cache; the graphs up to batch "
             f"{r.cuda_graph_max_bs} and a prefill chunk of {chunk} tokens need about "
-            f"{(graphs + activation) / GIB:.2f} GiB {where}) Possible solutions: "
-            "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7) "
+            f"{(graphs + activation) / GIB:.2f} GiB {where}) the solutions SGLang lists: "
+            "'1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7) "
             "2. set --cuda-graph-max-bs to a smaller value (e.g., 16) "
             "3. disable torch compile by not using --enable-torch-compile "
-            "4. disable CUDA graph by --disable-cuda-graph.",
-            hint="lower --mem-fraction-static, --cuda-graph-max-bs or --chunked-prefill-size",
+            "4. disable CUDA graph by --disable-cuda-graph.'",
+            hint="lower {gpu_memory_utilization}, {max_cudagraph_capture_size} or "
+            "{chunked_prefill_size}",
             code="sim.graph_capture_oom",
         )
     slots = request_slots(full, r.max_model_len, rules)

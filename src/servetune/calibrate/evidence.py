@@ -144,14 +144,13 @@ def load_evidence(paths: list[str | Path]) -> list[RunEvidence]:
             raise ConfigError(
                 f"{p} is neither a run directory ({RUN_FILE}), a sweep directory "
                 f"({SWEEP_FILE}) nor a tune directory ({TUNE_FILE})",
-                hint="give the --result-dir of a `servetune bench`, `sweep` or `tune` of a "
-                "real engine",
+                hint="give the result directory of a bench, a sweep or a tune of a real engine",
                 code="calibrate.bad_input",
             )
     if not out:
         raise ConfigError(
             "no runs to calibrate on",
-            hint="give the --result-dir of one or more benches or sweeps of the deployment",
+            hint="give the result directories of one or more benches or sweeps of the deployment",
             code="calibrate.bad_input",
         )
     return out

@@ -104,16 +104,16 @@ def split(
         known = {u.ev.label for u in used}
         missing = sorted(labels - known)
         if missing:
-            raise ConfigError(
-                f"--hold-out names runs that are not among the evidence: {', '.join(missing)}",
+            raise ConfigError.over_fields(
+                f"{{hold_out}} names runs that are not among the evidence: {', '.join(missing)}",
                 hint=f"the runs are: {', '.join(sorted(known))}",
                 code="calibrate.bad_input",
             )
         asked = [i for i, u in enumerate(used) if u.ev.label in labels]
         rest_fit = [i for i in range(n) if i not in asked]
         if not rest_fit:
-            raise ConfigError(
-                "--hold-out holds out every run: nothing is left to fit on",
+            raise ConfigError.over_fields(
+                "{hold_out} holds out every run: nothing is left to fit on",
                 hint="hold out fewer runs",
                 code="calibrate.bad_input",
             )

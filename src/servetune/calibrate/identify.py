@@ -91,18 +91,18 @@ def from_server_cmd(ev: RunEvidence, cmd: str, gpu: str | None, model: str | Non
     threads = _threads(dict(parsed.values))
     device = gpu or ("cpu" if find_profile(engine_id).host_cpu else None)
     if device is None:
-        raise ConfigError(
+        raise ConfigError.over_fields(
             f"{ev.path}: which GPU did {engine_id} run on?",
-            hint="give --gpu (a name from `servetune sim gpus`, or cpu for a CPU build)",
+            hint="give {gpu} (a name from `servetune sim gpus`, or cpu for a CPU build)",
             code="calibrate.unidentified",
         )
     if is_cpu(device) and threads and ":" not in device:
         device = f"cpu:{threads}" if threads > 1 else "cpu"
     name = model or parsed.model
     if not name:
-        raise ConfigError(
+        raise ConfigError.over_fields(
             f"{ev.path}: the server command names no model",
-            hint="give --model (a catalog name or the model's config.json)",
+            hint="give {model} (a catalog name or the model's config.json)",
             code="calibrate.unidentified",
         )
     fields, unsupported = planner_fields(parsed)
@@ -112,9 +112,9 @@ def from_server_cmd(ev: RunEvidence, cmd: str, gpu: str | None, model: str | Non
         cfg = EngineConfig(engine=sim_engine, gpu=device, model=name, **fields)
         cfg.resolve()
     except (ValueError, ServetuneError) as exc:
-        raise ConfigError(
+        raise ConfigError.over_fields(
             f"{ev.path}: the simulator cannot take this deployment ({exc})",
-            hint="check --gpu and --model; `servetune sim models` lists the catalog",
+            hint="check {gpu} and {model}; `servetune sim models` lists the catalog",
             code="calibrate.unidentified",
         ) from exc
     server = ev.run.server.summary if ev.run.server is not None else {}
@@ -138,10 +138,10 @@ def identify(
         return from_simulated(ev)
     cmd = server_cmd or ev.server_cmd
     if not cmd:
-        raise ConfigError(
+        raise ConfigError.over_fields(
             f"{ev.path}: no server command is recorded with this run, so the deployment "
             "cannot be identified",
-            hint='give --server-cmd "vllm serve MODEL …" (the command the server ran) and --gpu',
+            hint='give {server_cmd} "vllm serve MODEL …" (the command the server ran) and {gpu}',
             code="calibrate.unidentified",
         )
     return from_server_cmd(ev, cmd, gpu, model)

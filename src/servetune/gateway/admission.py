@@ -52,12 +52,12 @@ def comfortable_concurrency(sweep_dir: str | Path) -> tuple[int, str]:
     try:
         sweep = read_sweep_result(sweep_dir)
     except ResultError as exc:
-        raise ConfigError(f"--from-sweep: {exc.message}", exc.hint) from None
+        raise ConfigError.over_fields("{from_sweep}: " + exc.message, exc.hint) from None
     knee = sweep.knee
     if knee is None or knee.status != "found":
         verdict = knee.verdict if knee is not None else "the sweep has no knee yet"
-        raise ConfigError(
-            f"--from-sweep {sweep_dir}: no comfortable concurrency ({verdict})",
+        raise ConfigError.over_fields(
+            f"{{from_sweep}} {sweep_dir}: no comfortable concurrency ({verdict})",
             hint="sweep further (see the sweep's suggested loads) or set max_concurrency",
         )
     for value, what in (
@@ -67,7 +67,9 @@ def comfortable_concurrency(sweep_dir: str | Path) -> tuple[int, str]:
     ):
         if value is not None and math.isfinite(value) and value >= 1:
             return max(1, math.floor(value)), f"{sweep_dir}: {what} = {value:.1f}"
-    raise ConfigError(f"--from-sweep {sweep_dir}: the knee carries no concurrency figure")
+    raise ConfigError.over_fields(
+        f"{{from_sweep}} {sweep_dir}: the knee carries no concurrency figure"
+    )
 
 
 def next_limit(limit: int, ceiling: int, inflight: int, waiting: float, kv: float | None) -> int:

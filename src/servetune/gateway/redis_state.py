@@ -187,7 +187,7 @@ class RedisState:
         try:
             import redis.asyncio as aioredis
         except ImportError as exc:  # pragma: no cover - a dependency of servetune
-            raise ConfigError("--redis needs the 'redis' Python package") from exc
+            raise ConfigError.over_fields("{redis} needs the 'redis' Python package") from exc
         self.url = url
         self.prefix = prefix
         self.lease_ms = int(lease_s * 1000)
@@ -197,7 +197,7 @@ class RedisState:
                 url, socket_connect_timeout=2.0, socket_timeout=5.0, health_check_interval=10
             )
         except ValueError as exc:
-            raise ConfigError(f"--redis {url!r}: {exc}") from None
+            raise ConfigError.over_fields(f"{{redis}} {url!r}: {exc}") from None
         self._reserve = self._r.register_script(_RESERVE)
         self._settle = self._r.register_script(_SETTLE)
         self._renew = self._r.register_script(_RENEW)
@@ -230,9 +230,9 @@ class RedisState:
         try:
             await self._r.ping()
         except Exception as exc:
-            raise ConfigError(
+            raise ConfigError.over_fields(
                 f"cannot reach Redis at {self.url}: {exc}",
-                hint="start redis-server or fix --redis (redis://host:port/db)",
+                hint="start redis-server or fix {redis} (redis://host:port/db)",
             ) from None
         await self._beat()
         self._task = asyncio.create_task(self._loop(), name="servetune-gateway-leases")

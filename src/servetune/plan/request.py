@@ -67,18 +67,18 @@ class PlanRequest(BaseModel):
             raise Invalid(
                 "multi-turn traffic is planned as fleets behind a router: the cache hits of a "
                 "session's later turns depend on where the router sends them",
-                hint="add --router session (or score, prefix, round-robin; several, "
+                hint="add a {router}: session (or score, prefix, round-robin; several, "
                 "comma-separated, to compare them)",
             )
         if self.replicas is not None and not routed:
             raise Invalid(
                 "{replicas} plans fleets of that many replicas behind a router",
-                hint="add --router score (or session, prefix, round-robin, least-loaded)",
+                hint="add a {router}: score (or session, prefix, round-robin, least-loaded)",
             )
         if self.replicas is not None and self.replicas > self.max_replicas:
             raise Invalid(
                 f"{{replicas}} {self.replicas} is more than {{max_replicas}} {self.max_replicas}",
-                hint="raise --max-replicas or lower --replicas",
+                hint="raise {max_replicas} or lower {replicas}",
             )
         if self.slo.is_empty():
             raise Invalid(

@@ -98,14 +98,16 @@ def parse_layout(spec: str) -> Layout:
     """``tp8`` / ``tp8-ep`` / ``dp8-ep`` / ``tp4-dp2-ep`` → a :class:`Layout`."""
     m = _LAYOUT.match(spec.strip().lower())
     if m is None or not (m.group(1) or m.group(2)):
-        raise ConfigError(
-            f"--layouts {spec!r} is not a layout",
+        raise ConfigError.over_fields(
+            f"{{layouts}} {spec!r} is not a layout",
             hint="tpN (tensor parallel), tpN-ep (experts spread), dpN-ep (data-parallel "
-            "attention, experts spread), tpT-dpD[-ep]; e.g. --layouts tp8,dp8-ep",
+            "attention, experts spread), tpT-dpD[-ep]; e.g. {layouts}=tp8,dp8-ep",
         )
     tp, dp = int(m.group(1) or 1), int(m.group(2) or 1)
     if tp < 1 or dp < 1:
-        raise ConfigError(f"--layouts {spec!r}: sizes must be ≥ 1", hint="e.g. tp8, dp8-ep")
+        raise ConfigError.over_fields(
+            f"{{layouts}} {spec!r}: sizes must be ≥ 1", hint="e.g. tp8, dp8-ep"
+        )
     return Layout(tp=tp, dp=dp, ep=bool(m.group(3)))
 
 
@@ -171,16 +173,16 @@ def parse_knob_set(spec: str) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         key = key.strip().replace("-", "_").lstrip("_")
         if not sep or key not in _KNOB_KEYS:
-            raise ConfigError(
-                f"--knob-set {spec!r}: {item.strip()!r} is not KNOB=VALUE with a known knob",
-                hint=f"knobs: {', '.join(_KNOB_KEYS)}; e.g. --knob-set max_num_seqs=64",
+            raise ConfigError.over_fields(
+                f"{{knob_sets}} {spec!r}: {item.strip()!r} is not KNOB=VALUE with a known knob",
+                hint=f"knobs: {', '.join(_KNOB_KEYS)}; e.g. max_num_seqs=64",
             )
         conv = _KNOB_KEYS[key]
         try:
             out[key] = _bool(value) if conv is bool else conv(value.strip())
         except ValueError:
-            raise ConfigError(
-                f"--knob-set {spec!r}: {value.strip()!r} is not a valid {key}"
+            raise ConfigError.over_fields(
+                f"{{knob_sets}} {spec!r}: {value.strip()!r} is not a valid {key}"
             ) from None
     return out
 
@@ -294,8 +296,8 @@ def candidates(
                                 engine, gpu, model, lay, q, knobs, calibration, installation
                             )
                         except ValidationError as exc:
-                            raise ConfigError(
-                                f"--knob-set {spec!r}: {exc.errors()[0]['msg']}"
+                            raise ConfigError.over_fields(
+                                f"{{knob_sets}} {spec!r}: {exc.errors()[0]['msg']}"
                             ) from None
                         out.append(
                             Candidate(

@@ -79,14 +79,14 @@ def synthetic(
     input_len: int, output_len: int, range_ratio: float, n: int, seed: int, burstiness: float
 ) -> Workload:
     if input_len < 1 or output_len < 1:
-        raise ConfigError(
-            f"--input-len and --output-len must be ≥ 1 (got {input_len} and {output_len})",
-            hint="e.g. --input-len 1024 --output-len 128",
+        raise ConfigError.over_fields(
+            f"{{input_len}} and {{output_len}} must be ≥ 1 (got {input_len} and {output_len})",
+            hint="e.g. {input_len}=1024 {output_len}=128",
         )
     if not 0 <= range_ratio < 1:
-        raise ConfigError(
-            f"--range-ratio must be in [0, 1) (got {range_ratio})",
-            hint="e.g. --range-ratio 0.5 (lengths L·0.5 to L·1.5), 0 for fixed lengths",
+        raise ConfigError.over_fields(
+            f"{{range_ratio}} must be in [0, 1) (got {range_ratio})",
+            hint="e.g. {range_ratio}=0.5 (lengths L·0.5 to L·1.5), 0 for fixed lengths",
         )
     rng = np.random.default_rng(seed)
 
@@ -143,13 +143,15 @@ def from_run(path: str, n: int, seed: int, burstiness: float) -> tuple[Workload,
     p = Path(path).expanduser()
     try:
         if detect_dir(p) != "run":
-            raise ConfigError(
-                f"--from-run {p} is a sweep", hint="give one of its levels: SWEEP/levels/<label>"
+            raise ConfigError.over_fields(
+                f"{{from_run}} {p} is a sweep", hint="give one of its levels: SWEEP/levels/<label>"
             )
         run = read_run_result(p)
         records = read_records(p)
     except ServetuneError as exc:
-        raise ConfigError(f"--from-run: {exc.message}", hint=exc.hint) from None
+        if exc.templates is not None:  # already over fields (the sweep refusal above)
+            raise
+        raise ConfigError.over_fields("{from_run}: " + exc.message, hint=exc.hint) from None
     pairs: list[tuple[int, int]] = []
     served = lost = 0
     for r in records:  # in the run's order: the first n stand for the whole run
@@ -163,7 +165,9 @@ def from_run(path: str, n: int, seed: int, burstiness: float) -> tuple[Workload,
             pairs.append((a, b))
             served, lost = served + int(r.ok), lost + int(not r.ok)
     if not served:
-        raise ConfigError(f"--from-run {p}: no successful request to take lengths from")
+        raise ConfigError.over_fields(
+            f"{{from_run}} {p}: no successful request to take lengths from"
+        )
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, len(pairs), n) if len(pairs) < n else np.arange(n)
     specs = [RequestSpec(input_len=int(pairs[i][0]), output_len=int(pairs[i][1])) for i in picks]

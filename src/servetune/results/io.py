@@ -34,9 +34,9 @@ def ensure_result_dir(path: str | Path) -> Path:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
-        raise ResultError(
+        raise ResultError.over_fields(
             f"cannot write results to {p}: {exc.strerror or exc}",
-            hint="pass --result-dir to a folder you can write to",
+            hint="give {result_dir} a folder you can write to",
         ) from exc
     return p
 
@@ -46,15 +46,15 @@ def free_run_dir(d: Path, overwrite: bool) -> None:
     directory (its sweep.json would hide the run, and a later --resume would mix them)."""
     d = d.expanduser()
     if (d / SWEEP_FILE).exists():
-        raise ResultError(
+        raise ResultError.over_fields(
             f"{d} holds a sweep ({SWEEP_FILE}): a run written there would be hidden by it",
-            hint="pass a new --result-dir (a sweep's runs are its levels/<label>/ folders)",
+            hint="give a new {result_dir} (a sweep's runs are its levels/<label>/ folders)",
         )
     existing = [n for n in (RUN_FILE, REQUESTS_FILE, SERVER_METRICS_FILE) if (d / n).exists()]
     if existing and not overwrite:
-        raise ResultError(
+        raise ResultError.over_fields(
             f"{d} already holds a run ({', '.join(existing)})",
-            hint="pass a new --result-dir, or --overwrite to replace it",
+            hint="give a new {result_dir}, or {overwrite} to replace it",
         )
 
 
@@ -177,9 +177,9 @@ def detect_dir(path: str | Path) -> Literal["run", "sweep"]:
         return "run"
     if not p.exists():
         raise ResultError(
-            f"{p} does not exist", hint="point at the --result-dir of a bench, sweep or sim run"
+            f"{p} does not exist", hint="point at the result directory of a bench, sweep or sim run"
         )
     raise ResultError(
         f"{p} holds no servetune result: expected {RUN_FILE} (a run) or {SWEEP_FILE} (a sweep)",
-        hint="point at the --result-dir of a bench, sweep or sim run",
+        hint="point at the result directory of a bench, sweep or sim run",
     )

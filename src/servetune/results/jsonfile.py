@@ -72,12 +72,12 @@ def read_json_file(path: Path, kind: str, max_version: int) -> dict[str, Any]:
         data = orjson.loads(path.read_bytes())
     except FileNotFoundError as exc:
         raise ResultError(
-            f"{path} not found", hint="point at a directory servetune wrote (its --result-dir)"
+            f"{path} not found", hint="point at a directory servetune wrote (its result directory)"
         ) from exc
     except OSError as exc:  # a directory in its place, no permission, an I/O error
         raise ResultError(
             f"cannot read {path}: {exc.strerror or exc}",
-            hint="point at a directory servetune wrote (its --result-dir)",
+            hint="point at a directory servetune wrote (its result directory)",
         ) from exc
     except orjson.JSONDecodeError as exc:
         raise ResultError(
@@ -87,7 +87,7 @@ def read_json_file(path: Path, kind: str, max_version: int) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("kind") != kind:
         raise ResultError(
             f'{path} is not a servetune {kind} file (no "kind": "{kind}")',
-            hint=f"point at the directory servetune wrote the {kind} to (its --result-dir)",
+            hint=f"point at the directory servetune wrote the {kind} to (its result directory)",
         )
     version = data.get("schema_version")
     if not isinstance(version, int) or version > max_version:

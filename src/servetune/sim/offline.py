@@ -84,9 +84,9 @@ def simulate(
     Raises :class:`~servetune.errors.SimError` where vLLM would refuse to start and
     :class:`~servetune.errors.ConfigError` for a workload that cannot be built."""
     if bench_cfg.base_url is not None:
-        raise ConfigError(
-            "sim run simulates the engine itself: --base-url does not apply",
-            hint="use `servetune bench --base-url ...` to load-test a real server",
+        raise ConfigError.over_fields(
+            "a simulated run simulates the engine itself: {base_url} does not apply",
+            hint="load-test a real server with bench (servetune.bench, `servetune bench`)",
         )
     with collector_paused():
         if replicas > 1 or routing is not None:

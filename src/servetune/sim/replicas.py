@@ -328,14 +328,14 @@ def run_replicas(
 
 def check_replicas(cfg: BenchConfig, replicas: int) -> None:
     if replicas < 1:
-        raise ConfigError(
-            f"--replicas must be ≥ 1 (got {replicas})", hint="e.g. --replicas 4 --router score"
+        raise ConfigError.over_fields(
+            f"{{replicas}} must be ≥ 1 (got {replicas})", hint="e.g. {replicas}=4 {router}=score"
         )
     if replicas > 1 and cfg.max_concurrency is not None:
-        raise ConfigError(
-            "--max-concurrency with --replicas: a client cap shared by several replicas is not "
+        raise ConfigError.over_fields(
+            "{max_concurrency} with {replicas}: a client cap shared by several replicas is not "
             "modelled",
-            hint="drop --max-concurrency (an open-loop rate), or run one replica",
+            hint="drop {max_concurrency} (an open-loop rate), or run one replica",
         )
 
 

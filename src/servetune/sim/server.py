@@ -60,10 +60,11 @@ class SimServer:
         self.cfg = cfg
         self.r: ResolvedConfig = cfg.resolve()
         if self.r.speculation is not None:
-            raise SimError(
-                "sim serve does not stream speculative decoding's several tokens per step yet",
-                hint="simulate it offline (sim run, plan, tune --engine sim), or serve without "
-                "--speculative-method",
+            raise SimError.over_fields(
+                "the simulated server does not stream speculative decoding's several tokens "
+                "per step yet",
+                hint="simulate it offline (sim run, plan, tune's simulated engine), or serve "
+                "without {speculative_method}",
                 code="sim.config",
             )
         self.mem: MemoryPlan = plan_memory(self.r)
@@ -176,9 +177,9 @@ async def serve(
     try:
         real_port = await srv.start(host, port)
     except OSError as exc:  # in use, an address not ours, a name that does not resolve
-        raise ConfigError(
+        raise ConfigError.over_fields(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}",
-            hint="choose another --port (0 = any free port), or a --host of this machine",
+            hint="choose another {port} (0 = any free port), or a {host} of this machine",
         ) from None
     # Everything built so far lives as long as the server: keep it out of every collection,
     # so that a collection never scans it in the middle of a step's writes.
@@ -220,8 +221,9 @@ def serve_forever(
     """Run the server until interrupted (``servetune sim serve``)."""
     mode = writer_mode(writer)
     if not 0 <= port <= 65535:  # 99999 wrapped round to 34463 and was announced as such
-        raise ConfigError(
-            f"--port {port} is not a port (0-65535)", hint="e.g. --port 8000, or 0 for any free one"
+        raise ConfigError.over_fields(
+            f"{{port}} {port} is not a port (0-65535)",
+            hint="e.g. {port}=8000, or 0 for any free one",
         )
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(f"servetune sim: warning: listening on {host}, not loopback", file=sys.stderr)

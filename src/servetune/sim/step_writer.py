@@ -46,9 +46,9 @@ _SWITCH_S = 0.0005
 def writer_mode(value: str) -> WriterMode:
     """``value`` checked: one of :data:`WRITER_MODES`."""
     if value not in WRITER_MODES:
-        raise ConfigError(
+        raise ConfigError.over_fields(
             f"unknown step writer {value!r}",
-            hint="--writer plain (default) or --writer fanout (Linux AIO, two threads)",
+            hint="{writer}=plain (default) or {writer}=fanout (Linux AIO, two threads)",
         )
     return value  # type: ignore[return-value]
 
@@ -64,10 +64,10 @@ class StepWriter:
         if mode == "fanout":
             self.fanout = Fanout.create(realtime=True)
             if self.fanout is None:
-                raise SimError(
+                raise SimError.over_fields(
                     "the fanout step writer needs Linux AIO (io_submit) on x86_64 or aarch64, "
                     "which this system does not offer",
-                    hint="use the plain writer (--writer plain, the default)",
+                    hint="use the plain writer ({writer}=plain, the default)",
                 )
             # A thread waiting for the GIL takes it by force after this long: the helper,
             # woken at a step's end while the loop thread runs Python, waited up to the

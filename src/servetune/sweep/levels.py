@@ -96,7 +96,9 @@ def round_sig(v: float, digits: int = 3) -> float:
 def auto_fractions(n: int) -> list[float]:
     """``n`` fractions of the saturation throughput, from 0.1 to 1.2, denser near 1."""
     if n < 2:
-        raise ConfigError(f"--auto-levels must be ≥ 2 (got {n})", hint="e.g. --auto-levels 8")
+        raise ConfigError.over_fields(
+            f"{{auto_levels}} must be ≥ 2 (got {n})", hint="e.g. {auto_levels}=8"
+        )
     anchors_t = np.linspace(0.0, 1.0, len(AUTO_FRACTIONS))
     shape = PchipInterpolator(anchors_t, np.array(AUTO_FRACTIONS))
     return [float(f) for f in shape(np.linspace(0.0, 1.0, n))]
@@ -105,10 +107,10 @@ def auto_fractions(n: int) -> list[float]:
 def auto_rates(saturation_rps: float, n: int = len(AUTO_FRACTIONS)) -> list[float]:
     """Rates for a sweep around a measured saturation throughput (req/s)."""
     if not saturation_rps > 0 or math.isinf(saturation_rps):
-        raise ConfigError(
+        raise ConfigError.over_fields(
             "cannot place auto levels: the probe measured a throughput of "
             f"{saturation_rps:g} req/s",
-            hint="check the probe level's run.json for failures, or give --request-rates",
+            hint="check the probe level's run.json for failures, or give {request_rates}",
         )
     rates = sorted({round_sig(f * saturation_rps) for f in auto_fractions(n)})
     return [r for r in rates if r > 0]
@@ -119,7 +121,7 @@ def plan_levels(
 ) -> list[PlannedLevel]:
     """Levels in rising load; with ``repeats`` > 1 each load runs that many times in a row."""
     if repeats < 1:
-        raise ConfigError(f"--repeats must be ≥ 1 (got {repeats})")
+        raise ConfigError.over_fields(f"{{repeats}} must be ≥ 1 (got {repeats})")
     return [
         PlannedLevel(
             label=level_label(mode, float(v), repeat=r), mode=mode, value=float(v), repeat=r

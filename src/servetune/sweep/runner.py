@@ -152,26 +152,26 @@ class SweepRunner:
         ensure_result_dir(self.sweep_dir)
         if (self.sweep_dir / RUN_FILE).exists():
             # a sweep.json beside a run's run.json would hide the run from every reader
-            raise ConfigError(
+            raise ConfigError.over_fields(
                 f"{self.sweep_dir} holds a run ({RUN_FILE}): a sweep written there would hide it",
-                hint="choose another --result-dir (a sweep keeps its runs in levels/<label>/)",
+                hint="choose another {result_dir} (a sweep keeps its runs in levels/<label>/)",
             )
         path = self.sweep_dir / SWEEP_FILE
         now = _now()
         if path.exists():
             if not self.resume:
-                raise ConfigError(
+                raise ConfigError.over_fields(
                     f"{self.sweep_dir} already holds a sweep ({SWEEP_FILE})",
-                    hint="pass --resume to continue it, or choose another --result-dir",
+                    hint="give {resume} to continue it, or choose another {result_dir}",
                 )
             old = read_sweep_result(self.sweep_dir)
             diffs = config_differences(old.config, self.config)
             if diffs:
-                raise ConfigError(
+                raise ConfigError.over_fields(
                     f"cannot resume {self.sweep_dir}: the sweep was started with other settings "
                     f"({'; '.join(diffs[:6])}{' …' if len(diffs) > 6 else ''})",
                     hint="resume with the same flags as the first run (its command is in "
-                    f'{SWEEP_FILE} under "command"), or choose another --result-dir',
+                    f'{SWEEP_FILE} under "command"), or choose another {{result_dir}}',
                 )
             old.status = "running"
             old.updated_at = now
@@ -317,8 +317,8 @@ class SweepRunner:
                 levels = self._plan()
                 result.planned = levels
             if not levels:
-                raise ConfigError(
-                    "the sweep has no levels", hint="give --request-rates or --concurrencies"
+                raise ConfigError.over_fields(
+                    "the sweep has no levels", hint="give {request_rates} or {concurrencies}"
                 )
             self._save()
             for i, level in enumerate(levels, 1):

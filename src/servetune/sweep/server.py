@@ -95,9 +95,9 @@ class ServerProcess:
         """Start the command and wait until it serves; on failure it is stopped and an
         :class:`EngineError` quotes the log line that says why."""
         if self._ready():
-            raise EngineError(
-                f"something already answers at {self.ready_url} before --server-cmd started",
-                hint="stop that server, or drop --server-cmd to test the running one",
+            raise EngineError.over_fields(
+                f"something already answers at {self.ready_url} before {{server_cmd}} started",
+                hint="stop that server, or drop {server_cmd} to test the running one",
             )
         self.log_path = log_path
         self.starts += 1

@@ -93,16 +93,18 @@ def load_runner(spec: str) -> LevelRunner:
     """``module:attribute`` → a level runner (a callable ``(cfg, level_dir) -> RunResult``)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise ConfigError(
-            f"--level-runner {spec!r}: expected MODULE:CALLABLE",
-            hint="e.g. --level-runner servetune.sweep.synthetic:run_level",
+        raise ConfigError.over_fields(
+            f"{{level_runner}} {spec!r}: expected MODULE:CALLABLE",
+            hint="e.g. {level_runner}=servetune.sweep.synthetic:run_level",
         )
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"--level-runner: cannot import {module_name!r} ({exc})") from exc
+        raise ConfigError.over_fields(
+            f"{{level_runner}}: cannot import {module_name!r} ({exc})"
+        ) from exc
     runner = getattr(module, attr, None)
     if runner is None or not callable(runner):
-        raise ConfigError(f"--level-runner: {module_name} has no callable {attr!r}")
+        raise ConfigError.over_fields(f"{{level_runner}}: {module_name} has no callable {attr!r}")
     result: LevelRunner = runner
     return result

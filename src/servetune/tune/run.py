@@ -148,10 +148,10 @@ def screen_space(spec: TuneSpec, backend: Backend) -> tuple[int, int]:
             reasons[why] = reasons.get(why, 0) + 1
     if accepted == 0:
         common = sorted(reasons.items(), key=lambda kv: -kv[1])[:3]
-        raise ConfigError(
+        raise ConfigError.over_fields(
             f"the memory planner rejects every configuration of the space ({len(points)} "
             "screened, none launched): " + " | ".join(f"{why} (×{n})" for why, n in common),
-            hint="widen the space (--knob), lower --max-model-len or the SLO's load, or use a "
+            hint="widen the space ({knob}), lower max_model_len or the SLO's load, or use a "
             "GPU with more memory",
         )
     return accepted, len(points)

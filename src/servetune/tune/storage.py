@@ -61,10 +61,10 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S) -> optuna.storages.RD
         # SQLAlchemy's text runs over lines ([SQL: …], a link): the first says what is wrong
         said = (str(exc).splitlines() or [exc.__class__.__name__])[0]
         sqlite = url.startswith("sqlite:")
-        raise ConfigError(
+        raise ConfigError.over_fields(
             f"cannot open the study storage {url.split('@')[-1]}: {said}",
-            hint="the study's database file looks damaged: choose another --result-dir, or "
+            hint="the study's database file looks damaged: choose another {result_dir}, or "
             "move the file aside to start the study afresh"
             if sqlite
-            else "check --storage (postgresql://USER@HOST:PORT/DB) and that the server runs",
+            else "check {storage} (postgresql://USER@HOST:PORT/DB) and that the server runs",
         ) from exc

@@ -54,9 +54,9 @@ def create_study(
     )
     exists = name in {s.study_name for s in optuna.get_all_study_summaries(storage)}
     if exists and not resume:
-        raise ConfigError(
+        raise ConfigError.over_fields(
             f"a study named {name!r} already exists in this storage",
-            hint="pass --resume to continue it, or choose another --study / --result-dir",
+            hint="give {resume} to continue it, or choose another {study} / {result_dir}",
         )
     study = optuna.create_study(
         storage=storage,
@@ -68,9 +68,9 @@ def create_study(
     if exists:
         old = TuneSpec.model_validate_json(study.user_attrs["spec"])
         if _comparable(old) != _comparable(spec):
-            raise ConfigError(
+            raise ConfigError.over_fields(
                 f"cannot resume study {name!r}: it was started with other settings",
-                hint="resume with the same flags (only --trials and --time-budget may change)",
+                hint="resume with the same settings (only {trials} and {time_budget} may change)",
             )
         spec = old.model_copy(update={"trials": spec.trials, "time_budget_s": spec.time_budget_s})
         study.set_user_attr("spec", spec.model_dump_json())
@@ -87,10 +87,10 @@ def load_study(name: str, storage: optuna.storages.RDBStorage) -> tuple[optuna.S
     """An existing study and its spec (for ``tune worker``)."""
     names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
     if name not in names:
-        raise ConfigError(
+        raise ConfigError.over_fields(
             f"no study named {name!r} in this storage",
-            hint=f"studies there: {', '.join(sorted(names)) or 'none'}; start it with "
-            "servetune tune … --storage URL --study NAME",
+            hint=f"studies there: {', '.join(sorted(names)) or 'none'}; start it with a tune "
+            "given this {storage} and {study}",
         )
     probe = optuna.load_study(study_name=name, storage=storage)
     spec = TuneSpec.model_validate_json(probe.user_attrs["spec"])

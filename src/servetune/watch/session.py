@@ -144,10 +144,10 @@ def _refuse_results_in(d: Path) -> None:
     if samples.exists() and (held or samples.stat().st_size > 0):
         held.append(SERVER_METRICS_FILE)
     if held:
-        raise ConfigError(
-            f"--record {d} already holds results ({', '.join(held)}); recording there would "
+        raise ConfigError.over_fields(
+            f"{{record}} {d} already holds results ({', '.join(held)}); recording there would "
             f"replace its {SERVER_METRICS_FILE}",
-            hint="pass --record a new or empty folder",
+            hint="give {record} a new or empty folder",
         )
 
 
@@ -167,18 +167,18 @@ class WatchSession:
         hold_s: float = HOLD_S,
     ) -> None:
         if not interval_s > 0:
-            raise ConfigError(
-                f"--interval must be > 0 s (got {interval_s:g})", hint="e.g. --interval 1"
+            raise ConfigError.over_fields(
+                f"{{interval_s}} must be > 0 s (got {interval_s:g})", hint="e.g. {interval_s}=1"
             )
         if not window_s >= 2 * interval_s:
-            raise ConfigError(
-                f"--window ({window_s:g} s) must hold at least two scrapes "
-                f"(--interval {interval_s:g} s)",
+            raise ConfigError.over_fields(
+                f"{{window_s}} ({window_s:g} s) must hold at least two scrapes "
+                f"({{interval_s}} {interval_s:g} s)",
                 hint="a window of 30-120 s is usual",
             )
         if not 0 <= hold_s < math.inf:
-            raise ConfigError(
-                f"--for must be ≥ 0 s (got {hold_s:g})", hint="e.g. --for 1m, or 0 for at once"
+            raise ConfigError.over_fields(
+                f"{{hold_s}} must be ≥ 0 s (got {hold_s:g})", hint="e.g. 60 s, or 0 for at once"
             )
         self.url = url
         self.metrics_url = resolve_metrics_url(url)

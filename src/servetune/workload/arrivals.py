@@ -27,14 +27,14 @@ def arrival_offsets(
     if n <= 0:
         return np.zeros(0)
     if not rate > 0:
-        raise ConfigError(
-            f"request rate must be > 0 (got {rate})",
-            hint="use --request-rate inf with --max-concurrency N for a closed loop",
+        raise ConfigError.over_fields(
+            f"{{request_rate}} must be > 0 (got {rate})",
+            hint="use {request_rate}=inf with {max_concurrency}=N for a closed loop",
         )
     if math.isinf(rate):
         return np.zeros(n)
     if not burstiness > 0:
-        raise ConfigError(f"--burstiness must be > 0 (got {burstiness})")
+        raise ConfigError.over_fields(f"{{burstiness}} must be > 0 (got {burstiness})")
     rng = np.random.default_rng([seed, 0xA5])
     if kind == "constant":
         gaps = np.full(n - 1, 1.0 / rate)

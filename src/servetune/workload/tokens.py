@@ -128,9 +128,9 @@ class HFTokenizer:
         p = Path(path).expanduser()
         file = p / "tokenizer.json" if p.is_dir() else p
         if not file.is_file():
-            raise ConfigError(
+            raise ConfigError.over_fields(
                 f"no tokenizer at {path}: expected a folder with tokenizer.json or the file itself",
-                hint="pass --tokenizer DIR_OR_FILE (it is loaded offline, never downloaded), "
+                hint="give {tokenizer} a folder or file (it is loaded offline, never downloaded), "
                 "or leave it out to count with the server's /tokenize or approximately",
             )
         try:

@@ -78,7 +78,7 @@ class RolloutState(BaseModel):
         return self.steps[self.step_index] if 0 <= self.step_index < len(self.steps) else None
 
 
-STEPS_HINT = "give rising percentages of traffic for the candidate, e.g. --steps 5,25,50,100"
+STEPS_HINT = "give rising percentages of traffic for the candidate, e.g. {steps} 5,25,50,100"
 
 
 def parse_steps(text: str | list[float]) -> list[float]:
@@ -87,25 +87,25 @@ def parse_steps(text: str | list[float]) -> list[float]:
         try:
             steps = [float(x) for x in text.replace(" ", "").split(",") if x]
         except ValueError:
-            raise ConfigError(
-                f"--steps {text!r}: not a list of numbers",
+            raise ConfigError.over_fields(
+                f"{{steps}} {text!r}: not a list of numbers",
                 hint=STEPS_HINT,
             ) from None
     else:
         steps = [float(x) for x in text]
     if not steps:
-        raise ConfigError(
-            "--steps: no step given",
+        raise ConfigError.over_fields(
+            "{steps}: no step given",
             hint=STEPS_HINT,
         )
     if any(not 0 < s <= 100 for s in steps):
-        raise ConfigError(
-            f"--steps {steps}: each step is a percentage in (0, 100]",
+        raise ConfigError.over_fields(
+            f"{{steps}} {steps}: each step is a percentage in (0, 100]",
             hint=STEPS_HINT,
         )
     if any(b <= a for a, b in itertools.pairwise(steps)):
-        raise ConfigError(
-            f"--steps {steps}: steps must rise",
+        raise ConfigError.over_fields(
+            f"{{steps}} {steps}: steps must rise",
             hint=STEPS_HINT,
         )
     if steps[-1] != 100:

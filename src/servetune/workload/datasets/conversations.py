@@ -141,10 +141,10 @@ def _read(path: Path) -> list[Raw]:
     if path.is_dir():
         raise DatasetError(f"{path} is a directory, not a conversations file", hint=_JSONL_SHAPE)
     if not path.is_file():
-        raise DatasetError(
+        raise DatasetError.over_fields(
             f"conversations file not found: {path}",
-            hint="--dataset-name multiturn --dataset-path takes a ShareGPT JSON array or a "
-            "JSONL of sessions; leave --dataset-path out for synthetic sessions",
+            hint="{dataset_path} of multiturn sessions is a ShareGPT JSON array or a "
+            "JSONL of sessions; leave {dataset_path} out for synthetic sessions",
         )
     raw = path.read_bytes()
     if raw.lstrip()[:1] == b"[":

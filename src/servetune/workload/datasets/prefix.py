@@ -18,10 +18,10 @@ from servetune.workload.tokens import TokenCounter
 
 def prefix_requests(cfg: BenchConfig, tok: TokenCounter, n: int) -> list[RequestSpec]:
     if cfg.prefix_num_groups < 1 or cfg.prefix_len < 1:
-        raise ConfigError(
-            "--prefix-num-groups and --prefix-len must be at least 1 for --dataset-name prefix "
+        raise ConfigError.over_fields(
+            "{prefix_num_groups} and {prefix_len} must be at least 1 for the prefix dataset "
             f"(got {cfg.prefix_num_groups} and {cfg.prefix_len})",
-            hint="e.g. --prefix-num-groups 8 --prefix-len 512",
+            hint="e.g. {prefix_num_groups}=8 {prefix_len}=512",
         )
     rng = np.random.default_rng(cfg.seed)
     prefixes = [exact_prompt(tok, cfg.prefix_len, rng) for _ in range(cfg.prefix_num_groups)]

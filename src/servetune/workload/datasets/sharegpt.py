@@ -25,17 +25,17 @@ _BOT = {"gpt", "assistant", "chatgpt", "bard", "bing", "model"}
 
 def _load(path: Path) -> list[Any]:
     if not path.is_file():
-        raise DatasetError(
+        raise DatasetError.over_fields(
             f"ShareGPT file not found: {path}",
-            hint="pass --dataset-path to a JSON file holding a list of {'conversations': [...]}",
+            hint="give {dataset_path} a JSON file holding a list of {'conversations': [...]}",
         )
     try:
         data = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as exc:
-        raise DatasetError(
+        raise DatasetError.over_fields(
             f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})",
             hint="a ShareGPT file is one JSON array; "
-            "for one object per line use --dataset-name jsonl",
+            "for one object per line use {dataset_name}=jsonl",
         ) from exc
     if not isinstance(data, list):
         raise DatasetError(

@@ -44,8 +44,8 @@ _SERVETUNE = "servetune requests.jsonl: the records of a run (or the run directo
 
 def trace_path(cfg: BenchConfig) -> Path:
     if cfg.dataset_path is None:
-        raise DatasetError(
-            "--dataset-name trace needs --dataset-path FILE",
+        raise DatasetError.over_fields(
+            "a trace dataset needs {dataset_path}=FILE",
             hint=f"a {_MOONCAKE}; an {_AZURE}; or a {_SERVETUNE}",
         )
     p = Path(cfg.dataset_path).expanduser()
@@ -78,9 +78,9 @@ def detect_format(path: Path) -> TraceFormat:
         return "mooncake"
     if b"TIMESTAMP" in head.upper() or path.suffix.lower() == ".csv":
         return "azure"
-    raise DatasetError(
+    raise DatasetError.over_fields(
         f"{path}: cannot tell the trace's format from its first line {head[:80]!r}",
-        hint=f"pass --trace-format mooncake, azure or servetune ({_MOONCAKE}; {_AZURE})",
+        hint=f"give {{trace_format}} mooncake, azure or servetune ({_MOONCAKE}; {_AZURE})",
     )
 
 
