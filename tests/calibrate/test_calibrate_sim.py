@@ -36,6 +36,12 @@ TRUTH = {
 }
 """Unlike the catalog's A100 constants (mfu 0.58, mbu 0.85, 2.5 ms, 55 µs, 22 ms)."""
 
+SEED = "1"
+"""The truth's prompts and arrivals, fixed: a sweep without --seed draws one, and the fit's
+held-out error is a property of the draw. Over seeds 1-8 the long-prompt mix's mean TTFT
+came out within 1-5% (seed 1: -4.7%); an unseeded draw reached -10.3% and -14.6% (one fitted
+the prefill rate 8% high), which failed CI at random. Seeded, the test fails only on a change."""
+
 WORKLOAD = [
     "--random-input-len",
     "512",
@@ -74,6 +80,8 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "2,4,6,8,20",
         "--num-prompts",
         "300",
+        "--seed",
+        SEED,
         "--result-dir",
         str(d / "sweep"),
         "--no-report",
@@ -87,6 +95,8 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "8",
         "--request-rate",
         "6",
+        "--seed",
+        SEED,
         "--num-prompts",
         "300",
         "--result-dir",
