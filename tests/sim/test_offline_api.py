@@ -14,7 +14,7 @@ from servetune.results.io import read_records, record_line
 from servetune.results.record import RequestRecord
 from servetune.results.schema import BenchConfig
 from servetune.sim.config import EngineConfig
-from servetune.sim.construct import _ok_record, _record
+from servetune.sim.construct import _record, ok_record
 from servetune.sim.frontend import ApiServer
 from servetune.sim.offline import run_offline, simulate, workload_plan
 from servetune.workload.plan import make_plan
@@ -97,7 +97,7 @@ def test_ok_record_is_record_of_its_values() -> None:
         "tokens_source": "sim",
         "finish_reason": "length",
     }
-    fast, ref = _ok_record(*args), _record(values)
+    fast, ref = ok_record(*args), _record(values)
     assert fast == ref
     assert list(fast.__dict__) == list(ref.__dict__)
     assert fast.model_fields_set == ref.model_fields_set
@@ -190,20 +190,20 @@ def test_simulate_without_files_is_sim_run(tmp_path: Path) -> None:
 
 def test_fast_samples_are_model_construct() -> None:
     from servetune.results.server_series import Histogram, ServerSample
-    from servetune.sim.construct import _construct
+    from servetune.sim.construct import construct_model
 
     h = {"buckets": [(0.1, 1), (1.0, 3)], "sum": 1.5, "count": 3}
-    assert _construct(Histogram, h) == Histogram.model_construct(**h)
+    assert construct_model(Histogram, h) == Histogram.model_construct(**h)
     s = {"t": 0.5, "values": {"a": 1.0}, "histograms": {"x": Histogram.model_construct(**h)}}
-    assert _construct(ServerSample, s) == ServerSample.model_construct(**s)
-    assert _construct(ServerSample, {"t": 1.0}).histograms == {}
+    assert construct_model(ServerSample, s) == ServerSample.model_construct(**s)
+    assert construct_model(ServerSample, {"t": 1.0}).histograms == {}
 
 
 def test_scraped_samples_are_construct_of_their_values() -> None:
-    """A scrape of a running engine, as the offline run keeps it, is ``_construct`` of its
+    """A scrape of a running engine, as the offline run keeps it, is ``construct_model`` of its
     values: equal, the same key order and fields set, its histograms too."""
     from servetune.results.server_series import Histogram, ServerSample
-    from servetune.sim.construct import _construct
+    from servetune.sim.construct import construct_model
     from servetune.sim.memory import plan_memory
     from servetune.sim.offline_run import OfflineRun
     from servetune.sim.scrape import as_server_sample, server_sample
@@ -216,8 +216,8 @@ def test_scraped_samples_are_construct_of_their_values() -> None:
     assert len(sim.series) > 3
     raw = server_sample(sim.eng, 1.5)
     got = as_server_sample(raw)
-    hists = {k: _construct(Histogram, h) for k, h in raw["histograms"].items()}
-    want = _construct(ServerSample, {"t": 1.5, "values": raw["values"], "histograms": hists})
+    hists = {k: construct_model(Histogram, h) for k, h in raw["histograms"].items()}
+    want = construct_model(ServerSample, {"t": 1.5, "values": raw["values"], "histograms": hists})
     assert got == want and got.model_fields_set == want.model_fields_set
     assert list(got.__dict__) == list(want.__dict__)
     for k, h in got.histograms.items():

@@ -20,7 +20,7 @@ _set = object.__setattr__
 _M = TypeVar("_M", bound=BaseModel)
 
 
-def _construct(cls: type[_M], values: dict[str, Any]) -> _M:
+def construct_model(cls: type[_M], values: dict[str, Any]) -> _M:
     """``cls.model_construct(**values)`` without its per-field loop (a record per simulated
     request, a sample per 0.5 s): pydantic's own construct steps on a dict holding every
     field, the ones not given at their defaults. tests/sim/test_offline_api.py checks it
@@ -49,17 +49,17 @@ def _construct(cls: type[_M], values: dict[str, Any]) -> _M:
 
 
 def _record(values: dict[str, Any]) -> RequestRecord:
-    return _construct(RequestRecord, values)
+    return construct_model(RequestRecord, values)
 
 
-_HIST_SET = frozenset(("buckets", "sum", "count"))
-_SAMPLE_SET = frozenset(("t", "values", "histograms"))
+HIST_FIELDS = frozenset(("buckets", "sum", "count"))
+SAMPLE_FIELDS = frozenset(("t", "values", "histograms"))
 
 
-def _model(cls: type[_M], d: dict[str, Any], fields_set: frozenset[str]) -> _M:
-    """``_construct(cls, values)`` when ``d`` already is the dict it would make (every field,
+def construct_given(cls: type[_M], d: dict[str, Any], fields_set: frozenset[str]) -> _M:
+    """``construct_model(cls, values)`` when ``d`` already is the dict it would make (every field,
     in its order) and ``fields_set`` the fields given: a sample and its histograms per scrape.
-    tests/sim/test_offline_api.py checks the samples against ``_construct``'s."""
+    tests/sim/test_offline_api.py checks the samples against ``construct_model``'s."""
     obj = cls.__new__(cls)
     _set(obj, "__dict__", d)
     _set(obj, "__pydantic_fields_set__", set(fields_set))
@@ -94,7 +94,7 @@ _OK_FIELDS = frozenset(
 """The fields a successful simulated record is given (the rest keep their defaults)."""
 
 
-def _ok_record(
+def ok_record(
     idx: int,
     scheduled: int,
     sent: int,
@@ -157,3 +157,6 @@ def _ok_record(
     _set(obj, "__pydantic_extra__", None)
     _set(obj, "__pydantic_private__", None)
     return obj
+
+
+__all__ = ["HIST_FIELDS", "SAMPLE_FIELDS", "construct_given", "construct_model", "ok_record"]

@@ -9,7 +9,7 @@ from functools import lru_cache
 import numpy as np
 
 from servetune.results.schema import BenchConfig
-from servetune.sim.construct import _construct
+from servetune.sim.construct import construct_model
 from servetune.workload.arrivals import arrival_offsets
 from servetune.workload.plan import Plan, make_plan, plan_size, validate_config
 from servetune.workload.random_prompts import sample_lengths
@@ -39,7 +39,7 @@ def _random_lengths_plan(cfg: BenchConfig) -> Plan:
     ins = sample_lengths(cfg.random_input_len, cfg.random_range_ratio, n, rng).tolist()
     outs = sample_lengths(cfg.random_output_len, cfg.random_range_ratio, n, rng).tolist()
     requests = [
-        _construct(RequestSpec, {"prompt": "", "input_len": i, "output_len": o})
+        construct_model(RequestSpec, {"prompt": "", "input_len": i, "output_len": o})
         for i, o in zip(ins, outs, strict=True)
     ]
     return Plan.model_construct(requests=requests, offsets_ns=[0] * n, duration_ns=None)

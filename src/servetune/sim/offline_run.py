@@ -31,7 +31,7 @@ from servetune.results.io import LineAppender, record_line
 from servetune.results.record import RequestRecord
 from servetune.results.schema import BenchConfig
 from servetune.results.server_series import Histogram, ServerSample
-from servetune.sim.construct import _ok_record
+from servetune.sim.construct import ok_record
 from servetune.sim.engine import Engine, SimRequest
 from servetune.sim.frontend import ApiServer, SharedIntake
 from servetune.sim.intake import block_hashes, too_long_message
@@ -699,7 +699,7 @@ class OfflineRun:
             spec = specs[idx]
             first, last = (times[0], times[-1]) if times else (None, None)
             chunks = times if token_times else []
-            rec = _ok_record(
+            rec = ok_record(
                 idx,
                 offsets[idx],
                 at,

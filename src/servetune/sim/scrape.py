@@ -10,7 +10,7 @@ from typing import Any
 
 from servetune.results import server_series as ss
 from servetune.results.server_series import Histogram, ServerSample
-from servetune.sim.construct import _HIST_SET, _SAMPLE_SET, _model
+from servetune.sim.construct import HIST_FIELDS, SAMPLE_FIELDS, construct_given
 from servetune.sim.engine import Engine
 
 # What a real scrape of the simulated server's /metrics would map to each concept.
@@ -61,12 +61,17 @@ def as_server_sample(
     for k, h in sample["histograms"].items():
         prev = last.get(k) if last is not None else None
         if prev is None or prev[0] is not h:
-            prev = (h, _model(Histogram, {"sum": h["sum"], "count": h["count"], **h}, _HIST_SET))
+            prev = (
+                h,
+                construct_given(
+                    Histogram, {"sum": h["sum"], "count": h["count"], **h}, HIST_FIELDS
+                ),
+            )
             if last is not None:
                 last[k] = prev
         hists[k] = prev[1]
     values = {"t": sample["t"], "values": sample["values"], "histograms": hists}
-    return _model(ServerSample, values, _SAMPLE_SET)
+    return construct_given(ServerSample, values, SAMPLE_FIELDS)
 
 
 def server_sample(eng: Engine, t: float, histograms: bool = True) -> dict[str, Any]:
