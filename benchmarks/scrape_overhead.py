@@ -373,9 +373,9 @@ def p99(values: list[float]) -> float:
 def parse_cost(page: str, repeats: int = 50) -> tuple[float, float, int]:
     """Best-of CPU time of the full parser (mapped families only) and of the scraper's
     reducer on ``page``, and its line count."""
-    from servetune.metrics.engine_maps import VLLM_V1
     from servetune.metrics.extract import reducer_for
     from servetune.metrics.prometheus import parse, wanted_sample_names
+    from servetune.profiles.vllm import VLLM_V1
 
     wanted = wanted_sample_names(VLLM_V1.base_names())
     reducer = reducer_for(VLLM_V1)

@@ -12,7 +12,8 @@ import aiohttp
 import pytest
 from tests.conftest import run_cli
 
-from servetune.metrics.engine_maps import SGLANG, detect
+from servetune.metrics.engine_maps import detect
+from servetune.profiles.sglang import SGLANG
 from servetune.sim.config import EngineConfig
 from servetune.sim.embedded import EmbeddedServer, start_embedded
 

@@ -14,28 +14,13 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 
 from servetune.profiles import EngineMap, Source, metric_maps
-from servetune.profiles.llama_cpp import LLAMACPP_NEW, LLAMACPP_OLD
-from servetune.profiles.sglang import SGLANG, SGLANG_2024
-from servetune.profiles.tgi import TGI
-from servetune.profiles.trtllm import TRTLLM
-from servetune.profiles.vllm import VLLM_ANY, VLLM_V0, VLLM_V1, VLLM_V1_EARLY
 
 __all__ = [
     "DCGM_FB_FREE",
     "DCGM_FB_USED",
     "DCGM_UTIL",
     "ENGINE_MAPS",
-    "LLAMACPP_NEW",
-    "LLAMACPP_OLD",
-    "SGLANG",
-    "SGLANG_2024",
-    "TGI",
-    "TRTLLM",
-    "VLLM_ANY",
     "VLLM_CACHE_CONFIG_INFO",
-    "VLLM_V0",
-    "VLLM_V1",
-    "VLLM_V1_EARLY",
     "EngineMap",
     "Source",
     "all_base_names",

@@ -9,10 +9,11 @@ from typing import Any
 
 from servetune.arch.memory import MemoryPlan
 from servetune.metrics.client_health import client_health
-from servetune.metrics.engine_maps import SGLANG, VLLM_V1
 from servetune.metrics.run_result import run_result, run_summary
 from servetune.metrics.server_summary import cache_config, summarize_server
 from servetune.metrics.summary import ItlSource, assess_failures, empty_window, run_status
+from servetune.profiles.sglang import SGLANG
+from servetune.profiles.vllm import VLLM_V1
 from servetune.results import server_series as ss
 from servetune.results.record import RequestRecord
 from servetune.results.schema import BenchConfig, Environment, RunResult, ServerInfo, TargetInfo
