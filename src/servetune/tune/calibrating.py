@@ -12,7 +12,7 @@ they ran: the calibrated prediction's error against the catalog's on the same tr
 
 from __future__ import annotations
 
-import itertools
+import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -29,13 +29,15 @@ from servetune.results.tune_file import (
     TuneSpec,
 )
 from servetune.tune.backends import EngineBackend, SimBackend
+from servetune.tune.points import space_points
 
 MIN_RUNS = 2
 """Probe runs a refit needs (one run identifies no line)."""
 QUEUED = 2
 """Untried configurations the calibrated simulator queues after each refit."""
 CANDIDATES = 48
-"""Untried configurations it ranks after each refit (all of a smaller space)."""
+"""Untried configurations it ranks after each refit, from a seeded draw of the space
+(tune/points.py) of at most four times as many."""
 
 
 def calibrated_gpu(spec: TuneSpec) -> str | None:
@@ -130,17 +132,16 @@ class Calibrating:
     def _ranked(self, sim: SimBackend, tried: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """The untried points the calibrated simulator predicts best (at most QUEUED)."""
         seen = {repr(sorted(p.items())) for p in tried}
-        dims = self.spec.space.dims
-        points = [
-            dict(zip([d.name for d in dims], combo, strict=True))
-            for combo in itertools.islice(
-                itertools.product(*[d.values for d in dims]), CANDIDATES * 4
-            )
-        ]
+        # a seeded draw of the space, another per refit: not the product's first points
+        rng = random.Random(self.spec.seed * 7919 + len(tried))
+        points = space_points(self.spec, rng)
+        rng.shuffle(points)
         scored: list[tuple[float, dict[str, Any]]] = []
-        for p in points:
-            if repr(sorted(p.items())) in seen:
+        for p in points[: CANDIDATES * 4]:  # a prediction is a simulation: bounded
+            key = repr(sorted(p.items()))
+            if key in seen:
                 continue
+            seen.add(key)
             value = sim.predict(self.spec.space.config(p), self.spec.slos)
             if value:
                 scored.append((value, p))

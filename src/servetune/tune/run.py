@@ -10,7 +10,6 @@ space, the study (new or resumed), the trials, the repeats, and the files:
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +32,7 @@ from servetune.tune.backends import Backend, EngineBackend, SimBackend
 from servetune.tune.calibrating import Calibrating, calibrated_gpu, calibration_gain
 from servetune.tune.finish import finish
 from servetune.tune.loop import optimize
+from servetune.tune.points import space_points
 from servetune.tune.storage import open_storage, storage_url
 from servetune.tune.study import (
     LAUNCHED,
@@ -43,7 +43,6 @@ from servetune.tune.study import (
 )
 from servetune.tune.trial import TrialRunner
 
-SCREEN_SAMPLE = 4000
 WARM_START_TRIALS = 40
 WARM_START_TOP = 3
 
@@ -123,21 +122,11 @@ def make_backend(spec: TuneSpec) -> Backend:
     )
 
 
-def _points(spec: TuneSpec, rng: random.Random) -> list[dict[str, Any]]:
-    dims = spec.space.dims
-    if spec.space.size() <= SCREEN_SAMPLE:
-        return [
-            dict(zip([d.name for d in dims], combo, strict=True))
-            for combo in itertools.product(*[d.values for d in dims])
-        ]
-    return [{d.name: rng.choice(d.values) for d in dims} for _ in range(SCREEN_SAMPLE)]
-
-
 def screen_space(spec: TuneSpec, backend: Backend) -> tuple[int, int]:
     """Screen every point (or a sample of a large space) before anything launches; a space
     the planner rejects entirely is a ConfigError that says why. Returns (accepted, screened)."""
     rng = random.Random(spec.seed)
-    points = _points(spec, rng)
+    points = space_points(spec, rng)
     reasons: dict[str, int] = {}
     accepted = 0
     for p in points:
